@@ -1,0 +1,5 @@
+import sys
+
+from readtrace.cli import main
+
+sys.exit(main())

@@ -1,0 +1,50 @@
+"""``readtrace`` entry point: parse arguments, run one command, map errors to exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from readtrace import __version__
+from readtrace.commands import COMMANDS
+from readtrace.errors import ExitStatus, ReadtraceError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="readtrace",
+        description="Why is a model load slow on FUSE / network file systems? Record it, report it, fix it.",
+    )
+    parser.add_argument("--version", action="version", version=f"readtrace {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        doc = (module.__doc__ or "").strip()
+        cmd = sub.add_parser(name, help=doc.splitlines()[0] if doc else None, description=doc,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(cmd)
+        cmd.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help(sys.stderr)
+        return ExitStatus.USAGE
+    try:
+        return int(args.run(args) or 0)
+    except ReadtraceError as e:
+        print(f"readtrace: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("readtrace: interrupted", file=sys.stderr)
+        return ExitStatus.INTERRUPTED
+    except BrokenPipeError:
+        return ExitStatus.OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

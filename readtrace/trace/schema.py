@@ -1,0 +1,97 @@
+"""Column schemas of the four trace tables. One place: writer, reader and tests use these.
+
+Conventions shared by every table:
+- ``ts_ns``: CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns); ``meta["t0_ns"]`` is the recording start.
+- ``pid`` is the process (tgid), ``tid`` the thread. The FUSE header's "pid" is a thread id.
+- ``dev`` uses the kernel encoding ``major << 20 | minor`` (what tracepoints print), not st_dev.
+- ``offset``/``size`` are bytes; -1 means "not applicable / unknown".
+- ``ofd`` is the open file description id (kernel ``struct file *`` as int64), 0 when unknown.
+"""
+
+import pyarrow as pa
+
+EVENT_OPS = (
+    "open", "close", "dup", "read", "pread", "readv", "preadv", "mmap", "munmap", "lseek",
+    "fadvise", "readahead", "fork", "exec", "exit",
+)
+PAGE_OPS = ("fault", "map_pages", "get_pages", "miss", "sync_ra", "async_ra")
+
+# events: the application (syscall) view.
+#   arg: op-specific: open flags, dup's old fd, lseek whence, fadvise advice, fork child pid,
+#        mmap address, exec/exit code.
+EVENTS = pa.schema([
+    ("ts_ns", pa.int64()),
+    ("pid", pa.int32()),
+    ("tid", pa.int32()),
+    ("comm", pa.string()),
+    ("op", pa.string()),
+    ("fd", pa.int32()),
+    ("ofd", pa.int64()),
+    ("path", pa.string()),
+    ("dev", pa.int64()),
+    ("ino", pa.int64()),
+    ("offset", pa.int64()),
+    ("size", pa.int64()),
+    ("ret", pa.int64()),
+    ("latency_ns", pa.int64()),
+    ("arg", pa.int64()),
+])
+
+# pages: the page-cache view (filemap / readahead tracepoints), ranges in bytes.
+PAGES = pa.schema([
+    ("ts_ns", pa.int64()),
+    ("pid", pa.int32()),
+    ("tid", pa.int32()),
+    ("op", pa.string()),
+    ("dev", pa.int64()),
+    ("ino", pa.int64()),
+    ("path", pa.string()),
+    ("offset", pa.int64()),
+    ("size", pa.int64()),
+])
+
+# fuse: one row per FUSE request, joined from fuse_request_send/end and the daemon's /dev/fuse read.
+#   pid/tid: the requesting task (tid = fuse_in_header.pid); daemon_tid: the daemon thread that read it.
+FUSE = pa.schema([
+    ("ts_ns", pa.int64()),
+    ("pid", pa.int32()),
+    ("tid", pa.int32()),
+    ("connection", pa.int64()),
+    ("unique", pa.int64()),
+    ("opcode", pa.int32()),
+    ("nodeid", pa.int64()),
+    ("fh", pa.int64()),
+    ("offset", pa.int64()),
+    ("size", pa.int64()),
+    ("reply_bytes", pa.int64()),
+    ("latency_ns", pa.int64()),
+    ("daemon_tid", pa.int32()),
+])
+
+# files: every file the traced tree opened (or faulted), with where it lives.
+FILES = pa.schema([
+    ("path", pa.string()),
+    ("dev", pa.int64()),
+    ("ino", pa.int64()),
+    ("size", pa.int64()),
+    ("fstype", pa.string()),
+    ("mountpoint", pa.string()),
+])
+
+TABLES = {"events": EVENTS, "pages": PAGES, "fuse": FUSE, "files": FILES}
+
+FUSE_OPCODES = {
+    1: "LOOKUP", 3: "GETATTR", 14: "OPEN", 15: "READ", 18: "RELEASE", 25: "FLUSH",
+    26: "INIT", 27: "OPENDIR", 28: "READDIR", 29: "RELEASEDIR", 38: "BATCH_FORGET",
+    44: "READDIRPLUS", 46: "LSEEK",
+}
+FUSE_READ = 15
+
+
+def default_for(field: pa.Field):
+    """The fill value of a column a caller left out: -1 for offsets/sizes/fds, 0 for ids, '' text."""
+    if pa.types.is_string(field.type):
+        return None
+    if field.name in ("offset", "size", "fd", "ret", "fh", "nodeid"):
+        return -1
+    return 0

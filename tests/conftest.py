@@ -1,0 +1,38 @@
+"""Shared test helpers. Missing kernel/FUSE prerequisites skip locally but FAIL under CI=true."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def require(condition: bool, why: str) -> None:
+    """Skip (or, under CI, fail) the calling test when a prerequisite is missing."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"prerequisite missing under CI: {why}", pytrace=False)
+    pytest.skip(why)
+
+
+def fuse_available() -> tuple[bool, str]:
+    if not os.path.exists("/dev/fuse"):
+        return False, "/dev/fuse missing"
+    if shutil.which("fusermount3") is None:
+        return False, "fusermount3 missing (apt-get install fuse3)"
+    return True, ""
+
+
+@pytest.fixture
+def need_fuse():
+    ok, why = fuse_available()
+    require(ok, why)
+
+
+@pytest.fixture
+def need_root():
+    require(os.geteuid() == 0, "needs root")
