@@ -16,23 +16,25 @@ def split_spans(length: int, parts: int, *, align: int = ALIGN) -> list[tuple[in
     return [(start, min(start + step, length)) for start in range(0, length, step)]
 
 
-def split_files(sizes: list[tuple[str, int]], parts: int, *, align: int = ALIGN
-                ) -> list[list[tuple[str, int, int]]]:
-    """Cut several files, taken as one byte stream, into ``parts`` contiguous shares.
+Piece = tuple[str, int, int]  # (path, start, end): one byte range of one file
 
-    Returns one list per share of ``(path, start, end)`` pieces; a share may span several files, and
-    every byte of every file is in exactly one share.
+
+def split_pieces(pieces: list[Piece], parts: int, *, align: int = ALIGN) -> list[list[Piece]]:
+    """Cut file ranges, taken in order as one byte stream, into ``parts`` contiguous shares.
+
+    Returns one list of pieces per share; a share may span several files, and every byte of every
+    input piece is in exactly one share, in order.
     """
-    offsets, total = [], 0
-    for _, size in sizes:
-        offsets.append(total)
-        total += size
-    shares: list[list[tuple[str, int, int]]] = []
-    for start, end in split_spans(total, parts, align=align):
-        pieces = []
-        for (path, size), base in zip(sizes, offsets, strict=True):
-            lo, hi = max(start, base), min(end, base + size)
-            if lo < hi:
-                pieces.append((path, lo - base, hi - base))
-        shares.append(pieces)
+    bases, total = [], 0
+    for _, start, end in pieces:
+        bases.append(total)
+        total += end - start
+    shares: list[list[Piece]] = []
+    for lo, hi in split_spans(total, parts, align=align):
+        share = []
+        for (path, start, end), base in zip(pieces, bases, strict=True):
+            a, b = max(lo, base), min(hi, base + end - start)
+            if a < b:
+                share.append((path, start + a - base, start + b - base))
+        shares.append(share)
     return shares
