@@ -85,7 +85,7 @@ class ManifestDiff:
 
     count: int
     identical: int
-    differing: list[str]
+    differing: list[str]  # "name (file)"
     only_baseline: list[str]
     only_fixed: list[str]
 
@@ -102,11 +102,16 @@ def compare_manifests(baseline: Manifest, fixed: Manifest) -> ManifestDiff:
     a, b = keyed(baseline), keyed(fixed)
     names_a = {k[:2] for k in a}
     names_b = {k[:2] for k in b}
-    differing = sorted({f"{k[0]}:{k[1]}" for k in (a - b) + (b - a) if k[:2] in names_a & names_b})
+    differing = sorted({_label(k[:2]) for k in (a - b) + (b - a) if k[:2] in names_a & names_b})
     return ManifestDiff(
         count=sum(b.values()) if b else sum(a.values()),
         identical=sum((a & b).values()),
         differing=differing,
-        only_baseline=sorted(f"{f}:{n}" for f, n in names_a - names_b),
-        only_fixed=sorted(f"{f}:{n}" for f, n in names_b - names_a),
+        only_baseline=sorted(_label(k) for k in names_a - names_b),
+        only_fixed=sorted(_label(k) for k in names_b - names_a),
     )
+
+
+def _label(file_and_name: tuple[str, str]) -> str:
+    file, name = file_and_name
+    return f"{name} ({os.path.basename(file)})"
