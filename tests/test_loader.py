@@ -213,3 +213,16 @@ def test_cuda_device_index_forms(tmp_path):
     save_file({"w": torch.randn(10)}, path)
     for device in (0, "cuda:0", torch.device("cuda", 0)):
         assert load_file(path, device=device)["w"].device == torch.device("cuda", 0)
+
+
+@pytest.mark.cuda
+@cuda
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tensors=state_dicts(), chunk=st.sampled_from([5, 4096, 1 << 20]), threads=st.integers(1, 4),
+       buffers=st.integers(1, 3))
+def test_cuda_equals_safetensors_on_random_files(tensors, chunk, threads, buffers):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.safetensors")
+        save_file(tensors, path)
+        got = load_file(path, "cuda", chunk_bytes=chunk, threads=threads, num_buffers=buffers)
+        assert_same_tensors(reference_load(path, device="cuda"), got)

@@ -41,7 +41,7 @@ class Config:
     device: str | None = None
     manifest: str | None = None
     chunk_bytes: int = loader.DEFAULT_CHUNK_BYTES
-    threads: int = 1
+    threads: int | None = None  # the loader's default
     prefetch_threads: int = prefetcher.DEFAULT_THREADS
     prefetch_distributed: bool | None = None
 
@@ -53,7 +53,7 @@ class Config:
             device=env.get("READTRACE_DEVICE") or None,
             manifest=env.get("READTRACE_MANIFEST") or None,
             chunk_bytes=int(float(env.get("READTRACE_CHUNK_MB", loader.DEFAULT_CHUNK_BYTES / MiB)) * MiB),
-            threads=int(env.get("READTRACE_THREADS", "1")),
+            threads=int(env["READTRACE_THREADS"]) if env.get("READTRACE_THREADS") else None,
             prefetch_threads=int(env.get("READTRACE_PREFETCH_THREADS", prefetcher.DEFAULT_THREADS)),
             prefetch_distributed=None if env.get("READTRACE_PREFETCH_DIST", "1") != "0" else False,
         )
