@@ -4,7 +4,9 @@ Each run: evict the checkpoint files (posix_fadvise DONTNEED of exactly those fi
 unchanged command with the shim (``none`` for the baseline: it only records the tensor manifest),
 recorded with readtrace's recorder when it is available and we are root. Repeats alternate the
 order (B F, F B, ...) so drift on a shared machine hits both sides. Wall times exclude the shim's
-own digest time (computed after each loader call, outside the clock).
+own digest time (computed after each loader call, outside the clock). The baseline's tensors are
+digested from the files after its run, so that hashing never reads a lazy mmap in an order the
+script did not use (that would turn a random read pattern sequential and flatter the baseline).
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from pathlib import Path
 from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.fix.evict import Eviction, evict
 from readtrace.fix.inject import shim_environment
-from readtrace.fix.manifest import Manifest, ManifestDiff, compare_manifests, read_manifest
+from readtrace.fix.manifest import Manifest, ManifestDiff, compare_manifests, fill_file_digests, read_manifest
+from readtrace.fix.strategies import FIX_STRATEGIES
 
-FIX_STRATEGIES = ("prefetch", "own-fd", "both", "auto")
 # A recorder runs ``cmd`` with ``env`` in ``cwd`` writing ``trace``; returns (exit code, wall s, summary).
 Recorder = Callable[[list[str], dict, str | None, Path], tuple[int, float, dict | None]]
 
@@ -126,6 +128,8 @@ def _run(command, side, index, strategy, work: Path, device, cwd, recorder) -> R
         else:
             code, wall = _run_plain(command, env, cwd, work / f"{stem}.log")
             summary, trace_path = None, None
+    if code == 0:
+        fill_file_digests(manifest_path)  # the baseline's, from the files, now that it has finished
     manifest = read_manifest(manifest_path)
     if code != 0:
         tail = _tail(work / f"{stem}.log")

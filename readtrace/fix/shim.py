@@ -31,8 +31,7 @@ from readtrace.fix.fileio import MiB, open_fd
 from readtrace.fix.fsinfo import NETWORK_FS, Mount, mount_of  # noqa: F401 - Mount re-exported for tests
 from readtrace.fix.header import read_header
 from readtrace.fix.manifest import append_lines, tensor_record
-
-STRATEGIES = ("none", "prefetch", "own-fd", "both", "auto")
+from readtrace.fix.strategies import STRATEGIES
 
 
 @dataclass
@@ -120,7 +119,7 @@ def load_file(filename, device="cpu", *args, **kwargs):
         raise
     finally:
         seconds = time.perf_counter() - started
-        _record("load_file", path, mode, seconds, fallback, tensors.items(), error)
+        _record("load_file", path, mode, seconds, fallback, [(n, t, None) for n, t in tensors.items()], error)
         _flush()
     return tensors
 
@@ -167,13 +166,13 @@ class _Handle:
     def get_tensor(self, name):
         with self._timed():
             tensor = self._tensors[name] if self._loaded() else self._inner.get_tensor(name)
-        self._records.append((name, tensor))
+        self._records.append((name, tensor, None))
         return tensor
 
     def get_tensors(self):
         with self._timed():
             tensors = dict(self._tensors) if self._loaded() else self._inner.get_tensors()
-        self._records.extend(tensors.items())
+        self._records.extend((name, tensor, None) for name, tensor in tensors.items())
         return tensors
 
     def get_slice(self, name):
@@ -237,7 +236,7 @@ class _Slice:
     def __getitem__(self, index):
         with self._handle._timed():
             part = self._source[index]
-        self._handle._records.append((f"{self._name}[{_index_text(index)}]", part))
+        self._handle._records.append((self._name, part, index))
         return part
 
 
@@ -260,17 +259,6 @@ class _Inside:
         return False
 
 
-def _index_text(index) -> str:
-    parts = index if isinstance(index, tuple) else (index,)
-
-    def one(p):
-        if isinstance(p, slice):
-            return ":".join("" if v is None else str(v) for v in (p.start, p.stop, p.step)).rstrip(":") or ":"
-        return "..." if p is Ellipsis else str(p)
-
-    return ",".join(one(p) for p in parts)
-
-
 def _prefetch_once(path: str) -> None:
     with _STATE.lock:
         if path in _STATE.prefetched:
@@ -286,11 +274,18 @@ def _prefetch_once(path: str) -> None:
 
 def _record(call: str, path: str, mode: str, seconds: float, fallback: str | None, tensors,
             error: str | None) -> None:
-    """Queue one call line and its tensors' lines; digests are taken here, after the clock stopped."""
+    """Queue one call line and its tensors' lines (``tensors``: (name, tensor, slice index or None)).
+
+    Tensors our loader produced are digested here, after the clock stopped. Tensors the original
+    loader returned (the baseline) may be lazy mmap views: digesting them here would read the file
+    in an order the script never used, so their digests are left to ``fill_file_digests``, which
+    computes them from the file after the run.
+    """
     if not _STATE.config.manifest:
         return
     started = time.perf_counter()
-    lines = [tensor_record(path, name, tensor) for name, tensor in tensors]
+    digest = mode != "none"
+    lines = [tensor_record(path, name, tensor, index=index, digest=digest) for name, tensor, index in tensors]
     call_line = {"event": "call", "call": call, "file": path, "strategy": mode, "seconds": seconds,
                  "tensors": len(lines), "digest_seconds": time.perf_counter() - started, "pid": os.getpid()}
     if fallback:
