@@ -2,4 +2,6 @@
 ``add_arguments(parser)`` and ``run(args) -> int`` and calls one library function."""
 
 COMMANDS: dict[str, str] = {
+    "record": "readtrace.commands.record",
+    "doctor": "readtrace.commands.doctor",
 }
