@@ -105,7 +105,7 @@ def compile_program(source: str):
     from readtrace.record.bccload import load_bcc
 
     bcc = load_bcc()
-    return bcc.BPF(text=source, cflags=["-Wno-unused-function", "-Wno-macro-redefined"])
+    return bcc.BPF(text=source.encode(), cflags=["-Wno-unused-function", "-Wno-macro-redefined"])
 
 
 __all__ = ["build_source", "compile_program", "fuse_supported", "kind_numbers", "resources"]

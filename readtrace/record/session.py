@@ -21,8 +21,8 @@ class Session:
         self.bpf = bpf
         self.writer = writer
         self.decoder = decoder
-        self.fast = FastRing(bpf["events"].map_fd, EVENTS_RING_BYTES)
-        self.strs = CallbackRing(bpf, "strs")
+        self.fast = FastRing(bpf[b"events"].map_fd, EVENTS_RING_BYTES)
+        self.strs = CallbackRing(bpf, b"strs")
         self.records = 0
         self.calls = 0
         self._buffers: dict[str, list[pd.DataFrame]] = {"events": [], "pages": [], "fuse": []}
@@ -30,13 +30,13 @@ class Session:
 
     def trace_pid(self, pid: int) -> None:
         """Add the command's process to the traced set before it is released."""
-        tgids, tids = self.bpf["tgids"], self.bpf["tids"]
+        tgids, tids = self.bpf[b"tgids"], self.bpf[b"tids"]
         tgids[tgids.Key(pid)] = tgids.Leaf(1)
         tids[tids.Key(pid)] = tids.Leaf(pid)
 
     def watch_fuse(self, connections: set[int], daemons: set[int]) -> None:
         for name, ids in (("fuse_conns", connections), ("daemons", daemons)):
-            table = self.bpf[name]
+            table = self.bpf[name.encode()]
             for i in ids:
                 table[table.Key(i)] = table.Leaf(1)
 
@@ -78,12 +78,12 @@ class Session:
         raw = []
         header = np.array([EVENT_DTYPE.itemsize - 8, 0], dtype="<u4").tobytes()
         for map_name in ("runs", "page_runs"):
-            for _key, value in self.bpf[map_name].items():
+            for _key, value in self.bpf[map_name.encode()].items():
                 raw.append(header + bytes(value)[: EVENT_DTYPE.itemsize - 8])
         return np.frombuffer(b"".join(raw), dtype=EVENT_DTYPE).copy() if raw else np.empty(0, EVENT_DTYPE)
 
     def lost(self) -> dict[str, int]:
-        counts = self.bpf["lost"]
+        counts = self.bpf[b"lost"]
         totals = [sum(counts[counts.Key(i)]) for i in range(2)]
         return {"events_ring": int(totals[0]), "strs_ring_or_map": int(totals[1])}
 
