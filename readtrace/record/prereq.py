@@ -34,8 +34,9 @@ def _cap_eff() -> int:
 def check_privileges() -> Check:
     caps = _cap_eff()
     has = lambda bit: bool(caps >> bit & 1)  # noqa: E731
-    ok = os.geteuid() == 0 or (has(CAP_BPF) and has(CAP_PERFMON)) or has(CAP_SYS_ADMIN)
-    detail = "root" if os.geteuid() == 0 else ("CAP_BPF+CAP_PERFMON" if ok else f"uid {os.geteuid()}")
+    ok = (has(CAP_BPF) and has(CAP_PERFMON)) or has(CAP_SYS_ADMIN)  # root without capabilities cannot
+    who = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
+    detail = who if ok else f"{who} without CAP_BPF/CAP_PERFMON/CAP_SYS_ADMIN"
     return Check("root or CAP_BPF+CAP_PERFMON", ok, detail, "run it with sudo: sudo readtrace ...")
 
 
