@@ -30,8 +30,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--bandwidth-mbps", type=float, default=None,
                         help="link bandwidth in MB/s (10^6 bytes/s); default unlimited")
     parser.add_argument("--max-read-kib", type=int, default=1024, help="largest FUSE READ (kernel max_read)")
-    parser.add_argument("--readahead-kib", type=int, default=1024,
-                        help="the mount's read_ahead_kb (root only; kernel default 128)")
+    parser.add_argument("--readahead-kib", type=int, default=None,
+                        help="set the mount's read_ahead_kb (root only); default: the kernel's 128")
     parser.add_argument("--max-backend", type=int, default=64, help="concurrent backend requests")
     parser.add_argument("--keep-cache", action="store_true", help="keep the page cache across opens")
     parser.add_argument("--log", help="request log (JSON lines); default a new file in /tmp")

@@ -20,7 +20,7 @@ class SimConfig:
     latency_ms: float = 20.0  # first-byte latency of a backend request (ignored by ``local``)
     bandwidth_mbps: float | None = None  # aggregate link bandwidth; None: unlimited
     max_read_kib: int = 1024  # kernel max_read: the largest FUSE READ request
-    readahead_kib: int | None = 1024  # /sys/class/bdi/<dev>/read_ahead_kb (root only); None: kernel default
+    readahead_kib: int | None = None  # /sys/class/bdi/<dev>/read_ahead_kb (root only); None: kernel default (128)
     max_backend: int = 64  # concurrent backend requests (a semaphore)
     keep_cache: bool = False  # keep the kernel page cache across opens (FOPEN_KEEP_CACHE)
 

@@ -149,7 +149,7 @@ def _reap(process: subprocess.Popen, timeout: float) -> None:
 
 
 def mount(src: str | Path, mountpoint: str | Path, *, profile: str = "gcsfuse", latency_ms: float = 20.0,
-          bandwidth_mbps: float | None = None, max_read_kib: int = 1024, readahead_kib: int | None = 1024,
+          bandwidth_mbps: float | None = None, max_read_kib: int = 1024, readahead_kib: int | None = None,
           max_backend: int = 64, log: str | Path | None = None, keep_cache: bool = False,
           overwrite_log: bool = False) -> SimMount:
     """Mount ``src`` read-only at ``mountpoint`` behind the modelled store; returns once it serves."""
