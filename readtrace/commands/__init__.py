@@ -4,4 +4,5 @@
 COMMANDS: dict[str, str] = {
     "record": "readtrace.commands.record",
     "doctor": "readtrace.commands.doctor",
+    "simfs": "readtrace.commands.simfs",
 }
