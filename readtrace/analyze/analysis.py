@@ -99,7 +99,7 @@ def _label_streams(streams: pd.DataFrame, files: pd.DataFrame, handles: pd.DataF
 
 
 def _files_table(files: pd.DataFrame, streams: pd.DataFrame, page_stats: pd.DataFrame, idle: pd.DataFrame,
-                 app: Accesses) -> pd.DataFrame:
+                 app: Accesses, page_view: bool) -> pd.DataFrame:
     """Per file: the file stream's figures plus the fractions as each open file saw them."""
     n = len(files)
     out = files.copy()
@@ -108,8 +108,11 @@ def _files_table(files: pd.DataFrame, streams: pd.DataFrame, page_stats: pd.Data
                              minlength=n)
     out["read_bytes"] = read_bytes.astype(np.int64)
     out["reads"] = np.bincount(app.file[app.source == SOURCE_READ].clip(min=0), minlength=n)
+    if not page_view:  # no page-cache view recorded: unknown, not zero
+        for col in [c for c in page_stats.columns if c.startswith("cache_")]:
+            page_stats[col] = np.nan
     out = out.join(page_stats)
-    out["bytes_read"] = out["read_bytes"] + out["mmap_bytes"]
+    out["bytes_read"] = (out["read_bytes"] + out["mmap_bytes"]).astype(np.int64)
     for col in ("accesses", "unique_bytes", "reread_amplification", "tasks", "concurrency",
                 "latency_p50_us", "latency_p99_us", "size_hist", "top_sizes", "top_strides",
                 "first_ts_ns", "last_ts_ns"):
@@ -117,7 +120,7 @@ def _files_table(files: pd.DataFrame, streams: pd.DataFrame, page_stats: pd.Data
     # Fractions as each open file description (or mapping) saw them: what a per-handle daemon sees.
     ofd = streams[streams["kind"] == "ofd"]
     w = ofd["bytes"]
-    for name in ("consecutive", "sequential"):
+    for name in ("consecutive", "sequential", "seek"):
         num = (ofd[f"{name}_fraction"] * w).groupby(ofd["file_id"]).sum()
         out[f"{name}_fraction"] = (num / w.groupby(ofd["file_id"]).sum()).reindex(out.index)
     out["random_fraction"] = 1 - out["sequential_fraction"]
@@ -132,7 +135,7 @@ def _files_table(files: pd.DataFrame, streams: pd.DataFrame, page_stats: pd.Data
     out["failed_reads"] = idle[idle["ret"] < 0].groupby("file").size().reindex(out.index).fillna(0).astype(np.int64)
     with np.errstate(invalid="ignore", divide="ignore"):
         out["cache_miss_fraction"] = (out["cache_miss_bytes"] / out["bytes_read"]).clip(upper=1.0)
-    used = (out["bytes_read"] > 0) | (out["fuse_read_bytes"] > 0) | (out["cache_miss_bytes"] > 0)
+    used = (out["bytes_read"] > 0) | (out["fuse_read_bytes"] > 0) | (out["cache_miss_bytes"].fillna(0) > 0)
     return out[used].sort_values("bytes_read", ascending=False)
 
 
@@ -167,6 +170,8 @@ def _summary(trace: Trace, files: pd.DataFrame, streams: pd.DataFrame, app: Acce
         "processes": int(len(np.unique(app.pid))),
         "cache_miss_bytes": int(files["cache_miss_bytes"].sum()) if page_view else None,
         "cache_refetched_bytes": int(files["cache_refetched_bytes"].sum()) if page_view else None,
+        "cache_miss_fraction": (min(1.0, files["cache_miss_bytes"].sum() / files["bytes_read"].sum())
+                                if page_view and files["bytes_read"].sum() > 0 else None),
         "fuse_requests": len(trace.fuse),
         "fuse_read_requests": int((trace.fuse["opcode"] == FUSE_READ).sum()),
         "fuse_read_bytes": int(hb),
@@ -196,7 +201,8 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     files = index.finish()
     streams, classified = _streams(app, fuse, handles, th)
     _label_streams(streams, files, handles)
-    file_table = _files_table(files, streams, pagecache.per_file(pages, len(files)), idle, app)
+    file_table = _files_table(files, streams, pagecache.per_file(pages, len(files)), idle, app,
+                              page_view=len(trace.pages) > 0)
     summary = _summary(trace, file_table, streams, app, fuse, pages)
     a = Analysis(files=file_table, streams=streams, findings=[], summary=summary, meta=trace.meta,
                  thresholds=th, app=app, fuse=fuse, handles=handles, pages=pages, classified=classified,

@@ -18,6 +18,10 @@ SEVERITIES = ("high", "warn", "info")
 FIX_HINT = "`readtrace fix --compare` reruns it cold with sequential prefetch and an own-fd loader"
 
 
+def _hist_line(hist: dict) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in hist.items() if v) or "-"
+
+
 def _fs_note(fstype: str) -> str:
     return fstype or "an unknown file system"
 
@@ -28,12 +32,13 @@ def _task_lines(a: Analysis, kind: str, code: int, limit: int = 6) -> list[str]:
     cl = a.classified[kind]
     lo, hi = np.searchsorted(cl.codes, [code, code + 1])
     rows = cl.order[lo:hi]
-    df = pd.DataFrame({"tid": acc.tid[rows], "off": acc.offset[rows], "n": acc.nbytes[rows]})
+    df = pd.DataFrame({"tid": acc.tid[rows], "off": acc.offset[rows], "n": acc.nbytes[rows],
+                       "end": acc.offset[rows] + acc.nbytes[rows]})
     prev_end = (df["off"] + df["n"]).groupby(df["tid"]).shift()
     df["con"] = prev_end.isna() | (df["off"] == prev_end)
     df["seq"] = prev_end.isna() | (df["off"] >= prev_end)
     per = df.assign(cb=df["n"] * df["con"], sb=df["n"] * df["seq"]).groupby("tid").agg(
-        n=("n", "sum"), cb=("cb", "sum"), sb=("sb", "sum"), lo=("off", "min"), hi=("off", "max"))
+        n=("n", "sum"), cb=("cb", "sum"), sb=("sb", "sum"), lo=("off", "min"), hi=("end", "max"))
     per = per.sort_values("lo").head(limit)
     return [f"task {tid}: {fmt_pct(r.cb / r.n)} consecutive, {fmt_pct(r.sb / r.n)} sequential on its own, "
             f"{fmt_bytes(r.n)} from offset {r.lo} to {r.hi}" for tid, r in per.iterrows()]
@@ -54,7 +59,7 @@ def shared_fd_interleave(a: Analysis) -> list[Finding]:
         handle = int(row["fh"]) if row["kind"] == "fuse_handle" else int(row["code"])
         acc = a.fuse if row["kind"] == "fuse_handle" else a.app
         message = (f"{int(row['tasks'])} tasks read {row['path']} through one {what} on {_fs_note(row['fstype'])}: "
-                   f"every task at least {fmt_pct(row['min_task_consecutive_fraction'])} consecutive on its own, "
+                   f"every task >= {fmt_pct(row['min_task_consecutive_fraction'])} consecutive on its own, "
                    "the merged "
                    f"stream {fmt_pct(row['consecutive_fraction'])} consecutive "
                    f"({fmt_pct(row['seek_fraction'])} of bytes after a seek), score {row['interleave_score']:.2f}")
@@ -127,7 +132,7 @@ def small_requests(a: Analysis) -> list[Finding]:
             f"{small} of {len(sizes)} reads of {row['path']} ({fmt_pct(small / len(sizes))}) are smaller than "
             f"{fmt_bytes(th.small_request_size)} (median {fmt_bytes(np.median(sizes))}) on "
             f"{_fs_note(row['fstype'])}",
-            evidence=[f"size histogram: {row['size_hist']}", f"top sizes (bytes, count): {row['top_sizes']}"],
+            evidence=[f"sizes: {_hist_line(row['size_hist'])}", f"top sizes (bytes, count): {row['top_sizes']}"],
             recommendation="read in chunks of 1 MiB or more (whole tensors, a buffered reader) or prefetch the "
                            f"file sequentially; {FIX_HINT}" + (f"; {prof.levers}" if prof.remote else ""),
             file=row["path"]))

@@ -2,4 +2,5 @@
 ``add_arguments(parser)`` and ``run(args) -> int`` and calls one library function."""
 
 COMMANDS: dict[str, str] = {
+    "report": "readtrace.commands.report",
 }
