@@ -48,6 +48,9 @@ class Accesses:
     @classmethod
     def concat(cls, parts: list[Accesses]) -> Accesses:
         names = ("ts", "pid", "tid", "file", "ofd", "offset", "nbytes", "latency", "source")
+        used = [p for p in parts if len(p)]
+        if len(used) == 1:
+            return used[0]
         return cls(**{n: np.concatenate([getattr(p, n) for p in parts]) for n in names})
 
 
@@ -82,25 +85,38 @@ def read_accesses(events: pd.DataFrame, files: FileIndex) -> tuple[Accesses, pd.
     """Read syscalls that returned bytes at a known offset; also the reads that moved nothing
     (``file``, ``ret``: 0 at end of file, < 0 failed) or whose offset is unknown."""
     is_read = events["op"].isin(READ_OPS).to_numpy()
-    reads = events[is_read]
-    pid, fd, ofd = _i64(reads["pid"]), _i64(reads["fd"]), _i64(reads["ofd"])
+    pick = None if is_read.all() else is_read  # column by column: never copy the whole table
+
+    def col(name: str) -> np.ndarray:
+        values = _i64(events[name])
+        return values if pick is None else values[pick]
+
+    pid, fd, ofd = col("pid"), col("fd"), col("ofd")
     named = app_files(events[~is_read], files)
-    file = files.lookup(_i64(reads["dev"]), _i64(reads["ino"]), reads["path"])
-    with_ofd = named[named["ofd"] != 0]
+    path = events["path"] if pick is None else events["path"][pick]
+    file = files.lookup(col("dev"), col("ino"), path)
+    del path
     todo = file < 0
-    file[todo] = _lookup_table(_i64(with_ofd["ofd"]), with_ofd["file"].to_numpy(), ofd[todo])
-    todo = file < 0
-    opens = named[named["op"] == "open"]
-    file[todo] = _lookup_table(_fd_key(_i64(opens["pid"]), _i64(opens["fd"])), opens["file"].to_numpy(),
-                               _fd_key(pid[todo], fd[todo]))
-    ret, offset = _i64(reads["ret"]), _i64(reads["offset"])
+    if todo.any():
+        with_ofd = named[named["ofd"] != 0]
+        file[todo] = _lookup_table(_i64(with_ofd["ofd"]), with_ofd["file"].to_numpy(), ofd[todo])
+        todo = file < 0
+        opens = named[named["op"] == "open"]
+        file[todo] = _lookup_table(_fd_key(_i64(opens["pid"]), _i64(opens["fd"])), opens["file"].to_numpy(),
+                                   _fd_key(pid[todo], fd[todo]))
+    ret, offset = col("ret"), col("offset")
     moved = (ret > 0) & (offset >= 0)
-    idle = pd.DataFrame({"file": file, "ret": ret, "offset": offset})[~moved]
+    idle = pd.DataFrame({"file": file[~moved], "ret": ret[~moved], "offset": offset[~moved]})
+    keep = None if moved.all() else moved
+
+    def kept(values: np.ndarray) -> np.ndarray:
+        return values if keep is None else values[keep]
+
     # Without the kernel's struct file id, a (pid, fd) pair stands for the open file description.
-    ofd_key = np.where(ofd != 0, ofd, _fd_key(pid, fd) | FD_KEY)
+    ofd_key = ofd if (ofd != 0).all() else np.where(ofd != 0, ofd, _fd_key(pid, fd) | FD_KEY)
     acc = Accesses(
-        ts=_i64(reads["ts_ns"])[moved], pid=pid[moved], tid=_i64(reads["tid"])[moved], file=file[moved],
-        ofd=ofd_key[moved], offset=offset[moved], nbytes=ret[moved], latency=_i64(reads["latency_ns"])[moved],
+        ts=kept(col("ts_ns")), pid=kept(pid), tid=kept(col("tid")), file=kept(file), ofd=kept(ofd_key),
+        offset=kept(offset), nbytes=kept(ret), latency=kept(col("latency_ns")),
         source=np.full(int(moved.sum()), SOURCE_READ, np.int8))
     return acc, idle
 

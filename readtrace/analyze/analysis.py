@@ -11,7 +11,7 @@ from readtrace.analyze import interleave, pagecache
 from readtrace.analyze.accesses import SOURCE_READ, Accesses, fault_accesses, fuse_accesses, read_accesses
 from readtrace.analyze.fileindex import FileIndex
 from readtrace.analyze.grouping import dense_codes
-from readtrace.analyze.streams import KINDS, BaseOrders, Classified, summarize
+from readtrace.analyze.streams import KINDS, BaseOrders, summarize
 from readtrace.analyze.thresholds import Thresholds
 from readtrace.trace import FUSE_READ, Trace
 
@@ -42,39 +42,37 @@ class Analysis:
     fuse: Accesses
     handles: pd.DataFrame  # FUSE handle code -> connection, nodeid, fh, file
     pages: pd.DataFrame  # page-cache rows with a file id (ts_ns, pid, tid, op, offset, size, file)
-    classified: dict[str, Classified] = field(default_factory=dict)
     trace_path: str | None = None
 
 
-def _kind_codes(acc: Accesses) -> dict[str, tuple[np.ndarray, int]]:
-    return {
-        "task": dense_codes(acc.tid, acc.file),
-        "process": dense_codes(acc.pid, acc.file),
-        "ofd": dense_codes(acc.ofd, acc.file),
-        "file": dense_codes(acc.file),
-    }
-
-
-def _streams(app: Accesses, fuse: Accesses, handles: pd.DataFrame, th: Thresholds
-             ) -> tuple[pd.DataFrame, dict[str, Classified]]:
-    frames, classified = [], {}
-    for acc, kinds in ((app, _kind_codes(app)), (fuse, {"fuse_handle": (fuse.ofd, len(handles))})):
-        orders = BaseOrders(acc)
-        for kind, (codes, n) in kinds.items():
-            shared = kind in ("ofd", "fuse_handle")
-            df, cl = summarize(acc, codes, n, orders, th, kind, replay=shared)
-            if shared:
-                df = pd.concat([df, interleave.per_task(acc, codes, n, orders, df, th)], axis=1)
-            df["code"] = np.arange(n)
-            frames.append(df)
-            classified[kind] = cl
+def _streams(app: Accesses, fuse: Accesses, handles: pd.DataFrame, th: Thresholds) -> pd.DataFrame:
+    """Every stream of every kind, one row each (see streams.py for the columns)."""
+    frames = []
+    orders = BaseOrders(app)
+    task = dense_codes(app.tid, app.file)
+    kinds = {"task": (task, None), "process": (dense_codes(app.pid, app.file), task),
+             "ofd": (dense_codes(app.ofd, app.file), None), "file": (dense_codes(app.file), task)}
+    for kind, ((codes, n), sub) in kinds.items():
+        frames.append(summarize(app, codes, n, orders, th, kind, sub=sub) if kind != "ofd"
+                      else _shared(app, codes, n, orders, th, kind))
+        frames[-1]["code"] = np.arange(n)
+    del orders, task, kinds
+    frames.append(_shared(fuse, fuse.ofd, len(handles), BaseOrders(fuse), th, "fuse_handle"))
+    frames[-1]["code"] = np.arange(len(handles))
     # frames[-1] (FUSE handles) has every column: it keeps the schema when all streams are empty.
     streams = pd.concat([f for f in frames if len(f)] or [frames[-1]], ignore_index=True)
-    streams["interleaved"] = streams["interleaved"].fillna(False).astype(bool)
+    streams["interleaved"] = streams["interleaved"].astype(object).fillna(False).astype(bool)
     order = {k: i for i, k in enumerate(KINDS)}
-    streams = streams.sort_values(["kind", "bytes"], key=lambda s: s.map(order) if s.name == "kind" else -s,
-                                  kind="stable", ignore_index=True)
-    return streams, classified
+    return streams.sort_values(["kind", "bytes"], key=lambda s: s.map(order) if s.name == "kind" else -s,
+                               kind="stable", ignore_index=True)
+
+
+def _shared(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: Thresholds, kind: str
+            ) -> pd.DataFrame:
+    """A kind whose streams several tasks can share (open files, FUSE handles): + replay + interleave."""
+    sub = dense_codes(codes, acc.tid)
+    df = summarize(acc, codes, n, orders, th, kind, sub=sub, replay=True)
+    return pd.concat([df, interleave.per_task(acc, codes, n, sub, orders, df, th)], axis=1)
 
 
 def _label_streams(streams: pd.DataFrame, files: pd.DataFrame, handles: pd.DataFrame) -> None:
@@ -199,13 +197,13 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     fuse, handles = fuse_accesses(trace.fuse, index, np.unique(app.file))
     pages = pagecache.page_rows(trace.pages, index)
     files = index.finish()
-    streams, classified = _streams(app, fuse, handles, th)
+    streams = _streams(app, fuse, handles, th)
     _label_streams(streams, files, handles)
     file_table = _files_table(files, streams, pagecache.per_file(pages, len(files)), idle, app,
                               page_view=len(trace.pages) > 0)
     summary = _summary(trace, file_table, streams, app, fuse, pages)
     a = Analysis(files=file_table, streams=streams, findings=[], summary=summary, meta=trace.meta,
-                 thresholds=th, app=app, fuse=fuse, handles=handles, pages=pages, classified=classified,
+                 thresholds=th, app=app, fuse=fuse, handles=handles, pages=pages,
                  trace_path=str(trace.path) if trace.path else None)
     a.findings = find_all(a)
     return a

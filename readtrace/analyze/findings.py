@@ -26,12 +26,8 @@ def _fs_note(fstype: str) -> str:
     return fstype or "an unknown file system"
 
 
-def _task_lines(a: Analysis, kind: str, code: int, limit: int = 6) -> list[str]:
-    """Per-task figures inside one shared stream (few rows: one per task)."""
-    acc = a.app if kind == "ofd" else a.fuse
-    cl = a.classified[kind]
-    lo, hi = np.searchsorted(cl.codes, [code, code + 1])
-    rows = cl.order[lo:hi]
+def _task_lines(acc, rows: np.ndarray, limit: int = 6) -> list[str]:
+    """Per-task figures inside one shared stream (rows in time order; a few lines: one per task)."""
     df = pd.DataFrame({"tid": acc.tid[rows], "off": acc.offset[rows], "n": acc.nbytes[rows],
                        "end": acc.offset[rows] + acc.nbytes[rows]})
     prev_end = (df["off"] + df["n"]).groupby(df["tid"]).shift()
@@ -58,6 +54,8 @@ def shared_fd_interleave(a: Analysis) -> list[Finding]:
             else int(a.files.loc[file_id, "ino"]) if file_id in a.files.index else 0
         handle = int(row["fh"]) if row["kind"] == "fuse_handle" else int(row["code"])
         acc = a.fuse if row["kind"] == "fuse_handle" else a.app
+        rows = interleave.stream_rows(acc, int(row["code"]) if row["kind"] == "fuse_handle" else int(row["ofd"]),
+                                      int(file_id))
         message = (f"{int(row['tasks'])} tasks read {row['path']} through one {what} on {_fs_note(row['fstype'])}: "
                    f"every task >= {fmt_pct(row['min_task_consecutive_fraction'])} consecutive on its own, "
                    "the merged "
@@ -77,9 +75,8 @@ def shared_fd_interleave(a: Analysis) -> list[Finding]:
                  "sequential reader")
         out.append(Finding(
             "SHARED_FD_INTERLEAVE", severity, message,
-            evidence=interleave.evidence(acc, a.classified[row["kind"]], int(row["code"]), inode, handle,
-                                         a.thresholds.evidence_lines)
-            + _task_lines(a, row["kind"], int(row["code"])),
+            evidence=interleave.evidence(acc, rows, inode, handle, a.thresholds.evidence_lines)
+            + _task_lines(acc, rows),
             recommendation=f"{lever}; {FIX_HINT}" + (f"; {prof.levers}" if prof.per_handle_stream else ""),
             file=row["path"]))
     return out

@@ -87,12 +87,17 @@ def quantiles(sorted_codes: np.ndarray, n_groups: int, values: np.ndarray, q: fl
     return out
 
 
-def top_values(codes: np.ndarray, n_groups: int, values: np.ndarray, k: int = 4) -> list[list[list[int]]]:
-    """The ``k`` most frequent values per group as [[value, count], ...] (ties: smaller value first)."""
+def top_values(codes: np.ndarray, n_groups: int, values: np.ndarray, k: int = 4,
+               value_codes: np.ndarray | None = None) -> list[list[list[int]]]:
+    """The ``k`` most frequent values per group as [[value, count], ...] (ties: smaller value first).
+    ``value_codes``: ``pd.factorize(all values)`` codes, ``values`` then being its uniques."""
     out: list[list[list[int]]] = [[] for _ in range(n_groups)]
-    if len(values) == 0:
+    if len(codes) == 0:
         return out
-    vcodes, vuniques = pd.factorize(values)
+    if value_codes is None:
+        vcodes, vuniques = pd.factorize(values)
+    else:
+        vcodes, vuniques = value_codes, values
     packed = codes * len(vuniques) + vcodes
     if n_groups * len(vuniques) <= 50_000_000:
         counts = np.bincount(packed, minlength=n_groups * len(vuniques))

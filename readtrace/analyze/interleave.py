@@ -12,16 +12,17 @@ import numpy as np
 import pandas as pd
 
 from readtrace.analyze.accesses import Accesses
-from readtrace.analyze.grouping import dense_codes, group_sum
-from readtrace.analyze.streams import BaseOrders, Classified, classify
+from readtrace.analyze.grouping import group_sum
+from readtrace.analyze.streams import BaseOrders, classify
 from readtrace.analyze.thresholds import Thresholds
 
 
-def per_task(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, streams: pd.DataFrame,
-             th: Thresholds) -> pd.DataFrame:
-    """Interleave columns for ``streams`` (one row per code): the tasks' own fractions and the score."""
-    sub, n_sub = dense_codes(codes, acc.tid)
-    cl = classify(acc, sub, n_sub, orders, th.gcsfuse_seek_window)
+def per_task(acc: Accesses, codes: np.ndarray, n: int, sub: tuple[np.ndarray, int], orders: BaseOrders,
+             streams: pd.DataFrame, th: Thresholds) -> pd.DataFrame:
+    """Interleave columns for ``streams`` (one row per code): the tasks' own fractions and the score.
+    ``sub``: codes of the (stream, task) pieces."""
+    sub, n_sub = sub
+    cl = classify(acc, sub, n_sub, orders)
     nb = acc.nbytes[cl.order]
     parent = np.zeros(n_sub, dtype=np.int64)
     parent[sub] = codes
@@ -29,7 +30,8 @@ def per_task(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, strea
     with np.errstate(invalid="ignore", divide="ignore"):
         weight = group_sum(parent, n, sub_bytes)
         fractions = {}
-        for name, flag in (("consecutive", cl.consecutive), ("sequential", cl.sequential), ("in_order", ~cl.seek)):
+        for name, flag in (("consecutive", cl.consecutive), ("sequential", cl.sequential),
+                           ("in_order", ~cl.seek(th.gcsfuse_seek_window))):
             own = group_sum(cl.codes, n_sub, np.where(flag, nb, 0)) / sub_bytes
             fractions[name] = own
             fractions[f"task_{name}_fraction"] = group_sum(parent, n, own * sub_bytes) / weight
@@ -47,10 +49,14 @@ def per_task(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, strea
     return out
 
 
-def evidence(acc: Accesses, cl: Classified, code: int, inode: int, handle: int, lines: int) -> list[str]:
+def stream_rows(acc: Accesses, ofd_key: int, file_id: int) -> np.ndarray:
+    """Rows of one open file / FUSE handle (``acc.ofd`` key) on one file, in time order."""
+    rows = np.flatnonzero((acc.ofd == ofd_key) & (acc.file == file_id))
+    return rows[np.argsort(acc.ts[rows], kind="stable")]
+
+
+def evidence(acc: Accesses, rows: np.ndarray, inode: int, handle: int, lines: int) -> list[str]:
     """The merged stream where tasks first take turns, in gcsfuse's log shape."""
-    lo, hi = np.searchsorted(cl.codes, [code, code + 1])
-    rows = cl.order[lo:hi]
     tids = acc.tid[rows]
     switches = np.flatnonzero(tids[1:] != tids[:-1])
     start = int(switches[0]) if len(switches) else 0

@@ -69,11 +69,18 @@ def fuse_from_reads(reads: pd.DataFrame, fh_of_ofd: dict[int, int] | None = None
     })
 
 
+def misses_from_reads(reads: pd.DataFrame, dev: int = FUSE_DEV, ino: int = NODE) -> pd.DataFrame:
+    """A cold page cache: every byte read was first fetched (one miss row per read)."""
+    return pd.DataFrame({"ts_ns": reads["ts_ns"].to_numpy() - 1, "pid": reads["pid"], "tid": reads["tid"],
+                         "op": "miss", "dev": dev, "ino": ino, "offset": reads["offset"], "size": reads["ret"]})
+
+
 def load_case(kind: str = "shared", *, workers: int = 4, chunks: int = 64, chunk: int = 256 * KiB,
-              fstype: str = "fuse.gcsfuse", with_fuse: bool = True, path: str = "/mnt/model/model.safetensors"
-              ) -> dict:
+              fstype: str = "fuse.gcsfuse", with_fuse: bool = True, cold: bool = False,
+              path: str = "/mnt/model/model.safetensors") -> dict:
     """Frames for ``make_trace``/``write_trace``: ``shared`` (the seed case: forked workers interleaved on
-    one inherited fd), ``own`` (one fd per worker) or ``sequential`` (one reader, whole file)."""
+    one inherited fd), ``own`` (one fd per worker) or ``sequential`` (one reader, whole file).
+    ``cold``: add the page-cache misses of a cold cache."""
     if kind == "sequential":
         reads = worker_reads(1, workers * chunks, chunk, True, op="read")
     else:
@@ -84,4 +91,6 @@ def load_case(kind: str = "shared", *, workers: int = 4, chunks: int = 64, chunk
               "meta": {"command": ["python", "load.py"], "exit_code": 0, "lost_events": 0}}
     if with_fuse:
         frames["fuse"] = fuse_from_reads(reads)
+    if cold:
+        frames["pages"] = misses_from_reads(reads)
     return frames
