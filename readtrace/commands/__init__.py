@@ -5,4 +5,5 @@ COMMANDS: dict[str, str] = {
     "record": "readtrace.commands.record",
     "doctor": "readtrace.commands.doctor",
     "simfs": "readtrace.commands.simfs",
+    "report": "readtrace.commands.report",
 }
