@@ -6,4 +6,5 @@ COMMANDS: dict[str, str] = {
     "doctor": "readtrace.commands.doctor",
     "simfs": "readtrace.commands.simfs",
     "report": "readtrace.commands.report",
+    "fix": "readtrace.commands.fix",
 }
