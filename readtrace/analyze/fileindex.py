@@ -16,6 +16,20 @@ def _key(dev: np.ndarray, ino: np.ndarray) -> np.ndarray:
     return (dev.astype(np.int64) << 40) ^ ino.astype(np.int64)
 
 
+class _FirstRow:
+    """Vectorized value -> row lookup that tolerates repeated values (the first row wins)."""
+
+    def __init__(self, values: np.ndarray, rows: np.ndarray):
+        index = pd.Index(values)
+        first = ~index.duplicated()
+        self._index = index[first]
+        self._rows = rows[first]
+
+    def get_indexer(self, values) -> np.ndarray:
+        pos = self._index.get_indexer(values)
+        return np.where(pos >= 0, self._rows[pos], UNKNOWN)
+
+
 class FileIndex:
     """Files of a trace, numbered 0..n-1; lookups are vectorized (hash joins, no row loops)."""
 
@@ -33,8 +47,9 @@ class FileIndex:
         t = self.table
         known = t["ino"].to_numpy() > 0
         keys = _key(t["dev"].to_numpy(), t["ino"].to_numpy())
-        self._key_index = pd.Index(np.where(known, keys, np.iinfo(np.int64).min))
-        self._path_index = pd.Index(t["path"].fillna("\0").astype(str).to_numpy())
+        self._key_index = _FirstRow(keys[known], np.flatnonzero(known))
+        has_path = t["path"].notna().to_numpy()
+        self._path_index = _FirstRow(t["path"][has_path].astype(str).to_numpy(), np.flatnonzero(has_path))
 
     def __len__(self) -> int:
         return len(self.table)

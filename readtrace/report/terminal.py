@@ -21,6 +21,11 @@ SEVERITY_STYLE = {"high": "bold red", "warn": "yellow", "info": "cyan"}
 STREAM_ROWS = 12
 
 
+def _text(x, missing: str = "?") -> str:
+    """A cell for a text column that may hold None/NaN (pandas' missing string)."""
+    return missing if x is None or pd.isna(x) else str(x)
+
+
 def _us(x) -> str:
     if x is None or pd.isna(x):
         return "-"
@@ -58,13 +63,17 @@ class TerminalReport:
                           ("seq", "right"), ("random", "right"), ("after seek", "right"),
                           ("cache miss", "right"), ("FUSE reads", "right"), ("faults", "right")):
             table.add_column(col, justify=just, overflow="fold")
-        for _, f in self.a.files.iterrows():
-            table.add_row(f["path"], f["fstype"] or "?", fmt_bytes(f["bytes_read"]),
+        files = self.a.files.sort_values("bytes_read", ascending=False, kind="stable")
+        shown = files[files["bytes_read"] > 0].head(self.stream_rows)
+        for _, f in shown.iterrows():
+            table.add_row(_text(f["path"]), _text(f["fstype"]), fmt_bytes(f["bytes_read"]),
                           fmt_pct(f["consecutive_fraction"]), fmt_pct(f["sequential_fraction"]),
                           fmt_pct(f["random_fraction"]), fmt_pct(f["seek_fraction"]),
                           fmt_pct(f["cache_miss_fraction"]), str(int(f["fuse_read_requests"])),
                           str(int(f["page_faults"])))
-        return table
+        hidden = len(files) - len(shown)
+        note = Text(f"{hidden} more files (nothing read, or smaller): readtrace report --json", style="dim")
+        return Group(table, note) if hidden else table
 
     def streams(self) -> RenderableType:
         s = self.a.streams
@@ -75,7 +84,7 @@ class TerminalReport:
             table.add_column(col, justify="left" if col in ("stream", "file") else "right", overflow="fold")
         for _, r in shown.iterrows():
             score = "-" if pd.isna(r["interleave_score"]) else f"{r['interleave_score']:.2f}"
-            table.add_row(r["stream"], r["path"], str(int(r["tasks"])), fmt_bytes(r["bytes"]),
+            table.add_row(_text(r["stream"]), _text(r["path"]), str(int(r["tasks"])), fmt_bytes(r["bytes"]),
                           fmt_pct(r["consecutive_fraction"]), fmt_pct(r["seek_fraction"]),
                           fmt_pct(r["task_consecutive_fraction"]),
                           Text(score, style="bold red" if r["interleaved"] else ""),
