@@ -62,7 +62,9 @@ def test_compare_interleaves_cold_runs_and_matches_tensors(tmp_path, checkpoint)
     assert result.diff.all_identical and result.diff.count == 8 + 2
     assert all(r.wall_s > 0 and r.loader_s > 0 for r in result.runs)
     fixed_calls = result.side("fixed")[0].manifest.calls
-    assert {(c["call"], c["strategy"]) for c in fixed_calls} == {("load_file", "both"), ("safe_open", "both")}
+    assert {(c["call"], c["strategy"]) for c in fixed_calls} == {("prefetch", "both"), ("load_file", "both"),
+                                                                  ("safe_open", "both")}
+    assert next(c for c in fixed_calls if c["call"] == "prefetch")["bytes"] == os.path.getsize(checkpoint)
     assert {c["strategy"] for c in result.side("baseline")[0].manifest.calls} == {"none"}
     kept = sorted(p.name for p in (tmp_path / "work").iterdir())
     assert "baseline-1.jsonl" in kept and "fixed-2.log" in kept

@@ -109,7 +109,7 @@ def compare(
                 evictions = evict(files)
                 log(f"run {i + 1}/{repeat} {side} (cold: {len(files)} file(s) evicted)")
                 runs.append(_run(command, side, i, "none" if side == "baseline" else strategy, work, device,
-                                 cwd, recorder))
+                                 cwd, recorder, files))
         notes.extend(sorted({e.note for e in evictions if e.note}))
         baseline = runs[0] if runs[0].side == "baseline" else runs[1]
         diffs = [compare_manifests(baseline.manifest, r.manifest) for r in runs if r is not baseline]
@@ -117,13 +117,16 @@ def compare(
         return Comparison(command, strategy, list(files), runs, evictions, diff, notes)
 
 
-def _run(command, side, index, strategy, work: Path, device, cwd, recorder) -> Run:
+def _run(command, side, index, strategy, work: Path, device, cwd, recorder, files=()) -> Run:
     stem = f"{side}-{index + 1}"
     manifest_path = work / f"{stem}.jsonl"
-    with shim_environment(strategy, manifest_path, device=device) as env:
+    prefetch = {"READTRACE_PREFETCH_FILES": os.pathsep.join(files)} if strategy in FIX_STRATEGIES and files \
+        else None
+    with shim_environment(strategy, manifest_path, device=device, extra=prefetch) as env:
         if recorder is not None:
             trace = work / f"{stem}.rtrace"
-            code, wall, summary = recorder(command, env, cwd, trace)
+            with _stdout_to(work / f"{stem}.log"):  # the command's output must not mix with ours
+                code, wall, summary = recorder(command, env, cwd, trace)
             trace_path = str(trace)
         else:
             code, wall = _run_plain(command, env, cwd, work / f"{stem}.log")
@@ -227,3 +230,23 @@ def command_from_trace(path: str | os.PathLike) -> tuple[list[str], str | None, 
                     if isinstance(p, str) and size and size > 0 and not p.startswith(skip)
                     and os.path.isfile(p)})
     return list(command), trace.meta.get("cwd"), files
+
+
+class _stdout_to:  # noqa: N801 - a context manager used like a function
+    """Point file descriptor 1 at a file while a recorder runs a command that inherits it."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        sys.stdout.flush()
+        self.saved = os.dup(1)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, 1)
+        os.close(fd)
+
+    def __exit__(self, *exc):
+        sys.stdout.flush()
+        os.dup2(self.saved, 1)
+        os.close(self.saved)
+        return False

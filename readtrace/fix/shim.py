@@ -31,6 +31,7 @@ from readtrace.fix.fileio import MiB, open_fd
 from readtrace.fix.fsinfo import NETWORK_FS, Mount, mount_of  # noqa: F401 - Mount re-exported for tests
 from readtrace.fix.header import read_header
 from readtrace.fix.manifest import append_lines, tensor_record
+from readtrace.fix.startup import already_prefetched
 from readtrace.fix.strategies import STRATEGIES
 
 
@@ -80,6 +81,8 @@ def patch(name: str, module) -> None:
         _STATE.originals["load_file"] = module.load_file
         module.load_file = load_file
         module.safe_open = safe_open  # in case safetensors was imported before the hook
+    elif name == "readtrace.workloads.patterns":
+        module.PATTERNS = {key: _recorded_pattern(fn) for key, fn in module.PATTERNS.items()}
 
 
 def strategy_for(path: str, device) -> str:
@@ -101,6 +104,7 @@ def load_file(filename, device="cpu", *args, **kwargs):
     device = _STATE.config.device or device
     started = time.perf_counter()
     mode, fallback, tensors, error = strategy_for(path, device), None, {}, None
+    nested = getattr(_STATE.local, "inside", False)  # called by a recorded loader: route, do not record
     try:
         with _Inside():
             if mode in ("prefetch", "both"):
@@ -118,10 +122,35 @@ def load_file(filename, device="cpu", *args, **kwargs):
         error = f"{type(e).__name__}: {e}"
         raise
     finally:
-        seconds = time.perf_counter() - started
-        _record("load_file", path, mode, seconds, fallback, [(n, t, None) for n, t in tensors.items()], error)
-        _flush()
+        if not nested:
+            seconds = time.perf_counter() - started
+            _record("load_file", path, mode, seconds, fallback, [(n, t, None) for n, t in tensors.items()],
+                    error)
+            _flush()
     return tensors
+
+
+def _recorded_pattern(pattern):
+    """Wrap one of readtrace's example loader patterns (raw mmap, forked preads ...): the shim cannot
+    route these, so the fix for them is the start-up prefetch; their tensors are recorded here.
+    They return materialised copies, so digesting them now disturbs no lazy read."""
+    def run(layout, workers):
+        started = time.perf_counter()
+        with _Inside():
+            tensors = pattern(layout, workers)
+        seconds = time.perf_counter() - started
+        mode = _STATE.config.strategy
+        by_file: dict[str, list] = {}
+        for info in layout:
+            by_file.setdefault(os.path.abspath(info.path), []).append((info.name, tensors[info.name], None))
+        for i, (path, records) in enumerate(by_file.items()):
+            _record(f"pattern:{pattern.__name__}", path, mode, seconds if i == 0 else 0.0, None, records, None,
+                    digest=True)
+        _flush()
+        return tensors
+
+    run.__name__, run.__doc__ = pattern.__name__, pattern.__doc__
+    return run
 
 
 def safe_open(filename, framework, device="cpu", *args, **kwargs):
@@ -261,7 +290,7 @@ class _Inside:
 
 def _prefetch_once(path: str) -> None:
     with _STATE.lock:
-        if path in _STATE.prefetched:
+        if path in _STATE.prefetched or already_prefetched(path):
             return
         _STATE.prefetched.add(path)
     try:
@@ -273,7 +302,7 @@ def _prefetch_once(path: str) -> None:
 
 
 def _record(call: str, path: str, mode: str, seconds: float, fallback: str | None, tensors,
-            error: str | None) -> None:
+            error: str | None, *, digest: bool | None = None) -> None:
     """Queue one call line and its tensors' lines (``tensors``: (name, tensor, slice index or None)).
 
     Tensors our loader produced are digested here, after the clock stopped. Tensors the original
@@ -284,7 +313,7 @@ def _record(call: str, path: str, mode: str, seconds: float, fallback: str | Non
     if not _STATE.config.manifest:
         return
     started = time.perf_counter()
-    digest = mode != "none"
+    digest = mode != "none" if digest is None else digest
     lines = [tensor_record(path, name, tensor, index=index, digest=digest) for name, tensor, index in tensors]
     call_line = {"event": "call", "call": call, "file": path, "strategy": mode, "seconds": seconds,
                  "tensors": len(lines), "digest_seconds": time.perf_counter() - started, "pid": os.getpid()}
