@@ -25,6 +25,7 @@ from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.fix.evict import Eviction, evict
 from readtrace.fix.inject import shim_environment
 from readtrace.fix.manifest import Manifest, ManifestDiff, compare_manifests, fill_file_digests, read_manifest
+from readtrace.fix.residency import cache_survives_open
 from readtrace.fix.strategies import FIX_STRATEGIES
 
 # A recorder runs ``cmd`` with ``env`` in ``cwd`` writing ``trace``; returns (exit code, wall s, summary).
@@ -111,6 +112,11 @@ def compare(
                 runs.append(_run(command, side, i, "none" if side == "baseline" else strategy, work, device,
                                  cwd, recorder, files))
         notes.extend(sorted({e.note for e in evictions if e.note}))
+        dropping = [f for f in files if not cache_survives_open(f)]
+        if dropping and strategy != "own-fd":
+            notes.append(f"{len(dropping)} file(s) lose their page cache on every open() (a FUSE daemon without "
+                         "keep_cache): prefetching cannot help a loader that opens them again; only the own-fd "
+                         "loader (safetensors API) can")
         baseline = runs[0] if runs[0].side == "baseline" else runs[1]
         diffs = [compare_manifests(baseline.manifest, r.manifest) for r in runs if r is not baseline]
         diff = next((d for d in diffs if not d.all_identical), diffs[0])

@@ -31,6 +31,7 @@ from readtrace.fix.fileio import MiB, open_fd
 from readtrace.fix.fsinfo import NETWORK_FS, Mount, mount_of  # noqa: F401 - Mount re-exported for tests
 from readtrace.fix.header import read_header
 from readtrace.fix.manifest import append_lines, tensor_record
+from readtrace.fix.residency import cache_survives_open
 from readtrace.fix.startup import already_prefetched
 from readtrace.fix.strategies import STRATEGIES
 
@@ -294,10 +295,12 @@ def _prefetch_once(path: str) -> None:
             return
         _STATE.prefetched.add(path)
     try:
+        if not cache_survives_open(path):
+            return  # the loader's own open() would drop what we read: reading it twice helps nobody
         prefetcher.prefetch([path], chunk_bytes=_STATE.config.chunk_bytes,
                             threads=_STATE.config.prefetch_threads, progress=False,
                             distributed=_STATE.config.prefetch_distributed)
-    except ReadtraceError:
+    except (OSError, ReadtraceError):
         return  # the load that follows reports the problem the way the user's loader does
 
 
