@@ -123,11 +123,10 @@ def load_file(filename, device="cpu", *args, **kwargs):
         error = f"{type(e).__name__}: {e}"
         raise
     finally:
-        if not nested:
-            seconds = time.perf_counter() - started
-            _record("load_file", path, mode, seconds, fallback, [(n, t, None) for n, t in tensors.items()],
-                    error)
-            _flush()
+        seconds = time.perf_counter() - started
+        records = [] if nested else [(n, t, None) for n, t in tensors.items()]  # the caller records them
+        _record("load_file", path, mode, seconds, fallback, records, error, nested=nested)
+        _flush()
     return tensors
 
 
@@ -305,7 +304,7 @@ def _prefetch_once(path: str) -> None:
 
 
 def _record(call: str, path: str, mode: str, seconds: float, fallback: str | None, tensors,
-            error: str | None, *, digest: bool | None = None) -> None:
+            error: str | None, *, digest: bool | None = None, nested: bool = False) -> None:
     """Queue one call line and its tensors' lines (``tensors``: (name, tensor, slice index or None)).
 
     Tensors our loader produced are digested here, after the clock stopped. Tensors the original
@@ -324,6 +323,8 @@ def _record(call: str, path: str, mode: str, seconds: float, fallback: str | Non
         call_line["fallback"] = fallback
     if error:
         call_line["error"] = error
+    if nested:
+        call_line["nested"] = True  # inside a recorded call: its time is already counted there
     with _STATE.lock:
         _STATE.pending.extend([*lines, call_line])
 
