@@ -66,9 +66,6 @@ def render_table(comparison: Comparison, out: TextIO) -> None:
     for label, key, kind in TRACE_ROWS:
         if key in base or key in fixed:
             rows.append((label, _fmt(base.get(key), kind), _fmt(fixed.get(key), kind), ""))
-    if "findings" in base or "findings" in fixed:
-        rows.append(("findings", ", ".join(base.get("findings", [])) or "none",
-                     ", ".join(fixed.get("findings", [])) or "none", ""))
     rows.append(("tensors identical", f"{comparison.diff.identical}/{data['tensors']}", "",
                  "yes" if data["tensors_identical"] else "NO"))
     widths = [max(len(r[i]) for r in [("", "baseline", "fixed", "")] + rows) for i in range(4)]
@@ -76,6 +73,9 @@ def render_table(comparison: Comparison, out: TextIO) -> None:
     for row in [header, *rows]:
         out.write(f"  {row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]}".rstrip()
                   + "\n")
+    for side in SIDES:
+        if "findings" in data[side]:
+            out.write(f"  findings {side}: {', '.join(data[side]['findings']) or 'none'}\n")
     for name in data["differing_tensors"]:
         out.write(f"  DIFFERS: {name}\n")
     for note in data["notes"]:
