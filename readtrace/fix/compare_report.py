@@ -39,6 +39,7 @@ def to_json(comparison: Comparison) -> dict:
     return {
         "command": comparison.command,
         "strategy": comparison.strategy,
+        "cold": comparison.cold,
         "repeat": len(comparison.side("fixed")),
         "baseline": side_summary(comparison, "baseline"),
         "fixed": side_summary(comparison, "fixed"),
@@ -57,7 +58,8 @@ def render_table(comparison: Comparison, out: TextIO) -> None:
     data = to_json(comparison)
     base, fixed = data["baseline"], data["fixed"]
     repeat = data["repeat"]
-    out.write(f"fix --compare: strategy {data['strategy']}, {repeat} cold run{'s' * (repeat > 1)} each"
+    temperature = "cold" if data["cold"] else "warm"
+    out.write(f"fix --compare: strategy {data['strategy']}, {repeat} {temperature} run{'s' * (repeat > 1)} each"
               f"{' (median, interleaved)' if repeat > 1 else ''}\n")
     rows = [("wall time", _fmt(base["wall_s"], "seconds"), _fmt(fixed["wall_s"], "seconds"),
              _speedup(data["speedup"])),
