@@ -91,7 +91,10 @@ def strategy_for(path: str, device) -> str:
     chosen = _STATE.config.strategy
     if chosen != "auto":
         return chosen
-    mount = mount_of(path)
+    try:
+        mount = mount_of(path)
+    except OSError:  # missing file: let the original loader report it its own way
+        return "none"
     fstype = mount.fstype if mount else ""
     if fstype.startswith("fuse") or fstype in NETWORK_FS:
         return "both"
@@ -169,6 +172,7 @@ class _Handle:
         self._path = os.path.abspath(os.fspath(filename))
         self._seconds, self._fallback, self._records = 0.0, None, []
         self._tensors = self._header = self._inner = None
+        self._mode = "none"
         with self._timed():
             self._mode = strategy_for(self._path, device)
             self._device = device
