@@ -13,6 +13,7 @@ threads or processes), the header validated here, then the data section in big s
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import threading
@@ -23,12 +24,14 @@ import torch
 
 from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.fix.fileio import MiB, open_fd, read_into, tensor_bytes
+from readtrace.fix.fsinfo import is_remote
 from readtrace.fix.header import CheckpointFormatError, Header, read_header
 from readtrace.fix.spans import split_spans
 
 DEFAULT_CHUNK_BYTES = 16 * MiB
 DEFAULT_BUFFERS = 2
 MAX_CUDA_THREADS = 8
+MADV_POPULATE_READ = 22  # linux/mman.h; not in Python's mmap module
 
 
 def load_file(
@@ -39,7 +42,7 @@ def load_file(
     pinned: bool = True,
     threads: int | None = None,
     num_buffers: int = DEFAULT_BUFFERS,
-    cpu_storage: str = "copy",
+    cpu_storage: str = "auto",
 ) -> dict[str, torch.Tensor]:
     """Load every tensor of the safetensors file ``path`` onto ``device``.
 
@@ -51,7 +54,9 @@ def load_file(
     allocation; ``map`` reads the data section sequentially through the same fd (into the page
     cache) and then maps the file privately, so the tensors share the page cache's pages instead of
     paying for first touch of fresh memory (one fd, one open: it works on FUSE mounts that drop the
-    cache on every open). Raises ``CheckpointFormatError`` (exit code BAD_INPUT) for a malformed,
+    cache on every open). ``auto`` (default): ``map`` on local file systems, ``copy`` on FUSE and
+    network ones, where a later open() by anyone may invalidate the cached pages under a mapping
+    and every touch would fetch them again. Raises ``CheckpointFormatError`` (exit code BAD_INPUT) for a malformed,
     truncated or empty file.
     """
     target = resolve_device(device)
@@ -59,8 +64,10 @@ def load_file(
         threads = min(MAX_CUDA_THREADS, os.cpu_count() or 1) if target.type == "cuda" else 1
     if chunk_bytes <= 0 or threads <= 0 or num_buffers <= 0:
         raise ReadtraceError("chunk_bytes, threads and num_buffers must be positive", ExitStatus.USAGE)
-    if cpu_storage not in ("copy", "map"):
-        raise ReadtraceError(f"cpu_storage must be copy or map, not {cpu_storage!r}", ExitStatus.USAGE)
+    if cpu_storage not in ("auto", "copy", "map"):
+        raise ReadtraceError(f"cpu_storage must be auto, copy or map, not {cpu_storage!r}", ExitStatus.USAGE)
+    if cpu_storage == "auto":
+        cpu_storage = "copy" if is_remote(path) else "map"
     with open_fd(path) as fd:
         header = read_header(fd, path)
         if target.type == "cpu" and cpu_storage == "map":
@@ -118,8 +125,12 @@ def _read_then_map(path, fd: int, header: Header, chunk_bytes: int) -> torch.Ten
     size = header.data_start + header.data_len
     if os.fstat(fd).st_size < size:
         raise CheckpointFormatError(path, "truncated while reading: the file shrank")
-    mapped = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0),
-                       prot=mmap.PROT_READ | mmap.PROT_WRITE)  # private: writes to tensors stay private
+    # Private and writable, like safetensors' own mapping: a write copies that page, the file never
+    # changes. MAP_POPULATE would pre-fault for writing and copy every page; MADV_POPULATE_READ maps
+    # the cached pages read-only in one call (Linux 5.14+; older kernels fault them in on first use).
+    mapped = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    with contextlib.suppress(OSError):
+        mapped.madvise(MADV_POPULATE_READ)
     return torch.frombuffer(mapped, dtype=torch.uint8, count=header.data_len, offset=header.data_start)
 
 
