@@ -4,10 +4,10 @@
  * 4 KiB read storm costs one record per run, with exact call and byte counts. */
 
 struct run {
-    struct rt_event ev;
+    struct rt_event ev;                       /* ev.count == 0: empty; ev.tid: owner */
     s64 unit;                                 /* requested size of every call in the run */
 };
-BPF_HASH(runs, u32, struct run, 16384);
+BPF_ARRAY(runs, struct run, SLOTS);
 
 struct map_key {
     u32 tgid;
@@ -21,22 +21,28 @@ struct map_val {
 };
 BPF_HASH(mmaps, struct map_key, struct map_val, 65536);   /* file mappings, for munmap */
 
+/* Reads skip the inode lookup (4 kernel reads per call): the decoder names their file from the
+ * open that created the same struct file. Rarer calls carry dev/ino themselves. */
 static __always_inline int io_enter_at(u16 kind, s32 fd, s64 offset, s64 size, s64 arg, int use_pos)
 {
     u32 tid = current_tid();
-    struct inflight f = {};
-    f.ts_ns = bpf_ktime_get_ns();
-    f.kind = kind;
-    f.fd = fd;
-    f.size = size;
-    f.arg = arg;
-    f.ofd = fd_to_file(fd);
-    file_dev_ino(f.ofd, &f.dev, &f.ino);
-    if (use_pos && f.ofd)                     /* read()/readv(): the offset is the file position */
-        bpf_probe_read_kernel(&offset, sizeof(offset), (void *)(f.ofd + FILE_F_POS));
-    f.offset = offset;
-    if (inflight.update(&tid, &f))
-        count_lost(1);
+    struct inflight *f = inflight_claim(tid);
+    if (!f)
+        return 0;
+    f->tid = tid;
+    f->ts_ns = bpf_ktime_get_ns();
+    f->kind = kind;
+    f->fd = fd;
+    f->size = size;
+    f->arg = arg;
+    f->ofd = fd_to_file(fd);
+    f->dev = 0;
+    f->ino = 0;
+    if (kind > RT_PREADV)
+        file_dev_ino(f->ofd, &f->dev, &f->ino);
+    if (use_pos && f->ofd)                    /* read()/readv(): the offset is the file position */
+        bpf_probe_read_kernel(&offset, sizeof(offset), (void *)(f->ofd + FILE_F_POS));
+    f->offset = offset;
     return 0;
 }
 
@@ -55,28 +61,34 @@ static __always_inline s64 iov_bytes(u64 vec, u64 vlen)
     return total;
 }
 
+/* Submit the thread's pending run, if it has one. */
 static __always_inline void flush_run(u32 tid)
 {
-    struct run *r = runs.lookup(&tid);
-    if (!r)
+    u32 slot = slot_of(tid);
+    struct run *r = runs.lookup(&slot);
+    if (!r || !r->ev.count || r->ev.tid != tid)
         return;
     submit_event(&r->ev);
-    runs.delete(&tid);
+    r->ev.count = 0;
 }
 
 static __always_inline int extends(struct run *r, struct rt_event *e)
 {
-    return r->ev.kind == e->kind && r->ev.ofd == e->ofd && r->ev.ino == e->ino
+    return r->ev.tid == e->tid && r->ev.kind == e->kind && r->ev.ofd == e->ofd
         && r->ev.offset + r->ev.ret == e->offset && r->unit == e->size;
 }
 
-/* A completed read: extend this thread's run, or flush it and start a new one. */
+/* A completed read: extend this thread's run, or flush the slot's run and start a new one. */
 static __always_inline void emit_read(struct rt_event *e)
 {
-    u32 tid = e->tid;
+    u32 slot = slot_of(e->tid);
     int full = COALESCE && e->size > 0 && e->ret == e->size && e->ofd;
-    struct run *r = runs.lookup(&tid);
-    if (r) {
+    struct run *r = runs.lookup(&slot);
+    if (!r) {
+        submit_event(e);
+        return;
+    }
+    if (r->ev.count) {
         if (full && extends(r, e)) {
             r->ev.count += 1;
             r->ev.size += e->size;
@@ -85,14 +97,12 @@ static __always_inline void emit_read(struct rt_event *e)
             return;
         }
         submit_event(&r->ev);
-        runs.delete(&tid);
+        r->ev.count = 0;
     }
     if (full) {
-        struct run nr = {};
-        __builtin_memcpy(&nr.ev, e, sizeof(*e));
-        nr.unit = e->size;
-        if (runs.update(&tid, &nr) == 0)
-            return;
+        __builtin_memcpy(&r->ev, e, sizeof(*e));
+        r->unit = e->size;
+        return;
     }
     submit_event(e);
 }
@@ -101,7 +111,7 @@ static __always_inline int io_exit(s64 ret)
 {
     u32 tid = current_tid();
     struct rt_event e = {};
-    struct inflight *f = inflight.lookup(&tid);
+    struct inflight *f = inflight_mine(tid);
     if (!f)
         return 0;
     e.ts_ns = f->ts_ns;
@@ -118,7 +128,7 @@ static __always_inline int io_exit(s64 ret)
     e.arg = f->arg;
     e.ret = ret;
     e.count = 1;
-    inflight.delete(&tid);
+    f->tid = 0;
     if (e.kind <= RT_PREADV) {
         emit_read(&e);
         return 0;
@@ -197,7 +207,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_munmap)
     u32 tid;
     struct map_key k = {};
     struct map_val *v;
-    struct inflight f = {};
+    struct inflight *f;
     if (!traced()) return 0;
     k.tgid = current_tgid();
     k.addr = args->addr;
@@ -205,16 +215,19 @@ TRACEPOINT_PROBE(syscalls, sys_enter_munmap)
     if (!v)
         return 0;                             /* not a file mapping we saw */
     tid = current_tid();
-    f.ts_ns = bpf_ktime_get_ns();
-    f.kind = RT_MUNMAP;
-    f.fd = -1;
-    f.ofd = v->ofd;
-    f.ino = v->ino;
-    f.dev = v->dev;
-    f.offset = -1;
-    f.size = args->len;
-    f.arg = args->addr;
-    inflight.update(&tid, &f);
+    f = inflight_claim(tid);
+    if (!f)
+        return 0;
+    f->tid = tid;
+    f->ts_ns = bpf_ktime_get_ns();
+    f->kind = RT_MUNMAP;
+    f->fd = -1;
+    f->ofd = v->ofd;
+    f->ino = v->ino;
+    f->dev = v->dev;
+    f->offset = -1;
+    f->size = args->len;
+    f->arg = args->addr;
     return 0;
 }
 EXIT_PROBE(munmap)
@@ -242,14 +255,9 @@ EXIT_PROBE(readahead)
 
 TRACEPOINT_PROBE(syscalls, sys_enter_close)
 {
-    u32 tid;
-    struct run *r;
     if (!traced()) return 0;
     io_enter_at(RT_CLOSE, args->fd, -1, -1, 0, 0);
-    tid = current_tid();
-    r = runs.lookup(&tid);
-    if (r && r->ev.fd == (s32)args->fd)
-        flush_run(tid);                       /* the file pointer may be reused once closed */
+    flush_run(current_tid());                 /* the struct file may be freed and reused once closed */
     return 0;
 }
 EXIT_PROBE(close)
@@ -288,13 +296,14 @@ EXIT_PROBE(fcntl)
 static __always_inline int open_enter(u64 filename, s64 flags)
 {
     u32 tid = current_tid();
-    struct inflight f = {};
-    f.ts_ns = bpf_ktime_get_ns();
-    f.kind = RT_OPEN;
-    f.ptr = filename;
-    f.arg = flags;
-    if (inflight.update(&tid, &f))
-        count_lost(1);
+    struct inflight *f = inflight_claim(tid);
+    if (!f)
+        return 0;
+    f->tid = tid;
+    f->ts_ns = bpf_ktime_get_ns();
+    f->kind = RT_OPEN;
+    f->ptr = filename;
+    f->arg = flags;
     return 0;
 }
 
@@ -302,14 +311,14 @@ static __always_inline int open_exit(s64 ret)
 {
     u32 tid = current_tid();
     u64 inode = 0;
-    struct inflight *f = inflight.lookup(&tid);
+    struct inflight *f = inflight_mine(tid);
     struct rt_str_event *e;
     if (!f)
         return 0;
+    f->tid = 0;
     e = strs.ringbuf_reserve(sizeof(struct rt_str_event));
     if (!e) {
         count_lost(1);
-        inflight.delete(&tid);
         return 0;
     }
     e->ts_ns = f->ts_ns;
@@ -328,7 +337,6 @@ static __always_inline int open_exit(s64 ret)
     bpf_get_current_comm(&e->comm, sizeof(e->comm));
     if (bpf_probe_read_user_str(&e->path, sizeof(e->path), (void *)f->ptr) < 0)
         e->path[0] = 0;
-    inflight.delete(&tid);
     if (ret >= 0) {
         e->ofd = fd_to_file(ret);
         file_dev_ino(e->ofd, &e->dev, &e->ino);

@@ -4,20 +4,22 @@
  * from its backing store are not recorded: they are the lower file system's cache and would double
  * count bytes; the FUSE view records what the daemon was asked for instead. */
 
-struct page_key {
-    u32 tid;
-    u32 kind;
-};
-BPF_HASH(page_runs, struct page_key, struct rt_event, 16384);
+#define MERGED_PAGE_KINDS 4                   /* RT_FAULT .. RT_MISS */
+BPF_ARRAY(page_runs, struct rt_event, SLOTS * MERGED_PAGE_KINDS);  /* count == 0: empty; tid: owner */
+
+static __always_inline u32 page_slot(u32 tid, u32 kind)
+{
+    return slot_of(tid) * MERGED_PAGE_KINDS + (kind - RT_FAULT);
+}
 
 static __always_inline void flush_page_run(u32 tid, u32 kind)
 {
-    struct page_key k = {.tid = tid, .kind = kind};
-    struct rt_event *r = page_runs.lookup(&k);
-    if (!r)
+    u32 slot = page_slot(tid, kind);
+    struct rt_event *r = page_runs.lookup(&slot);
+    if (!r || !r->count || r->tid != tid)
         return;
     submit_event(r);
-    page_runs.delete(&k);
+    r->count = 0;
 }
 
 static __always_inline void flush_page_runs(u32 tid)
@@ -31,22 +33,24 @@ static __always_inline void flush_page_runs(u32 tid)
 static __always_inline int page_event(u16 kind, u32 dev, u64 ino, u64 first, u64 npages, int merge)
 {
     struct rt_event e = {};
-    struct page_key k = {.tid = current_tid(), .kind = kind};
-    struct rt_event *r;
+    u32 tid = current_tid();
+    u32 slot = page_slot(tid, kind);
+    struct rt_event *r = 0;
     if (merge && COALESCE) {
-        r = page_runs.lookup(&k);
-        if (r) {
-            if (r->dev == dev && r->ino == ino && r->offset + r->size == first) {
+        r = page_runs.lookup(&slot);
+        if (r && r->count) {
+            if (r->tid == tid && r->dev == dev && r->ino == ino && r->offset + r->size == first) {
                 r->size += npages;
                 r->count += 1;
                 return 0;
             }
             submit_event(r);
+            r->count = 0;
         }
     }
     e.ts_ns = bpf_ktime_get_ns();
     e.pid = current_tgid();
-    e.tid = k.tid;
+    e.tid = tid;
     e.kind = kind;
     e.fd = -1;
     e.dev = dev;
@@ -55,8 +59,10 @@ static __always_inline int page_event(u16 kind, u32 dev, u64 ino, u64 first, u64
     e.size = npages;
     e.ret = -1;
     e.count = 1;
-    if (merge && COALESCE && page_runs.update(&k, &e) == 0)
+    if (r) {
+        __builtin_memcpy(r, &e, sizeof(e));
         return 0;
+    }
     submit_event(&e);
     return 0;
 }

@@ -7,7 +7,6 @@ another kernel build.
 from __future__ import annotations
 
 import re
-from importlib import resources
 from pathlib import Path
 
 from readtrace.record.btf import BTFError, kernel_btf
@@ -27,8 +26,6 @@ BTF_TOKENS = {
     "TASK_FILES": ("task_struct", "files"),
     "TASK_EXIT_CODE": ("task_struct", "exit_code"),
     "FILES_FDT": ("files_struct", "fdt"),
-    "FDTABLE_FD": ("fdtable", "fd"),
-    "FDTABLE_MAX_FDS": ("fdtable", "max_fds"),
     "FILE_F_POS": ("file", "f_pos"),
     "FILE_F_INODE": ("file", "f_inode"),
     "FILE_PRIVATE_DATA": ("file", "private_data"),
@@ -46,6 +43,8 @@ BTF_TOKENS = {
 FUSE_TOKENS = ("INODE_I_RDEV", "PT_REGS_ORIG_AX", "PT_REGS_DI", "PT_REGS_SI", "FUSE_DEV_FC", "FUSE_CONN_DEV")
 
 CONSTANTS = {
+    "PID_LIMIT": 4 * 1024 * 1024,  # PID_MAX_LIMIT on 64-bit: every pid indexes the per-pid arrays
+    "SLOTS": 16384,  # per-thread state slots (tid % SLOTS), a power of two
     "EVENTS_RING_PAGES": EVENTS_RING_BYTES // PAGE_SIZE,
     "STRS_RING_PAGES": STRS_RING_BYTES // PAGE_SIZE,
     "IOV_MAX_SUMMED": 8,
@@ -69,8 +68,15 @@ def kind_numbers() -> dict[str, int]:
     return {name: int(num) for name, num in re.findall(r"RT_(\w+)\s*=\s*(\d+)", body)}
 
 
+# Layouts the probes rely on without a token: fd_to_file reads struct fdtable's head in one go.
+FIXED_LAYOUT = {("fdtable", "max_fds"): 0, ("fdtable", "fd"): 8}
+
+
 def kernel_offsets(with_fuse: bool) -> dict[str, int]:
     btf = kernel_btf()
+    for (struct, member), expected in FIXED_LAYOUT.items():
+        if btf.offset(struct, member) != expected:
+            raise BTFError(f"{struct}.{member} at {btf.offset(struct, member)}, probes expect {expected}")
     tokens = {t: sm for t, sm in BTF_TOKENS.items() if with_fuse or t not in FUSE_TOKENS}
     return {token: btf.offset(struct, member) for token, (struct, member) in tokens.items()}
 
@@ -108,4 +114,32 @@ def compile_program(source: str):
     return bcc.BPF(text=source.encode(), cflags=["-Wno-unused-function", "-Wno-macro-redefined"])
 
 
-__all__ = ["build_source", "compile_program", "fuse_supported", "kind_numbers", "resources"]
+
+
+
+def _detach_tracepoints(bpf) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(bpf.detach_tracepoint, list(bpf.tracepoint_fds)))
+
+
+def detach_in_background(bpf):
+    """Start detaching the tracepoints; returns the thread to pass to ``detach``.
+
+    Each detach waits for an RCU grace period (47 probes: ~2-4 s on this VM), so it runs while the
+    spool is decoded instead of after it. The maps stay usable until ``detach``.
+    """
+    import threading
+
+    thread = threading.Thread(target=_detach_tracepoints, args=(bpf,), name="readtrace-detach", daemon=True)
+    thread.start()
+    return thread
+
+
+def detach(bpf, background=None) -> None:
+    """Detach every probe and free the program (after a ``detach_in_background`` thread, if any)."""
+    if background is not None:
+        background.join()
+    _detach_tracepoints(bpf)
+    bpf.cleanup()

@@ -1,0 +1,203 @@
+"""Recorder overhead: traced vs untraced time of the same workload, interleaved, in one run.
+
+  sudo .venv/bin/python benchmarks/bench_record.py [--repeat 3] [--out bench-results/record.json]
+
+Workloads (each times only its I/O section, so the ~2 s probe compile and Python start-up are not
+counted; the recorder's own CPU use during the run is, since it shares the machine):
+  safetensors  load_file() of a 1 GiB safetensors file, warm page cache        target <= 1.10x
+  seq_1m       1 MiB sequential read() of a 1 GiB file, warm                    target <= 1.05x
+  pread_4k     4 KiB pread() storm over 2 GiB (1 GiB file twice), warm          target <= 1.60x
+  events       4 KiB preads at descending offsets (nothing merges): records/s   target >= 1,000,000/s, 0 lost
+Run as root. Files live in /tmp/readtrace-bench (kept for reruns; delete it when done).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GIB = 1 << 30
+DATA_DIR = Path("/tmp/readtrace-bench")
+TARGETS = {"safetensors": 1.10, "seq_1m": 1.05, "pread_4k": 1.60}
+EVENTS_TARGET = 1_000_000
+
+
+# ---- workloads (run in a child process: `bench_record.py --run NAME FILE RESULT_JSON`) -------------
+def run_safetensors(path: str) -> dict:
+    from safetensors.torch import load_file
+
+    t0 = time.perf_counter()
+    tensors = load_file(path)
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "bytes": sum(t.numel() * t.element_size() for t in tensors.values())}
+
+
+def run_seq_1m(path: str) -> dict:
+    buf = bytearray(1 << 20)
+    total = 0
+    fd = os.open(path, os.O_RDONLY)
+    t0 = time.perf_counter()
+    while n := os.readv(fd, [buf]):
+        total += n
+    seconds = time.perf_counter() - t0
+    os.close(fd)
+    return {"seconds": seconds, "bytes": total}
+
+
+def _preads(path: str, offsets) -> dict:
+    buf = bytearray(4096)
+    fd = os.open(path, os.O_RDONLY)
+    preadv = os.preadv
+    calls = 0
+    t0 = time.perf_counter()
+    for off in offsets:
+        preadv(fd, [buf], off)
+        calls += 1
+    seconds = time.perf_counter() - t0
+    os.close(fd)
+    return {"seconds": seconds, "bytes": calls * 4096, "calls": calls}
+
+
+def run_pread_4k(path: str) -> dict:
+    size = os.path.getsize(path)
+    return _preads(path, [o for _ in range(2) for o in range(0, size, 4096)])
+
+
+def run_events(path: str) -> dict:
+    size = os.path.getsize(path)
+    return _preads(path, range(size - 4096, -1, -4096))
+
+
+WORKLOADS = {"safetensors": run_safetensors, "seq_1m": run_seq_1m, "pread_4k": run_pread_4k,
+             "events": run_events}
+
+
+# ---- set-up -----------------------------------------------------------------------------------
+def make_files() -> dict[str, Path]:
+    DATA_DIR.mkdir(exist_ok=True)
+    raw, st = DATA_DIR / "raw-1g.bin", DATA_DIR / "model-1g.safetensors"
+    if not raw.exists() or raw.stat().st_size != GIB:
+        with open(raw, "wb") as f:
+            block = os.urandom(16 << 20)
+            for _ in range(GIB // len(block)):
+                f.write(block)
+    if not st.exists():
+        import torch
+        from safetensors.torch import save_file
+
+        g = torch.Generator().manual_seed(0)
+        tensors = {f"layer{i:02d}.weight": torch.randn(1024, 4096, generator=g) for i in range(64)}  # 16 MiB each
+        save_file(tensors, str(st))
+    for path in (raw, st):  # warm cache
+        with open(path, "rb") as f:
+            while f.read(16 << 20):
+                pass
+    return {"safetensors": st, "seq_1m": raw, "pread_4k": raw, "events": raw}
+
+
+def run_once(name: str, path: Path, traced: bool, scratch: Path) -> dict:
+    result_file = scratch / f"{name}-{int(traced)}.json"
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--run", name, str(path), str(result_file)]
+    if traced:
+        from readtrace.record import record_command
+        from readtrace.trace import load_trace
+
+        trace_path = scratch / f"{name}.rtrace"
+        rec = record_command(cmd, trace_path, force=True, quiet=True)
+        result = json.loads(result_file.read_text())
+        trace = load_trace(trace_path)
+        mine_e = trace.events[trace.events.path == str(path)]
+        mine_p = trace.pages[trace.pages.path == str(path)]
+        result.update(lost=rec.lost_events, records_total=rec.events,
+                      records_file=len(mine_e) + len(mine_p), calls_file=int(mine_e["count"].sum()))
+        return result
+    import subprocess
+
+    subprocess.run(cmd, check=True)
+    return json.loads(result_file.read_text())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--only", nargs="*", choices=list(WORKLOADS))
+    parser.add_argument("--out", default="bench-results/record.json")
+    parser.add_argument("--run", nargs=3, metavar=("NAME", "FILE", "RESULT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.run:
+        name, path, out = args.run
+        Path(out).write_text(json.dumps(WORKLOADS[name](path)))
+        return 0
+    if os.geteuid() != 0:
+        print("bench_record: needs root (eBPF)", file=sys.stderr)
+        return 3
+    files = make_files()
+    names = args.only or list(WORKLOADS)
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench-record-") as tmp:
+        for name in names:
+            runs = {"untraced": [], "traced": []}
+            for _ in range(args.repeat):  # interleaved A/B
+                runs["untraced"].append(run_once(name, files[name], False, Path(tmp)))
+                runs["traced"].append(run_once(name, files[name], True, Path(tmp)))
+            results[name] = summarize(name, runs)
+    report = {"machine": machine(), "repeat": args.repeat, "results": results}
+    print_table(results)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(f"saved {out}")
+    return 0
+
+
+def summarize(name: str, runs: dict) -> dict:
+    base = statistics.median(r["seconds"] for r in runs["untraced"])
+    traced = statistics.median(r["seconds"] for r in runs["traced"])
+    lost = max(r["lost"] for r in runs["traced"])
+    out = {"untraced_s": base, "traced_s": traced, "ratio": traced / base, "lost": lost,
+           "bytes": runs["untraced"][0]["bytes"], "runs": runs}
+    if name == "events":
+        best = max(runs["traced"], key=lambda r: r["records_file"] / r["seconds"])
+        out["events_per_s"] = best["records_file"] / best["seconds"]
+        out["events_per_s_median"] = statistics.median(r["records_file"] / r["seconds"] for r in runs["traced"])
+        out["target"] = EVENTS_TARGET
+        out["ok"] = out["events_per_s_median"] >= EVENTS_TARGET and lost == 0
+    else:
+        out["target"] = TARGETS[name]
+        out["ok"] = out["ratio"] <= TARGETS[name] and lost == 0
+    return out
+
+
+def machine() -> dict:
+    return {"kernel": platform.release(), "cpus": os.cpu_count(),
+            "mem_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB, 1),
+            "load_avg": os.getloadavg()}
+
+
+def print_table(results: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="readtrace record overhead (median of interleaved runs, I/O section only)")
+    for col in ("workload", "untraced s", "traced s", "ratio", "target", "lost", "ok"):
+        table.add_column(col)
+    for name, r in results.items():
+        if name == "events":
+            table.add_row(name, f"{r['untraced_s']:.3f}", f"{r['traced_s']:.3f}",
+                          f"{r['events_per_s_median']:,.0f} ev/s", f">= {r['target']:,}", str(r["lost"]),
+                          "yes" if r["ok"] else "NO")
+        else:
+            table.add_row(name, f"{r['untraced_s']:.3f}", f"{r['traced_s']:.3f}", f"{r['ratio']:.2f}x",
+                          f"<= {r['target']:.2f}x", str(r["lost"]), "yes" if r["ok"] else "NO")
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
