@@ -1,5 +1,6 @@
-/* Application view: the syscalls of the traced tree. Each sys_enter stores a struct inflight keyed
- * by thread; the matching sys_exit completes it into one rt_event. Consecutive full reads of the same
+/* Application view: the syscalls of the traced tree (dispatched from raw sys_enter/sys_exit in
+ * syscalls.bpf.c). Each sys_enter fills the thread's struct inflight slot; the matching sys_exit
+ * completes it into one rt_event. Consecutive full reads of the same
  * size by one thread on one open file description are merged in kernel (count = calls merged) so a
  * 4 KiB read storm costs one record per run, with exact call and byte counts. */
 
@@ -107,13 +108,9 @@ static __always_inline void emit_read(struct rt_event *e)
     submit_event(e);
 }
 
-static __always_inline int io_exit(s64 ret)
+static __always_inline int io_exit(struct inflight *f, u32 tid, s64 ret)
 {
-    u32 tid = current_tid();
     struct rt_event e = {};
-    struct inflight *f = inflight_mine(tid);
-    if (!f)
-        return 0;
     e.ts_ns = f->ts_ns;
     e.latency_ns = bpf_ktime_get_ns() - f->ts_ns;
     e.pid = current_tgid();
@@ -153,64 +150,14 @@ static __always_inline int io_exit(s64 ret)
     return 0;
 }
 
-#define EXIT_PROBE(name) \
-    TRACEPOINT_PROBE(syscalls, sys_exit_##name) { if (!traced()) return 0; return io_exit(args->ret); }
-
-TRACEPOINT_PROBE(syscalls, sys_enter_read)
-{
-    if (!traced()) return 0;
-    return io_enter_at(RT_READ, args->fd, -1, args->count, 0, 1);
-}
-EXIT_PROBE(read)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_pread64)
-{
-    if (!traced()) return 0;
-    return io_enter_at(RT_PREAD, args->fd, args->pos, args->count, 0, 0);
-}
-EXIT_PROBE(pread64)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_readv)
-{
-    if (!traced()) return 0;
-    return io_enter_at(RT_READV, args->fd, -1, iov_bytes((u64)args->vec, args->vlen), 0, 1);
-}
-EXIT_PROBE(readv)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_preadv)
-{
-    if (!traced()) return 0;
-    return io_enter_at(RT_PREADV, args->fd, args->pos_l, iov_bytes((u64)args->vec, args->vlen), 0, 0);
-}
-EXIT_PROBE(preadv)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_preadv2)
-{
-    s64 pos = args->pos_l;
-    if (!traced()) return 0;
-    return io_enter_at(RT_PREADV, args->fd, pos, iov_bytes((u64)args->vec, args->vlen), 0, pos == -1);
-}
-EXIT_PROBE(preadv2)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_mmap)
-{
-    s32 fd = args->fd;
-    if (!traced()) return 0;
-    if (fd < 0 || (args->flags & MAP_ANONYMOUS_FLAG))
-        return 0;                             /* anonymous memory: not file I/O */
-    return io_enter_at(RT_MMAP, fd, args->off, args->len, 0, 0);
-}
-EXIT_PROBE(mmap)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_munmap)
+static __always_inline int munmap_enter(u64 addr, u64 len)
 {
     u32 tid;
     struct map_key k = {};
     struct map_val *v;
     struct inflight *f;
-    if (!traced()) return 0;
     k.tgid = current_tgid();
-    k.addr = args->addr;
+    k.addr = addr;
     v = mmaps.lookup(&k);
     if (!v)
         return 0;                             /* not a file mapping we saw */
@@ -226,71 +173,17 @@ TRACEPOINT_PROBE(syscalls, sys_enter_munmap)
     f->ino = v->ino;
     f->dev = v->dev;
     f->offset = -1;
-    f->size = args->len;
-    f->arg = args->addr;
+    f->size = len;
+    f->arg = addr;
     return 0;
 }
-EXIT_PROBE(munmap)
 
-TRACEPOINT_PROBE(syscalls, sys_enter_lseek)
+static __always_inline int close_enter(s32 fd)
 {
-    if (!traced()) return 0;
-    return io_enter_at(RT_LSEEK, args->fd, args->offset, -1, args->whence, 0);
-}
-EXIT_PROBE(lseek)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_fadvise64)
-{
-    if (!traced()) return 0;
-    return io_enter_at(RT_FADVISE, args->fd, args->offset, args->len, args->advice, 0);
-}
-EXIT_PROBE(fadvise64)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_readahead)
-{
-    if (!traced()) return 0;
-    return io_enter_at(RT_READAHEAD, args->fd, args->offset, args->count, 0, 0);
-}
-EXIT_PROBE(readahead)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_close)
-{
-    if (!traced()) return 0;
-    io_enter_at(RT_CLOSE, args->fd, -1, -1, 0, 0);
+    io_enter_at(RT_CLOSE, fd, -1, -1, 0, 0);
     flush_run(current_tid());                 /* the struct file may be freed and reused once closed */
     return 0;
 }
-EXIT_PROBE(close)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_dup)
-{
-    if (!traced()) return 0;
-    return io_enter_at(RT_DUP, args->fildes, -1, -1, 0, 0);
-}
-EXIT_PROBE(dup)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_dup2)
-{
-    if (!traced()) return 0;
-    return io_enter_at(RT_DUP, args->oldfd, -1, -1, 0, 0);
-}
-EXIT_PROBE(dup2)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_dup3)
-{
-    if (!traced()) return 0;
-    return io_enter_at(RT_DUP, args->oldfd, -1, -1, 0, 0);
-}
-EXIT_PROBE(dup3)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_fcntl)
-{
-    if (!traced()) return 0;
-    if (args->cmd != F_DUPFD_CMD && args->cmd != F_DUPFD_CLOEXEC_CMD)
-        return 0;
-    return io_enter_at(RT_DUP, args->fd, -1, -1, 0, 0);
-}
-EXIT_PROBE(fcntl)
 
 /* open*: the path is read at sys_exit (the user string is still there), with the new file's identity. */
 static __always_inline int open_enter(u64 filename, s64 flags)
@@ -307,14 +200,10 @@ static __always_inline int open_enter(u64 filename, s64 flags)
     return 0;
 }
 
-static __always_inline int open_exit(s64 ret)
+static __always_inline int open_exit(struct inflight *f, u32 tid, s64 ret)
 {
-    u32 tid = current_tid();
     u64 inode = 0;
-    struct inflight *f = inflight_mine(tid);
     struct rt_str_event *e;
-    if (!f)
-        return 0;
     f->tid = 0;
     e = strs.ringbuf_reserve(sizeof(struct rt_str_event));
     if (!e) {
@@ -347,26 +236,3 @@ static __always_inline int open_exit(s64 ret)
     strs.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
     return 0;
 }
-
-TRACEPOINT_PROBE(syscalls, sys_enter_openat)
-{
-    if (!traced()) return 0;
-    return open_enter((u64)args->filename, args->flags);
-}
-TRACEPOINT_PROBE(syscalls, sys_exit_openat) { if (!traced()) return 0; return open_exit(args->ret); }
-
-TRACEPOINT_PROBE(syscalls, sys_enter_open)
-{
-    if (!traced()) return 0;
-    return open_enter((u64)args->filename, args->flags);
-}
-TRACEPOINT_PROBE(syscalls, sys_exit_open) { if (!traced()) return 0; return open_exit(args->ret); }
-
-TRACEPOINT_PROBE(syscalls, sys_enter_openat2)
-{
-    u64 flags = 0;
-    if (!traced()) return 0;
-    bpf_probe_read_user(&flags, sizeof(flags), (void *)args->how);
-    return open_enter((u64)args->filename, flags);
-}
-TRACEPOINT_PROBE(syscalls, sys_exit_openat2) { if (!traced()) return 0; return open_exit(args->ret); }

@@ -76,7 +76,8 @@ static __always_inline u32 fuse_dev_connection(u64 file)
     return conn;
 }
 
-RAW_TRACEPOINT_PROBE(sys_exit)
+/* Called from the raw sys_exit handler (syscalls.bpf.c) for untraced tasks. */
+static __always_inline int fuse_daemon_read(struct bpf_raw_tracepoint_args *ctx)
 {
     u32 tgid = current_tgid();
     u64 regs, nr, buf;

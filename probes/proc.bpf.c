@@ -55,9 +55,13 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     u32 tid = current_tid();
     s32 code = 0;
     struct rt_event e = {};
+    struct inflight *f;
     if (!traced()) return 0;
     flush_run(tid);
     flush_page_runs(tid);
+    f = inflight_mine(tid);
+    if (f)
+        f->tid = 0;                           /* killed inside a syscall: free the slot */
     bpf_probe_read_kernel(&code, sizeof(code), (void *)(bpf_get_current_task() + TASK_EXIT_CODE));
     e.ts_ns = bpf_ktime_get_ns();
     e.pid = tgid;

@@ -16,6 +16,7 @@ HEADER = "readtrace.h"
 # Concatenation order matters: later files call helpers of earlier ones.
 SOURCES = ("common.bpf.c", "app.bpf.c", "pages.bpf.c", "proc.bpf.c")
 FUSE_SOURCE = "fuse.bpf.c"
+DISPATCH_SOURCE = "syscalls.bpf.c"  # last: calls into app (and fuse when included)
 
 EVENTS_RING_BYTES = 64 << 20
 STRS_RING_BYTES = 8 << 20
@@ -37,10 +38,18 @@ BTF_TOKENS = {
     "PT_REGS_ORIG_AX": ("pt_regs", "orig_ax"),
     "PT_REGS_DI": ("pt_regs", "di"),
     "PT_REGS_SI": ("pt_regs", "si"),
+    "PT_REGS_R10": ("pt_regs", "r10"),
     "FUSE_DEV_FC": ("fuse_dev", "fc"),
     "FUSE_CONN_DEV": ("fuse_conn", "dev"),
 }
-FUSE_TOKENS = ("INODE_I_RDEV", "PT_REGS_ORIG_AX", "PT_REGS_DI", "PT_REGS_SI", "FUSE_DEV_FC", "FUSE_CONN_DEV")
+FUSE_TOKENS = ("INODE_I_RDEV", "PT_REGS_ORIG_AX", "FUSE_DEV_FC", "FUSE_CONN_DEV")
+SYSCALL_ARG_REGS = ("di", "si", "dx", "r10", "r8", "r9")  # x86_64 syscall ABI, argument 1..6
+SYSCALL_NUMBERS = {  # x86_64
+    "NR_READ": 0, "NR_OPEN": 2, "NR_CLOSE": 3, "NR_LSEEK": 8, "NR_MMAP": 9, "NR_MUNMAP": 11,
+    "NR_PREAD64": 17, "NR_READV": 19, "NR_DUP": 32, "NR_DUP2": 33, "NR_FCNTL": 72, "NR_READAHEAD": 187,
+    "NR_FADVISE64": 221, "NR_OPENAT": 257, "NR_DUP3": 292, "NR_PREADV": 295, "NR_PREADV2": 327,
+    "NR_OPENAT2": 437,
+}
 
 CONSTANTS = {
     "PID_LIMIT": 4 * 1024 * 1024,  # PID_MAX_LIMIT on 64-bit: every pid indexes the per-pid arrays
@@ -53,6 +62,7 @@ CONSTANTS = {
     "F_DUPFD_CMD": 0,
     "F_DUPFD_CLOEXEC_CMD": 1030,
     "SYS_READ_NR": 0,  # x86_64
+    "PAGE_SHIFT": 12,
     "FUSE_READ_OPCODE": 15,
     "DEV_FUSE_RDEV": (10 << 20) | 229,  # /dev/fuse is char 10:229, kernel dev_t encoding
 }
@@ -78,7 +88,20 @@ def kernel_offsets(with_fuse: bool) -> dict[str, int]:
         if btf.offset(struct, member) != expected:
             raise BTFError(f"{struct}.{member} at {btf.offset(struct, member)}, probes expect {expected}")
     tokens = {t: sm for t, sm in BTF_TOKENS.items() if with_fuse or t not in FUSE_TOKENS}
-    return {token: btf.offset(struct, member) for token, (struct, member) in tokens.items()}
+    offsets = {token: btf.offset(struct, member) for token, (struct, member) in tokens.items()}
+    return {**offsets, **syscall_arg_slots(btf)}
+
+
+def syscall_arg_slots(btf) -> dict[str, int]:
+    """SYSARGn_SLOT: index of argument n in the 8 words of pt_regs read from r10 (syscalls.bpf.c)."""
+    base = btf.offset("pt_regs", "r10")
+    slots = {}
+    for n, reg in enumerate(SYSCALL_ARG_REGS, start=1):
+        delta = btf.offset("pt_regs", reg) - base
+        if delta % 8 or not 0 <= delta < 64:
+            raise BTFError(f"pt_regs.{reg} outside the 64 bytes after r10: unexpected layout")
+        slots[f"SYSARG{n}_SLOT"] = delta // 8
+    return slots
 
 
 def substitute(text: str, tokens: dict[str, int]) -> str:
@@ -92,7 +115,9 @@ def build_source(*, with_fuse: bool, coalesce: bool = True) -> str:
     parts = [probe_text(HEADER), *(probe_text(s) for s in SOURCES)]
     if with_fuse:
         parts.append(probe_text(FUSE_SOURCE))
-    tokens = {**CONSTANTS, **kernel_offsets(with_fuse), "COALESCE": int(coalesce)}
+    parts.append(probe_text(DISPATCH_SOURCE))
+    tokens = {**CONSTANTS, **SYSCALL_NUMBERS, **kernel_offsets(with_fuse), "COALESCE": int(coalesce),
+              "WITH_FUSE": int(with_fuse)}
     header = "/* readtrace probes, generated: offsets from /sys/kernel/btf/vmlinux */\n"
     return header + substitute("\n".join(parts), tokens)
 
