@@ -15,7 +15,7 @@ def test_doctor_lists_every_prerequisite():
     ready, _why = ebpf_ready()
     assert p.returncode == (0 if ready else 3), p.stdout + p.stderr
     for name in ("root or CAP_BPF", "bcc", "kernel headers", "tracefs", "kernel BTF", "/dev/fuse",
-                 "tracepoint raw_syscalls:sys_enter", "tracepoint fuse:fuse_request_send"):
+                 "raw tracepoint sys_enter", "tracepoint fuse:fuse_request_send"):
         assert name in p.stdout
     assert ("ready to record" in p.stdout) == ready
 
@@ -23,9 +23,9 @@ def test_doctor_lists_every_prerequisite():
 def test_checks_cover_every_tracepoint_the_probes_use():
     names = {c.name for c in all_checks()}
     used = probe_tracepoints([*SOURCES, DISPATCH_SOURCE]) + probe_tracepoints([FUSE_SOURCE])
-    assert ("raw_syscalls", "sys_enter") in used and ("filemap", "mm_filemap_fault") in used
+    assert ("raw", "sys_enter") in used and ("raw", "mm_filemap_fault") in used
     for category, name in used:
-        assert f"tracepoint {category}:{name}" in names
+        assert (f"raw tracepoint {name}" if category == "raw" else f"tracepoint {category}:{name}") in names
 
 
 def test_every_missing_check_names_a_fix():

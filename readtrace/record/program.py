@@ -35,6 +35,7 @@ BTF_TOKENS = {
     "INODE_I_SIZE": ("inode", "i_size"),
     "INODE_I_RDEV": ("inode", "i_rdev"),
     "SUPER_BLOCK_S_DEV": ("super_block", "s_dev"),
+    "ADDRESS_SPACE_HOST": ("address_space", "host"),
     "PT_REGS_ORIG_AX": ("pt_regs", "orig_ax"),
     "PT_REGS_DI": ("pt_regs", "di"),
     "PT_REGS_SI": ("pt_regs", "si"),
