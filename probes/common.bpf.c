@@ -74,7 +74,8 @@ static __always_inline u64 read_ptr(u64 addr)
     return v;
 }
 
-/* struct file * of fd in the current task: task->files->fdt->fd[fd]. */
+/* struct file * of fd in the current task: task->files->fdt->fd[fd]. While the table was never
+ * expanded (fdt == &files->fdtab, fds < NR_OPEN_DEFAULT) the array is files->fd_array: one read less. */
 static __always_inline u64 fd_to_file(s32 fd)
 {
     u64 files, fdt;
@@ -87,6 +88,8 @@ static __always_inline u64 fd_to_file(s32 fd)
     fdt = read_ptr(files + FILES_FDT);
     if (!fdt)
         return 0;
+    if (fdt == files + FILES_FDTAB && fd < NR_OPEN_DEFAULT)
+        return read_ptr(files + FILES_FD_ARRAY + (u64)fd * 8);
     bpf_probe_read_kernel(&table, sizeof(table), (void *)fdt);
     if ((u32)fd >= table.max_fds || !table.fd)
         return 0;

@@ -27,6 +27,8 @@ BTF_TOKENS = {
     "TASK_FILES": ("task_struct", "files"),
     "TASK_EXIT_CODE": ("task_struct", "exit_code"),
     "FILES_FDT": ("files_struct", "fdt"),
+    "FILES_FDTAB": ("files_struct", "fdtab"),
+    "FILES_FD_ARRAY": ("files_struct", "fd_array"),
     "FILE_F_POS": ("file", "f_pos"),
     "FILE_F_INODE": ("file", "f_inode"),
     "FILE_PRIVATE_DATA": ("file", "private_data"),
@@ -55,6 +57,7 @@ SYSCALL_NUMBERS = {  # x86_64
 CONSTANTS = {
     "PID_LIMIT": 4 * 1024 * 1024,  # PID_MAX_LIMIT on 64-bit: every pid indexes the per-pid arrays
     "SLOTS": 16384,  # per-thread state slots (tid % SLOTS), a power of two
+    "NR_OPEN_DEFAULT": 64,  # length of files_struct.fd_array (BITS_PER_LONG)
     "EVENTS_RING_PAGES": EVENTS_RING_BYTES // PAGE_SIZE,
     "STRS_RING_PAGES": STRS_RING_BYTES // PAGE_SIZE,
     "IOV_MAX_SUMMED": 8,
@@ -112,7 +115,7 @@ def substitute(text: str, tokens: dict[str, int]) -> str:
 
 
 def build_source(*, with_fuse: bool, coalesce: bool = True) -> str:
-    """The final C text of the probes, as compiled."""
+    """The final C text of the probes, as compiled (BTFError when the kernel lacks a struct)."""
     parts = [probe_text(HEADER), *(probe_text(s) for s in SOURCES)]
     if with_fuse:
         parts.append(probe_text(FUSE_SOURCE))
@@ -133,11 +136,19 @@ def fuse_supported() -> bool:
 
 
 def compile_program(source: str):
-    """Compile + load + attach (bcc attaches TRACEPOINT_PROBE/RAW_TRACEPOINT_PROBE itself)."""
+    """Compile + load + attach (bcc attaches TRACEPOINT_PROBE/RAW_TRACEPOINT_PROBE itself).
+
+    Raises ReadtraceError(PREREQUISITE) with one line when bcc cannot compile, load or attach.
+    """
+    from readtrace.errors import ExitStatus, ReadtraceError
     from readtrace.record.bccload import load_bcc
 
-    bcc = load_bcc()
-    return bcc.BPF(text=source.encode(), cflags=["-Wno-unused-function", "-Wno-macro-redefined"])
+    try:
+        bcc = load_bcc()
+        return bcc.BPF(text=source.encode(), cflags=["-Wno-unused-function", "-Wno-macro-redefined"])
+    except Exception as e:  # BccImportError, and bcc raises bare Exception for compile/load/attach
+        raise ReadtraceError(f"cannot load the probes: {e} (check: readtrace doctor; "
+                             "the C is printed by: readtrace record --ebpf)", ExitStatus.PREREQUISITE) from e
 
 
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.record.btf import BTFError
 from readtrace.record.decode import Decoder
 from readtrace.record.launch import HeldChild, resolve_command, sudo_credentials
 from readtrace.record.mounts import fuse_connections, fuse_daemons, read_mounts
@@ -77,7 +78,10 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
     creds = sudo_credentials()
     mounts = read_mounts()
     connections = fuse_connections(mounts) if fuse_view_available() else set()
-    source = build_source(with_fuse=bool(connections), coalesce=coalesce)
+    try:
+        source = build_source(with_fuse=bool(connections), coalesce=coalesce)
+    except BTFError as e:
+        raise ReadtraceError(f"kernel BTF: {e}", ExitStatus.PREREQUISITE) from e
     run_cwd = os.path.abspath(cwd or os.getcwd())
     child = HeldChild(exe, cmd, env, cwd, creds)
     path = _output_path(output, cmd, child.pid)
