@@ -157,17 +157,31 @@ def mmap_fault_storm(a: Analysis) -> list[Finding]:
 
 
 def cold_cache(a: Analysis) -> list[Finding]:
+    """Cold when most bytes of the load missed the cache, or when a big file did: a checkpoint read
+    cold beside gigabytes of warm shared libraries is still a cold load."""
     th, s = a.thresholds, a.summary
     miss, total = s["cache_miss_bytes"], s["bytes_read"]
-    if miss is None or total <= 0 or miss < th.cold_cache_min_bytes or miss / total < th.cold_cache_miss_fraction:
+    if miss is None or total <= 0:
         return []
-    files = a.files[a.files["cache_miss_bytes"] > 0].head(5)
+    f = a.files
+    big = f[(f["bytes_read"] >= th.cold_cache_min_bytes) & (f["cache_miss_bytes"] >= th.cold_cache_min_bytes)]
+    cold_files = big[big["cache_miss_bytes"] / big["bytes_read"] >= th.cold_cache_miss_fraction]
+    load_cold = miss >= th.cold_cache_min_bytes and miss / total >= th.cold_cache_miss_fraction
+    if not load_cold and cold_files.empty:
+        return []
+    shown = (cold_files if not cold_files.empty else f[f["cache_miss_bytes"] > 0]).sort_values(
+        "cache_miss_bytes", ascending=False).head(5)
+    if load_cold:
+        message = (f"{fmt_bytes(miss)} of {fmt_bytes(total)} read ({fmt_pct(min(1.0, miss / total))}) missed "
+                   "the page cache: the load ran cold")
+    else:
+        cold_bytes = int(cold_files["cache_miss_bytes"].sum())
+        message = (f"{len(cold_files)} file(s) ran cold: {fmt_bytes(cold_bytes)} of "
+                   f"{fmt_bytes(int(cold_files['bytes_read'].sum()))} read from them missed the page cache")
     return [Finding(
-        "COLD_CACHE", "warn",
-        f"{fmt_bytes(miss)} of {fmt_bytes(total)} read ({fmt_pct(min(1.0, miss / total))}) missed the page "
-        "cache: the load ran cold",
+        "COLD_CACHE", "warn", message,
         evidence=[f"{r['path']}: {fmt_bytes(r['cache_miss_bytes'])} fetched of {fmt_bytes(r['bytes_read'])}"
-                  for _, r in files.iterrows()],
+                  for _, r in shown.iterrows()],
         recommendation="a cold load pays for every byte from storage: prefetch the files sequentially with "
                        f"large reads before loading, or keep them cached between runs; {FIX_HINT}")]
 
