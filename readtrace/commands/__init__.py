@@ -4,4 +4,7 @@
 COMMANDS: dict[str, str] = {
     "record": "readtrace.commands.record",
     "doctor": "readtrace.commands.doctor",
+    "simfs": "readtrace.commands.simfs",
+    "report": "readtrace.commands.report",
+    "fix": "readtrace.commands.fix",
 }
