@@ -19,7 +19,13 @@ from readtrace.record.decode import Decoder
 from readtrace.record.launch import HeldChild, resolve_command, sudo_credentials
 from readtrace.record.mounts import fuse_connections, fuse_daemons, read_mounts
 from readtrace.record.prereq import fuse_view_available, require_prerequisites
-from readtrace.record.program import build_source, compile_program, detach, detach_in_background
+from readtrace.record.program import (
+    EVENTS_RING_BYTES,
+    build_source,
+    compile_program,
+    detach,
+    detach_in_background,
+)
 from readtrace.record.session import Session
 from readtrace.trace import TraceWriter, default_trace_name
 
@@ -69,11 +75,12 @@ def _check_output(output, force: bool) -> None:
 
 def record_command(cmd: list[str], output: str | Path | None = None, *, force: bool = False,
                    env: dict | None = None, cwd: str | None = None, quiet: bool = False,
-                   coalesce: bool = True) -> RecordResult:
+                   coalesce: bool = True, ring_mib: int = EVENTS_RING_BYTES >> 20) -> RecordResult:
     """Run ``cmd`` with the probes attached to its whole process tree; write the trace.
 
     Raises ReadtraceError: PREREQUISITE (with the doctor's line), NOT_FOUND (no such command).
     The command's own exit code is in the result (130 when interrupted by SIGINT/SIGTERM).
+    ``coalesce=False``: one row per read call. ``ring_mib``: events ring size (a power of two).
     """
     require_prerequisites()
     exe = resolve_command(cmd, env)
@@ -82,7 +89,7 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
     mounts = read_mounts()
     connections = fuse_connections(mounts) if fuse_view_available() else set()
     try:
-        source = build_source(with_fuse=bool(connections), coalesce=coalesce)
+        source = build_source(with_fuse=bool(connections), coalesce=coalesce, ring_bytes=ring_mib << 20)
     except BTFError as e:
         raise ReadtraceError(f"kernel BTF: {e}", ExitStatus.PREREQUISITE) from e
     run_cwd = os.path.abspath(cwd or os.getcwd())
@@ -94,7 +101,7 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
     try:
         writer = TraceWriter(path, force=force)
         bpf = compile_program(source)
-        session = Session(bpf, writer, Decoder(root_pid=child.pid, cwd=run_cwd))
+        session = Session(bpf, writer, Decoder(root_pid=child.pid, cwd=run_cwd), ring_bytes=ring_mib << 20)
         session.trace_pid(child.pid)
         if connections:
             session.watch_fuse(connections, fuse_daemons())
@@ -113,7 +120,7 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
             "hostname": socket.gethostname(), "kernel": platform.release(), "backend": BACKEND,
             "pid": child.pid, "cwd": run_cwd, "lost_events": sum(lost.values()), "lost_detail": lost,
             "records": session.records, "calls": session.calls, "coalesce": coalesce,
-            "max_drain_gap_s": round(session.max_drain_gap_s, 4),
+            "max_drain_gap_s": round(session.max_drain_gap_s, 4), "ring_mib": ring_mib,
             "fuse_connections": sorted(connections), "page_size": os.sysconf("SC_PAGE_SIZE"),
         }
         writer.close(meta)

@@ -28,11 +28,11 @@ SPOOL_NAME = "events.spool"
 class Session:
     """Drains the rings into the trace; ``drain`` on a timer, ``finish`` once at the end."""
 
-    def __init__(self, bpf, writer: TraceWriter, decoder: Decoder):
+    def __init__(self, bpf, writer: TraceWriter, decoder: Decoder, ring_bytes: int = EVENTS_RING_BYTES):
         self.bpf = bpf
         self.writer = writer
         self.decoder = decoder
-        self.fast = FastRing(bpf[b"events"].map_fd, EVENTS_RING_BYTES)
+        self.fast = FastRing(bpf[b"events"].map_fd, ring_bytes)
         self.strs = CallbackRing(bpf, b"strs")
         self.records = 0
         self.calls = 0
