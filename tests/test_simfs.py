@@ -117,6 +117,34 @@ def test_gcsfuse_handle_model_known_offsets(lab, tmp_path):
     assert kinds[0] == "mount" and kinds[-1] == "counters" and "open" in kinds and "release" in kinds
 
 
+def test_page_cache_dropped_on_open_unless_keep_cache(lab):
+    src, mnt = lab
+    write_random(src / "f.bin", 4 * MiB)
+    for keep_cache, second_pass_reads in ((False, True), (True, False)):
+        with mount(src, mnt, profile="local", keep_cache=keep_cache) as m:
+            (mnt / "f.bin").read_bytes()
+            first = len(m.requests())
+            (mnt / "f.bin").read_bytes()  # a new open: rclone/gcsfuse-like mounts drop the cache here
+            assert (len(m.requests()) > first) == second_pass_reads
+
+
+def test_kernel_max_read_and_readahead(lab, need_root):
+    src, mnt = lab
+    write_random(src / "f.bin", 16 * MiB)
+    with mount(src, mnt, profile="local", max_read_kib=256, readahead_kib=2048) as m:
+        assert m.readahead_kib == 2048
+        assert int(Path(f"/sys/class/bdi/{m.bdi}/read_ahead_kb").read_text()) == 2048
+        with open(mnt / "f.bin", "rb") as f:
+            while f.read(4 * MiB):
+                pass
+    sizes = m.requests()["size"]
+    assert sizes.max() == 256 * 1024 and (sizes == 256 * 1024).mean() > 0.9
+    with mount(src, mnt, profile="local") as m:
+        assert m.readahead_kib == 128  # the kernel's default for a FUSE mount
+        (mnt / "f.bin").read_bytes()
+    assert m.requests()["size"].max() == 128 * 1024
+
+
 def test_nfs_profile_charges_every_request(lab):
     src, mnt = lab
     write_random(src / "f.bin", 16 * MiB)
