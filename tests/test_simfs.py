@@ -166,12 +166,34 @@ def test_bandwidth_is_slept(lab):
     assert m.counters()["modelled_wait_s"] == pytest.approx(8 * MiB / 40e6, rel=0.05)
 
 
+def test_max_backend_limits_concurrent_requests(lab):
+    src, mnt = lab
+    write_random(src / "f.bin", 8 * MiB)
+
+    def two_readers(m):
+        t0 = time.monotonic()
+        readers = [threading.Thread(target=direct_preads, args=(mnt / "f.bin", offsets)) for offsets in
+                   ([0, 1, 2, 3], [4, 5, 6, 7])]
+        for r in readers:
+            r.start()
+        for r in readers:
+            r.join()
+        return time.monotonic() - t0
+
+    with mount(src, mnt, profile="nfs", latency_ms=50, max_backend=1) as m:
+        serial = two_readers(m)
+    with mount(src, mnt, profile="nfs", latency_ms=50, max_backend=8) as m:
+        parallel = two_readers(m)
+    assert serial >= 8 * 0.050  # one backend request at a time
+    assert parallel < serial * 0.8
+
+
 def test_refuses_bad_paths_with_one_line(lab, tmp_path):
     src, mnt = lab
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     cases = [(src, tmp_path / "missing", "not a directory"), (tmp_path / "nosrc", mnt, "source is not"),
-             (src, tmp_path / "full", "not empty")]
+             (src, tmp_path / "full", "not empty"), (src, src.parent, "not empty")]
     for s, m, why in cases:
         with pytest.raises(ReadtraceError, match=why) as err:
             mount(s, m)

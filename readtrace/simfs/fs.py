@@ -105,11 +105,11 @@ class SimFS(mfusepy.Operations):
             self._on_ready()
 
     def destroy(self, path: str) -> None:
+        still_open = sum(h.reader.mode == "random" for h in self.handles.values())
         with self._counter_lock:
-            self.counters["modelled_wait_s"] = round(self.counters["modelled_wait_s"], 6)
-            self.counters["random_handles"] = sum(h.reader.mode == "random" for h in self.handles.values()) \
-                + self.counters["random_handles"]
-            self.log.write("counters", **self.counters)
+            final = {**self.counters, "modelled_wait_s": round(self.counters["modelled_wait_s"], 6),
+                     "random_handles": self.counters["random_handles"] + still_open}
+        self.log.write("counters", **final)
 
     # --- metadata --------------------------------------------------------------------------------
     def getattr(self, path: str, fh=None) -> dict:
