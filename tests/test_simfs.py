@@ -7,6 +7,7 @@ import hashlib
 import json
 import mmap
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -256,8 +257,13 @@ def test_unmount_when_busy_and_daemon_gone(lab):
     closer.join()
     assert mount_entry(mnt) is None
     assert json.loads(Path(m.log_path).read_text().splitlines()[-1])["kind"] == "counters"
+    m1 = mount(src, mnt, profile="local")
+    os.kill(m1.daemon_pid, signal.SIGTERM)  # libfuse unmounts on SIGTERM and the daemon writes its counters
+    assert m1.wait(timeout=10) == 0
+    assert mount_entry(mnt) is None and json.loads(Path(m1.log_path).read_text().splitlines()[-1])["kind"] == "counters"
+    m1.unmount()
     m2 = mount(src, mnt, profile="local")
-    os.kill(m2.daemon_pid, 9)  # a crashed daemon leaves "transport endpoint not connected"
+    os.kill(m2.daemon_pid, signal.SIGKILL)  # a crashed daemon leaves "transport endpoint not connected"
     time.sleep(0.2)
     m2.unmount()
     assert mount_entry(mnt) is None

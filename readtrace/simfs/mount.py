@@ -107,9 +107,9 @@ class SimMount:
     def mounted(self) -> bool:
         return mount_entry(self.mountpoint) is not None
 
-    def wait(self) -> int:
-        """Block until the daemon exits (it exits when the file system is unmounted)."""
-        return self._process.wait()
+    def wait(self, timeout: float | None = None) -> int:
+        """Block until the daemon exits (it exits when the file system is unmounted); its exit code."""
+        return self._process.wait(timeout)
 
     def unmount(self, timeout: float = 10.0) -> None:
         """Unmount and reap the daemon; never leaves a mount behind. A busy mount is detached lazily
