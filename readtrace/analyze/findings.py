@@ -26,18 +26,13 @@ def _fs_note(fstype: str) -> str:
     return fstype or "an unknown file system"
 
 
-def _task_lines(acc, rows: np.ndarray, limit: int = 6) -> list[str]:
-    """Per-task figures inside one shared stream (rows in time order; a few lines: one per task)."""
-    df = pd.DataFrame({"tid": acc.tid[rows], "off": acc.offset[rows], "n": acc.nbytes[rows],
-                       "end": acc.offset[rows] + acc.nbytes[rows]})
-    prev_end = (df["off"] + df["n"]).groupby(df["tid"]).shift()
-    df["con"] = prev_end.isna() | (df["off"] == prev_end)
-    df["seq"] = prev_end.isna() | (df["off"] >= prev_end)
-    per = df.assign(cb=df["n"] * df["con"], sb=df["n"] * df["seq"]).groupby("tid").agg(
-        n=("n", "sum"), cb=("cb", "sum"), sb=("sb", "sum"), lo=("off", "min"), hi=("end", "max"))
-    per = per.sort_values("lo").head(limit)
-    return [f"task {tid}: {fmt_pct(r.cb / r.n)} consecutive, {fmt_pct(r.sb / r.n)} sequential on its own, "
-            f"{fmt_bytes(r.n)} from offset {r.lo} to {r.hi}" for tid, r in per.iterrows()]
+def _task_lines(a: Analysis, kind: str, code: int, limit: int = 6) -> list[str]:
+    """The tasks' own figures inside one shared stream, in offset order."""
+    t = a.stream_tasks
+    t = t[(t["kind"] == kind) & (t["code"] == code)].sort_values("first_offset").head(limit)
+    return [f"task {r.tid}: {fmt_pct(r.consecutive_fraction)} consecutive, {fmt_pct(r.sequential_fraction)} "
+            f"sequential on its own, {fmt_bytes(r.bytes)} from offset {r.first_offset} to {r.last_end}"
+            for r in t.itertuples()]
 
 
 def shared_fd_interleave(a: Analysis) -> list[Finding]:
@@ -76,7 +71,7 @@ def shared_fd_interleave(a: Analysis) -> list[Finding]:
         out.append(Finding(
             "SHARED_FD_INTERLEAVE", severity, message,
             evidence=interleave.evidence(acc, rows, inode, handle, a.thresholds.evidence_lines)
-            + _task_lines(acc, rows),
+            + _task_lines(a, row["kind"], int(row["code"])),
             recommendation=f"{lever}; {FIX_HINT}" + (f"; {prof.levers}" if prof.per_handle_stream else ""),
             file=row["path"]))
     return out
