@@ -57,7 +57,8 @@ class TerminalReport:
         for col, just in (("file", "left"), ("fs", "left"), ("read", "right"), ("consec", "right"),
                           ("seq", "right"), ("random", "right"), ("after seek", "right"),
                           ("cache miss", "right"), ("FUSE reads", "right"), ("faults", "right")):
-            table.add_column(col, justify=just, overflow="fold")
+            table.add_column(col, justify=just, overflow="fold", no_wrap=col != "file",
+                             min_width=24 if col == "file" else None)
         for _, f in self.a.files.iterrows():
             table.add_row(f["path"], f["fstype"] or "?", fmt_bytes(f["bytes_read"]),
                           fmt_pct(f["consecutive_fraction"]), fmt_pct(f["sequential_fraction"]),
@@ -72,7 +73,8 @@ class TerminalReport:
         table = Table(title="Open files and FUSE handles (merged over their tasks)", title_justify="left")
         for col in ("stream", "file", "tasks", "bytes", "consec", "after seek", "tasks' own consec", "score",
                     "gcsfuse requests", "p50"):
-            table.add_column(col, justify="left" if col in ("stream", "file") else "right", overflow="fold")
+            table.add_column(col, justify="left" if col in ("stream", "file") else "right", overflow="fold",
+                             min_width=20 if col == "file" else None)
         for _, r in shown.iterrows():
             score = "-" if pd.isna(r["interleave_score"]) else f"{r['interleave_score']:.2f}"
             table.add_row(r["stream"], r["path"], str(int(r["tasks"])), fmt_bytes(r["bytes"]),
