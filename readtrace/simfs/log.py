@@ -1,0 +1,81 @@
+"""The request log: JSON lines written by the daemon, the ground truth tests and benchmarks use.
+
+Records (``kind``): ``mount`` (the settings), ``open`` / ``release`` (a handle's life), ``read``
+(one FUSE READ: ``ts_ns`` CLOCK_MONOTONIC, ``fh``, ``pid`` = the requesting thread id as the kernel
+reports it, ``offset``, ``size``, ``returned``, ``new_request``, ``seek``, ``mode``, ``range_end``,
+``cost_s`` = modelled backend time, ``wait_s`` = time the request spent waiting, queueing included)
+and ``counters`` (written once on unmount).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from readtrace.errors import ExitStatus, ReadtraceError
+
+READ_COLUMNS = ["ts_ns", "fh", "pid", "path", "offset", "size", "returned", "new_request", "seek",
+                "mode", "range_end", "cost_s", "wait_s"]
+
+
+class RequestLog:
+    """Appends one JSON line per record; thread-safe; every line reaches the file before the next."""
+
+    def __init__(self, path: str):
+        self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._lock = threading.Lock()
+
+    def write(self, kind: str, **fields) -> None:
+        line = json.dumps({"kind": kind, "ts_ns": time.monotonic_ns(), **fields}, separators=(",", ":"))
+        with self._lock:
+            self._file.write(line + "\n")
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+def read_records(path: str | Path) -> list[dict]:
+    """All records of a log; a torn last line (daemon killed mid-write) is an error, not dropped."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise ReadtraceError(f"simfs request log not found: {path}", ExitStatus.BAD_INPUT) from None
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            raise ReadtraceError(f"{path}:{number}: corrupt simfs log line", ExitStatus.BAD_INPUT) from None
+    return records
+
+
+def requests_frame(records: list[dict]) -> pd.DataFrame:
+    """The READ records as a DataFrame (columns READ_COLUMNS), in arrival order."""
+    reads = [r for r in records if r["kind"] == "read"]
+    return pd.DataFrame(reads, columns=READ_COLUMNS) if reads else pd.DataFrame(columns=READ_COLUMNS)
+
+
+def count(records: list[dict]) -> dict:
+    """Counters: the daemon's own record when it unmounted, else totals of the reads so far."""
+    for record in reversed(records):
+        if record["kind"] == "counters":
+            return {k: v for k, v in record.items() if k not in ("kind", "ts_ns")}
+    return totals(requests_frame(records), opens=sum(r["kind"] == "open" for r in records))
+
+
+def totals(reads: pd.DataFrame, opens: int) -> dict:
+    """Counters computed from READ records."""
+    return {
+        "requests": int(len(reads)),
+        "bytes": int(reads["returned"].sum()) if len(reads) else 0,
+        "backend_requests": int(reads["new_request"].sum()) if len(reads) else 0,
+        "seeks": int(reads["seek"].sum()) if len(reads) else 0,
+        "modelled_wait_s": round(float(reads["cost_s"].sum()), 6) if len(reads) else 0.0,
+        "opens": int(opens),
+        "random_handles": int(reads.loc[reads["mode"] == "random", "fh"].nunique()) if len(reads) else 0,
+    }

@@ -1,0 +1,217 @@
+"""Start the lab mount in a daemon process, wait until it serves, and take it down again."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.simfs.config import SimConfig
+from readtrace.simfs.log import count, read_records, requests_frame
+
+READY_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class MountEntry:
+    """One line of /proc/self/mountinfo."""
+
+    mountpoint: str
+    dev: str  # "major:minor", also the name of the mount's /sys/class/bdi entry
+    fstype: str
+    source: str
+
+
+def mount_entry(mountpoint: str | Path) -> MountEntry | None:
+    """The mount whose mount point is exactly ``mountpoint``, or None."""
+    want = os.path.realpath(mountpoint)
+    found = None
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        for line in f:
+            fields = line.split()
+            sep = fields.index("-")
+            point = _unescape(fields[4])
+            if point == want:
+                found = MountEntry(point, fields[2], fields[sep + 1], _unescape(fields[sep + 2]))
+    return found  # the last one wins: mounts stack
+
+
+def _unescape(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def check_prerequisites() -> None:
+    if not os.path.exists("/dev/fuse"):
+        raise ReadtraceError("simfs needs /dev/fuse (modprobe fuse)", ExitStatus.PREREQUISITE)
+    if shutil.which("fusermount3") is None:
+        raise ReadtraceError("simfs needs fusermount3 (apt-get install fuse3)", ExitStatus.PREREQUISITE)
+
+
+def check_paths(src: str | Path, mountpoint: str | Path) -> None:
+    """Refuse a missing SRC and a missing, non-directory, non-empty or mounted MNT: one line each."""
+    if not os.path.isdir(src):
+        raise ReadtraceError(f"simfs source is not a directory: {src}", ExitStatus.BAD_INPUT)
+    if not os.path.isdir(mountpoint):
+        raise ReadtraceError(f"simfs mount point is not a directory: {mountpoint}", ExitStatus.BAD_INPUT)
+    if mount_entry(mountpoint) is not None:
+        raise ReadtraceError(f"simfs mount point is already a mount: {mountpoint}", ExitStatus.BAD_INPUT)
+    if os.listdir(mountpoint):
+        raise ReadtraceError(f"simfs mount point is not empty: {mountpoint}", ExitStatus.BAD_INPUT)
+    if os.path.realpath(mountpoint).startswith(os.path.realpath(src) + os.sep):
+        raise ReadtraceError(f"simfs mount point is inside the source: {mountpoint}", ExitStatus.BAD_INPUT)
+
+
+def force_unmount(mountpoint: str | Path) -> bool:
+    """Unmount with fusermount3, lazily when busy. True when something was unmounted."""
+    if mount_entry(mountpoint) is None:
+        return False
+    for flags in ("-u", "-uz"):
+        done = subprocess.run(["fusermount3", flags, str(mountpoint)], capture_output=True, text=True)
+        if done.returncode == 0:
+            return True
+    raise ReadtraceError(f"could not unmount {mountpoint}: {done.stderr.strip()}", ExitStatus.ERROR)
+
+
+class SimMount:
+    """A running lab mount. A context manager; ``unmount()`` is idempotent."""
+
+    def __init__(self, config: SimConfig, process: subprocess.Popen, stderr_path: str):
+        self.config = config
+        self.mountpoint = config.mountpoint
+        self.log_path = config.log
+        self.daemon_pid = process.pid
+        self._process = process
+        self._stderr_path = stderr_path
+        self.bdi: str | None = None
+        self.readahead_kib: int | None = None  # what the bdi says after set-up
+
+    def __enter__(self) -> SimMount:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.unmount()
+
+    @property
+    def mounted(self) -> bool:
+        return mount_entry(self.mountpoint) is not None
+
+    def wait(self) -> int:
+        """Block until the daemon exits (it exits when the file system is unmounted)."""
+        return self._process.wait()
+
+    def unmount(self, timeout: float = 10.0) -> None:
+        """Unmount and reap the daemon; never leaves a mount behind. A busy mount is detached lazily
+        and the daemon keeps serving the files still open for up to ``timeout`` seconds."""
+        try:
+            force_unmount(self.mountpoint)
+        finally:
+            _reap(self._process, timeout)
+            force_unmount(self.mountpoint)  # a daemon that died leaves a dead mount behind
+            if os.path.exists(self._stderr_path) and not _meaningful(self._stderr_path):
+                os.unlink(self._stderr_path)
+
+    def requests(self) -> pd.DataFrame:
+        """Every FUSE READ so far, as logged by the daemon (see readtrace.simfs.log)."""
+        return requests_frame(read_records(self.log_path))
+
+    def counters(self) -> dict:
+        """Totals: the daemon's final counters after unmount, running totals before."""
+        return count(read_records(self.log_path))
+
+
+def _meaningful(path: str) -> bool:
+    """Whether the daemon said more than libfuse 3.14's harmless max_threads notice."""
+    lines = Path(path).read_text(errors="replace").splitlines()
+    return any(not line.startswith("Ignoring invalid max threads value") for line in lines)
+
+
+def _reap(process: subprocess.Popen, timeout: float) -> None:
+    for sig in (None, signal.SIGTERM, signal.SIGKILL):
+        if process.poll() is not None:
+            return
+        if sig is not None:
+            process.send_signal(sig)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def mount(src: str | Path, mountpoint: str | Path, *, profile: str = "gcsfuse", latency_ms: float = 20.0,
+          bandwidth_mbps: float | None = None, max_read_kib: int = 1024, readahead_kib: int | None = None,
+          max_backend: int = 64, log: str | Path | None = None, keep_cache: bool = False,
+          overwrite_log: bool = False) -> SimMount:
+    """Mount ``src`` read-only at ``mountpoint`` behind the modelled store; returns once it serves."""
+    check_prerequisites()
+    check_paths(src, mountpoint)
+    log_path = _log_path(log, overwrite_log)
+    config = SimConfig(src=os.path.realpath(src), mountpoint=os.path.realpath(mountpoint), log=log_path,
+                       profile=profile, latency_ms=float(latency_ms), bandwidth_mbps=bandwidth_mbps,
+                       max_read_kib=int(max_read_kib), readahead_kib=readahead_kib,
+                       max_backend=int(max_backend), keep_cache=bool(keep_cache))
+    stderr_path = log_path + ".stderr"
+    ready_r, ready_w = os.pipe()
+    with open(stderr_path, "w") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "readtrace.simfs.daemon", config.to_json(), str(ready_w)],
+            pass_fds=(ready_w,), stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True)
+    os.close(ready_w)
+    sim = SimMount(config, process, stderr_path)
+    try:
+        _wait_ready(ready_r, process, stderr_path)
+        os.stat(sim.mountpoint)  # returns once FUSE_INIT is answered
+        sim.bdi, sim.readahead_kib = _set_readahead(sim.mountpoint, readahead_kib)
+    except BaseException:
+        sim.unmount()
+        raise
+    finally:
+        os.close(ready_r)
+    return sim
+
+
+def _log_path(log: str | Path | None, overwrite: bool) -> str:
+    if log is None:
+        fd, path = tempfile.mkstemp(prefix="readtrace-simfs-", suffix=".jsonl")
+        os.close(fd)
+        return path
+    path = os.path.abspath(log)
+    if os.path.exists(path) and os.path.getsize(path) > 0 and not overwrite:
+        raise ReadtraceError(f"simfs log exists (use --force to overwrite): {path}", ExitStatus.BAD_INPUT)
+    Path(path).write_text("")
+    return path
+
+
+def _wait_ready(ready_r: int, process: subprocess.Popen, stderr_path: str) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        readable, _, _ = select.select([ready_r], [], [], 0.1)
+        if readable:
+            if os.read(ready_r, 64).startswith(b"ready"):
+                return
+            break  # EOF: the daemon exited before the kernel's INIT
+    process.poll()
+    detail = Path(stderr_path).read_text(errors="replace").strip().splitlines()
+    why = detail[-1] if detail else f"no answer within {READY_TIMEOUT_S:.0f} s"
+    raise ReadtraceError(f"simfs daemon did not start: {why}", ExitStatus.PREREQUISITE)
+
+
+def _set_readahead(mountpoint: str, readahead_kib: int | None) -> tuple[str | None, int | None]:
+    """Set the mount's bdi read_ahead_kb (root only); return the bdi and the value now in effect."""
+    entry = mount_entry(mountpoint)
+    if entry is None:
+        return None, None
+    knob = Path(f"/sys/class/bdi/{entry.dev}/read_ahead_kb")
+    if readahead_kib is not None and os.geteuid() == 0 and knob.exists():
+        knob.write_text(str(int(readahead_kib)))
+    return entry.dev, int(knob.read_text()) if knob.exists() else None

@@ -1,0 +1,213 @@
+"""The lab mount for real: data integrity, the per-handle model seen through O_DIRECT reads with
+known offsets, the request log, the CLI, and clean-up."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.simfs import force_unmount, mount, mount_entry
+
+pytestmark = pytest.mark.fuse
+MiB = 1024 * 1024
+
+
+@pytest.fixture
+def lab(tmp_path, need_fuse):
+    """(src, mnt) directories; whatever a test leaves mounted is unmounted afterwards."""
+    src, mnt = tmp_path / "src", tmp_path / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    try:
+        yield src, mnt
+    finally:
+        force_unmount(mnt)
+    assert mount_entry(mnt) is None
+
+
+def write_random(path, size, seed=1):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(_pattern(size, seed))
+    return path
+
+
+def _pattern(size, seed):
+    import numpy as np
+    return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes()
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(4 * MiB):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def direct_preads(path, offsets_mib, size=MiB):
+    """O_DIRECT preads (no kernel readahead, no page cache): FUSE sees exactly these reads.
+    Runs in a thread of its own and returns that thread's id."""
+    tid = []
+
+    def work():
+        tid.append(threading.get_native_id())
+        buf = mmap.mmap(-1, size)  # page-aligned, as O_DIRECT wants
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        try:
+            for offset in offsets_mib:
+                assert os.preadv(fd, [buf], offset * MiB) == size
+        finally:
+            os.close(fd)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+    return tid[0]
+
+
+def test_sha256_through_mount_equals_source(lab):
+    src, mnt = lab
+    files = [write_random(src / "model.safetensors", 24 * MiB + 123), write_random(src / "sub" / "b.bin", 5000, 2)]
+    with mount(src, mnt, profile="local") as m:
+        for f in files:
+            assert sha256(mnt / f.relative_to(src)) == sha256(f)
+        assert sorted(os.listdir(mnt)) == ["model.safetensors", "sub"]
+        assert os.stat(mnt / "model.safetensors").st_size == 24 * MiB + 123
+        with pytest.raises(OSError):
+            os.open(mnt / "model.safetensors", os.O_RDWR)  # read-only
+    counters = m.counters()
+    assert counters["bytes"] >= 24 * MiB + 123 + 5000
+    assert counters["opens"] >= 2
+
+
+def test_gcsfuse_handle_model_known_offsets(lab, tmp_path):
+    src, mnt = lab
+    write_random(src / "f.bin", 64 * MiB)
+    log = tmp_path / "reads.jsonl"
+    with mount(src, mnt, profile="gcsfuse", latency_ms=40, log=log) as m:
+        t0 = time.monotonic()
+        tid = direct_preads(mnt / "f.bin", [0, 1, 2, 3, 0, 40, 41, 42, 43])
+        elapsed = time.monotonic() - t0
+        live = m.counters()  # running totals before unmount
+    reads = m.requests()
+    assert list(reads["offset"] // MiB) == [0, 1, 2, 3, 0, 40, 41, 42, 43]
+    assert list(reads["new_request"]) == [True, False, False, False, True, True, False, False, True]
+    assert list(reads["seek"]) == [False] * 4 + [True, True] + [False] * 3
+    assert list(reads["mode"])[-4:] == ["random"] * 4
+    assert reads["range_end"].iloc[5] == 43 * MiB  # 5 MiB over 2 seeks -> 3 MiB random ranges
+    assert set(reads["pid"]) == {tid}  # the kernel reports the reading thread's id
+    assert len(set(reads["fh"])) == 1
+    assert elapsed >= 4 * 0.040  # four first-byte latencies, slept for real
+    final = m.counters()
+    assert final["backend_requests"] == live["backend_requests"] == 4
+    assert final["seeks"] == 2 and final["requests"] == 9 and final["bytes"] == 9 * MiB
+    assert final["modelled_wait_s"] == pytest.approx(4 * 0.040, abs=0.01)
+    assert final["random_handles"] == 1
+    kinds = [json.loads(line)["kind"] for line in log.read_text().splitlines()]
+    assert kinds[0] == "mount" and kinds[-1] == "counters" and "open" in kinds and "release" in kinds
+
+
+def test_nfs_profile_charges_every_request(lab):
+    src, mnt = lab
+    write_random(src / "f.bin", 16 * MiB)
+    with mount(src, mnt, profile="nfs", latency_ms=10) as m:
+        direct_preads(mnt / "f.bin", [0, 1, 2, 3])
+    reads = m.requests()
+    assert list(reads["new_request"]) == [True] * 4 and not reads["seek"].any()
+    assert set(reads["mode"]) == {"stateless"}
+
+
+def test_bandwidth_is_slept(lab):
+    src, mnt = lab
+    write_random(src / "f.bin", 8 * MiB)
+    with mount(src, mnt, profile="gcsfuse", latency_ms=0, bandwidth_mbps=40) as m:
+        t0 = time.monotonic()
+        direct_preads(mnt / "f.bin", range(8))
+        elapsed = time.monotonic() - t0
+    assert elapsed >= 8 * MiB / 40e6 * 0.95
+    assert m.counters()["modelled_wait_s"] == pytest.approx(8 * MiB / 40e6, rel=0.05)
+
+
+def test_refuses_bad_paths_with_one_line(lab, tmp_path):
+    src, mnt = lab
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    cases = [(src, tmp_path / "missing", "not a directory"), (tmp_path / "nosrc", mnt, "source is not"),
+             (src, tmp_path / "full", "not empty")]
+    for s, m, why in cases:
+        with pytest.raises(ReadtraceError, match=why) as err:
+            mount(s, m)
+        assert err.value.exit_code == ExitStatus.BAD_INPUT
+        done = subprocess.run([sys.executable, "-m", "readtrace", "simfs", str(s), str(m)],
+                              capture_output=True, text=True)
+        assert done.returncode == ExitStatus.BAD_INPUT
+        assert len(done.stderr.strip().splitlines()) == 1 and why in done.stderr
+    assert mount_entry(mnt) is None
+
+
+def test_cli_daemon_and_unmount(lab, tmp_path):
+    src, mnt = lab
+    write_random(src / "f.bin", 4 * MiB)
+    log = tmp_path / "cli.jsonl"
+    cli = [sys.executable, "-m", "readtrace", "simfs"]
+    done = subprocess.run([*cli, str(src), str(mnt), "--daemon", "--log", str(log), "--latency-ms", "1"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    entry = mount_entry(mnt)
+    assert entry is not None and entry.fstype == "fuse.simfs-gcsfuse"
+    assert sha256(mnt / "f.bin") == sha256(src / "f.bin")
+    done = subprocess.run([*cli, "--unmount", str(mnt)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert mount_entry(mnt) is None
+    deadline = time.monotonic() + 10
+    while '"counters"' not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    last = json.loads(log.read_text().splitlines()[-1])
+    assert last["kind"] == "counters" and last["bytes"] == 4 * MiB
+
+
+def test_foreground_cli_unmounts_on_sigterm(lab, tmp_path):
+    src, mnt = lab
+    write_random(src / "f.bin", MiB)
+    proc = subprocess.Popen([sys.executable, "-m", "readtrace", "simfs", str(src), str(mnt), "--profile", "local"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while mount_entry(mnt) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (mnt / "f.bin").read_bytes() == (src / "f.bin").read_bytes()
+        proc.terminate()
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert json.loads(out.splitlines()[-1])["bytes"] == MiB
+    assert mount_entry(mnt) is None
+
+
+def test_unmount_when_busy_and_daemon_gone(lab):
+    src, mnt = lab
+    write_random(src / "f.bin", MiB)
+    m = mount(src, mnt, profile="local")
+    busy = open(mnt / "f.bin", "rb")  # noqa: SIM115 - closed by the timer while unmount() waits
+    closer = threading.Timer(0.5, busy.close)
+    closer.start()
+    m.unmount()  # busy: detached lazily, the daemon serves the open file until it is closed
+    closer.join()
+    assert mount_entry(mnt) is None
+    assert json.loads(Path(m.log_path).read_text().splitlines()[-1])["kind"] == "counters"
+    m2 = mount(src, mnt, profile="local")
+    os.kill(m2.daemon_pid, 9)  # a crashed daemon leaves "transport endpoint not connected"
+    time.sleep(0.2)
+    m2.unmount()
+    assert mount_entry(mnt) is None
