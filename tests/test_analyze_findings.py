@@ -69,6 +69,9 @@ def test_fs_table():
     assert not fs_profile("fuse.sshfs").per_handle_stream and fs_profile("fuse.sshfs").remote
     assert fs_profile("nfs4").family == "nfs" and fs_profile("lustre").per_handle_stream
     assert not fs_profile("ext4").per_handle_stream and not fs_profile("").remote
+    # the lab mount says which cost model it runs
+    assert fs_profile("fuse.simfs-gcsfuse").per_handle_stream
+    assert not fs_profile("fuse.simfs-nfs").per_handle_stream and not fs_profile("fuse.simfs-local").remote
 
 
 def _mmap_case(threads=(100, 105), child=101, pages=4096, fstype="fuse.gcsfuse"):
@@ -195,6 +198,9 @@ def test_lost_events():
     f = a.findings[0]
     assert f.code == "LOST_EVENTS" and f.severity == "high" and f.message.startswith("5 events were lost")
     assert a.summary["lost_events"] == 5
+    # the recorder's shape: a total plus the detail per source
+    b = analyze(make_trace(**{**load_case("sequential"), "meta": {"lost_events": 7, "lost_detail": {"app": 7}}}))
+    assert b.findings[0].message.startswith("7 events were lost") and "'app': 7" in b.findings[0].evidence[0]
     assert "LOST_EVENTS" not in codes(analyze(make_trace(**load_case("sequential"))))
 
 

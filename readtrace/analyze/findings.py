@@ -212,11 +212,11 @@ def lost(a: Analysis) -> list[Finding]:
     n = lost_events(a.meta)
     if n <= 0:
         return []
-    detail = a.meta.get("lost_events")
+    detail = a.meta.get("lost_detail", a.meta.get("lost_events"))
     return [Finding(
         "LOST_EVENTS", "high",
         f"{n} events were lost while recording: every figure in this report is incomplete (a lower bound)",
-        evidence=[f"lost per table: {detail}"] if isinstance(detail, dict) else [],
+        evidence=[f"lost per source: {detail}"] if isinstance(detail, dict) else [],
         recommendation="record again with a larger ring buffer or fewer probes, and keep the machine less busy")]
 
 
