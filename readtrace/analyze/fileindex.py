@@ -30,11 +30,21 @@ class FileIndex:
         self._refresh()
 
     def _refresh(self) -> None:
+        """Hash indexes (dev, ino) -> row and path -> row; the first row wins where several match."""
         t = self.table
         known = t["ino"].to_numpy() > 0
-        keys = _key(t["dev"].to_numpy(), t["ino"].to_numpy())
-        self._key_index = pd.Index(np.where(known, keys, np.iinfo(np.int64).min))
-        self._path_index = pd.Index(t["path"].fillna("\0").astype(str).to_numpy())
+        by_key = pd.Series(np.flatnonzero(known), index=_key(t["dev"].to_numpy()[known], t["ino"].to_numpy()[known]))
+        by_key = by_key[~by_key.index.duplicated()]
+        named = t["path"].notna().to_numpy()
+        by_path = pd.Series(np.flatnonzero(named), index=t["path"][named].astype(str).to_numpy())
+        by_path = by_path[~by_path.index.duplicated()]
+        self._key_index, self._key_rows = by_key.index, by_key.to_numpy()
+        self._path_index, self._path_rows = by_path.index, by_path.to_numpy()
+
+    @staticmethod
+    def _find(index: pd.Index, rows: np.ndarray, wanted) -> np.ndarray:
+        pos = index.get_indexer(wanted)
+        return np.where(pos >= 0, rows[pos] if len(rows) else -1, UNKNOWN)
 
     def __len__(self) -> int:
         return len(self.table)
@@ -46,12 +56,12 @@ class FileIndex:
         ids = np.full(len(dev), UNKNOWN, dtype=np.int64)
         has_ino = ino > 0
         if has_ino.any():
-            ids[has_ino] = self._key_index.get_indexer(_key(dev[has_ino], ino[has_ino]))
+            ids[has_ino] = self._find(self._key_index, self._key_rows, _key(dev[has_ino], ino[has_ino]))
         if path is not None:
             path = pd.Series(path).reset_index(drop=True)
             by_path = (ids < 0) & path.notna().to_numpy()
             if by_path.any():
-                ids[by_path] = self._path_index.get_indexer(path[by_path].astype(str).to_numpy())
+                ids[by_path] = self._find(self._path_index, self._path_rows, path[by_path].astype(str).to_numpy())
         if add:
             ids = self._add_missing(ids, dev, ino, path)
         return ids
@@ -99,6 +109,8 @@ class FileIndex:
         """The files table with an ``fs`` family and whether the fs keeps per-handle streams."""
         t = self.table.copy()
         t["fstype"] = t["fstype"].fillna("")
+        unnamed = t["path"].isna()
+        t.loc[unnamed, "path"] = "<dev " + t["dev"][unnamed].astype(str) + " ino " + t["ino"][unnamed].astype(str) + ">"
         profiles = [fs_profile(x) for x in t["fstype"]]
         t["fs_family"] = [p.family for p in profiles]
         t["per_handle_stream"] = [p.per_handle_stream for p in profiles]

@@ -43,8 +43,10 @@ def shared_fd_interleave(a: Analysis) -> list[Finding]:
     for file_id, group in hits.groupby("file_id", sort=False):
         row = group.sort_values("kind", key=lambda k: k != "fuse_handle").iloc[0]
         prof = fs_profile(row["fstype"])
-        mapping = row["kind"] == "ofd" and row["faults"] > row["accesses"] / 2
-        what = "mmap mapping" if mapping else ("FUSE handle" if row["kind"] == "fuse_handle" else "open file")
+        # faults on one mapping: the "open file" is the mapping, whichever view (ofd or handle) we cite
+        mapping = bool(((group["kind"] == "ofd") & (group["faults"] > group["accesses"] / 2)).any())
+        what = "FUSE handle" if row["kind"] == "fuse_handle" else "open file"
+        what = f"mmap mapping ({what})" if mapping else what
         inode = int(a.handles["nodeid"].iloc[int(row["code"])]) if row["kind"] == "fuse_handle" \
             else int(a.files.loc[file_id, "ino"]) if file_id in a.files.index else 0
         handle = int(row["fh"]) if row["kind"] == "fuse_handle" else int(row["code"])
@@ -152,30 +154,42 @@ def mmap_fault_storm(a: Analysis) -> list[Finding]:
 
 
 def cold_cache(a: Analysis) -> list[Finding]:
-    th, s = a.thresholds, a.summary
-    miss, total = s["cache_miss_bytes"], s["bytes_read"]
-    if miss is None or total <= 0 or miss < th.cold_cache_min_bytes or miss / total < th.cold_cache_miss_fraction:
+    """Per file: most of what the file gave the load came from storage, not the page cache. Warm
+    libraries read in the same run do not dilute it."""
+    th = a.thresholds
+    if a.summary["cache_miss_bytes"] is None:
         return []
-    files = a.files[a.files["cache_miss_bytes"] > 0].head(5)
+    f = a.files
+    cold = f[(f["cache_miss_bytes"] >= th.cold_cache_min_bytes)
+             & (f["cache_miss_fraction"] >= th.cold_cache_miss_fraction)]
+    if cold.empty:
+        return []
+    miss, total = int(cold["cache_miss_bytes"].sum()), int(cold["bytes_read"].sum())
     return [Finding(
         "COLD_CACHE", "warn",
-        f"{fmt_bytes(miss)} of {fmt_bytes(total)} read ({fmt_pct(min(1.0, miss / total))}) missed the page "
-        "cache: the load ran cold",
-        evidence=[f"{r['path']}: {fmt_bytes(r['cache_miss_bytes'])} fetched of {fmt_bytes(r['bytes_read'])}"
-                  for _, r in files.iterrows()],
+        f"{fmt_bytes(miss)} of {fmt_bytes(total)} read from {len(cold)} file(s) "
+        f"({fmt_pct(min(1.0, miss / max(total, 1)))}) missed the page cache: the load ran cold",
+        evidence=[f"{r['path']}: {fmt_bytes(r['cache_miss_bytes'])} fetched of {fmt_bytes(r['bytes_read'])} read"
+                  for _, r in cold.head(5).iterrows()],
         recommendation="a cold load pays for every byte from storage: prefetch the files sequentially with "
-                       f"large reads before loading, or keep them cached between runs; {FIX_HINT}")]
+                       f"large reads before loading, or keep them cached between runs; {FIX_HINT}",
+        file=cold["path"].iloc[0])]
 
 
 def cache_evicted_reread(a: Analysis) -> list[Finding]:
     th = a.thresholds
     out = []
-    for _, row in a.files[a.files["cache_refetched_bytes"] >= th.reread_min_bytes].iterrows():
+    f = a.files
+    again = f[(f["cache_refetched_bytes"] >= th.reread_min_bytes)
+              & (f["cache_refetched_bytes"] >= th.reread_min_fraction * f["cache_miss_unique_bytes"])]
+    for _, row in again.iterrows():
+        dropped = " or dropped by the FUSE daemon when the file was opened again" \
+            if str(row["fstype"]).startswith("fuse") else ""
         out.append(Finding(
             "CACHE_EVICTED_REREAD", "warn",
             f"{fmt_bytes(row['cache_refetched_bytes'])} of {row['path']} entered the page cache more than once "
             f"({fmt_bytes(row['cache_miss_bytes'])} fetched, {fmt_bytes(row['cache_miss_unique_bytes'])} "
-            "distinct): pages were evicted before they were used again",
+            f"distinct): pages were evicted{dropped} before they were used again",
             evidence=[f"re-read amplification of the file stream: {row['reread_amplification']:.2f}"],
             recommendation="read each byte once, in file order (one sequential pass), and give the load more "
                            "page cache (lower memory pressure, raise the cgroup memory limit)",
