@@ -55,6 +55,12 @@ class Accesses:
 
 
 def _i64(series: pd.Series) -> np.ndarray:
+    """The column as int64 numpy: a view when it already is one (no copy of a 10 M-row column)."""
+    values = series.to_numpy()
+    if values.dtype == np.int64:
+        return values
+    if values.dtype.kind in "iu":
+        return values.astype(np.int64)
     return series.to_numpy(dtype=np.int64, na_value=0)
 
 

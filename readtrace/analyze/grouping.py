@@ -12,19 +12,39 @@ import pandas as pd
 _OFFSET_BITS = 44  # offsets below 16 TiB; code << 44 + end stays inside int64 for < 2**19 groups
 
 
+_DENSE_TABLE = 1 << 24  # combine codes through a lookup table up to this many (code, code) pairs
+
+
 def dense_codes(*keys: np.ndarray) -> tuple[np.ndarray, int]:
     """One dense code per distinct tuple of keys (each key an int array of equal length)."""
     codes, uniques = pd.factorize(keys[0])
     n = len(uniques)
     for key in keys[1:]:
         sub, sub_uniques = pd.factorize(key)
-        codes, uniques = pd.factorize(codes.astype(np.int64) * len(sub_uniques) + sub)
-        n = len(uniques)
-    return codes.astype(np.int64), n
+        packed = codes.astype(np.int64) * len(sub_uniques) + sub
+        if n * len(sub_uniques) <= _DENSE_TABLE:  # no hashing: mark the pairs present, number them
+            present = np.bincount(packed, minlength=n * len(sub_uniques)) > 0
+            remap = np.cumsum(present) - 1
+            codes, n = remap[packed], int(present.sum())
+        else:
+            codes, uniques = pd.factorize(packed)
+            n = len(uniques)
+    return codes.astype(np.int32 if n < 2**31 else np.int64), n
+
+
+def same_partition(a: np.ndarray, n_a: int, b: np.ndarray, n_b: int) -> bool:
+    """Whether two codings group the rows identically (then one summary serves both)."""
+    if n_a != n_b:
+        return False
+    image = np.zeros(n_a, dtype=np.int64)
+    image[a] = b
+    return bool(np.array_equal(image[a], b))
 
 
 def stable_by_group(codes: np.ndarray, n_groups: int, base: np.ndarray) -> np.ndarray:
     """``base`` (row indices) reordered by group, keeping base order within each group."""
+    if n_groups <= 1:
+        return base
     c = codes[base]
     if n_groups <= np.iinfo(np.uint16).max:
         c = c.astype(np.uint16)
@@ -49,10 +69,18 @@ def group_sum(codes: np.ndarray, n_groups: int, weights=None) -> np.ndarray:
     return np.bincount(codes, weights=weights, minlength=n_groups)
 
 
+def sorted_sum(starts: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Exact int64 sums per group of an array sorted by group; ``starts`` of the (non-empty) groups."""
+    if len(values) == 0:
+        return np.zeros(len(starts), dtype=np.int64)
+    return np.add.reduceat(values, starts, dtype=np.int64)
+
+
 def running_max_in_group(sorted_codes: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Running maximum of ``values`` restarting at each group (codes ascending)."""
     if len(values) == 0:
         return values.copy()
+    sorted_codes = sorted_codes.astype(np.int64, copy=False)
     lo = values.min()
     span = int(values.max() - lo) + 1
     if span < (1 << _OFFSET_BITS) and int(sorted_codes[-1]) < (1 << (62 - _OFFSET_BITS)):
@@ -98,7 +126,7 @@ def top_values(codes: np.ndarray, n_groups: int, values: np.ndarray, k: int = 4,
         vcodes, vuniques = pd.factorize(values)
     else:
         vcodes, vuniques = value_codes, values
-    packed = codes * len(vuniques) + vcodes
+    packed = codes.astype(np.int64) * len(vuniques) + vcodes
     if n_groups * len(vuniques) <= 50_000_000:
         counts = np.bincount(packed, minlength=n_groups * len(vuniques))
         pairs = np.flatnonzero(counts)

@@ -38,7 +38,8 @@ class Thresholds:
     # page cache
     cold_cache_miss_fraction: float = 0.5  # share of the bytes accessed that missed the cache
     cold_cache_min_bytes: int = 1 * MiB
-    reread_min_bytes: int = 1 * MiB  # bytes fetched into the page cache more than once
+    reread_min_bytes: int = 1 * MiB  # bytes fetched into the page cache more than once ...
+    reread_min_fraction: float = 0.05  # ... and this share of the file's distinct fetched bytes
     # FUSE readahead: requests this small mean the kernel default (128 KiB) is in effect
     fuse_readahead_small: int = 128 * 1024
     fuse_readahead_min_requests: int = 16

@@ -56,13 +56,14 @@ def figures(a: Analysis) -> list[Figure]:
     path = a.files["path"].iloc[0] if len(a.files) else ""
     specs = [
         ("offset_time_task", f"Offset over time per task: {path}",
-         lambda: plots.get_offset_time_df(a, "task"), plots.plot_offset_time),
+         lambda: plots.get_offset_time_df(a, "task"), lambda df, ax: plots.plot_offset_time(df, ax=ax)),
         ("offset_time_handle", f"Offset over time per FUSE handle (what the daemon saw): {path}",
-         lambda: plots.get_offset_time_df(a, "handle"), plots.plot_offset_time),
+         lambda: plots.get_offset_time_df(a, "handle"),
+         lambda df, ax: plots.plot_offset_time(df, ax=ax, connect=True)),
         ("size_histogram", "Access sizes (Darshan bins)", lambda: plots.get_size_histogram_df(a),
-         plots.plot_size_histogram),
+         lambda df, ax: plots.plot_size_histogram(df, ax=ax, title="")),
         ("cache_misses", "Page-cache misses over time", lambda: plots.get_cache_misses_df(a),
-         plots.plot_cache_misses),
+         lambda df, ax: plots.plot_cache_misses(df, ax=ax, title="")),
     ]
     out = []
     for name, title, get, plot in specs:
@@ -71,8 +72,7 @@ def figures(a: Analysis) -> list[Figure]:
             out.append(Figure(title, None, why))
             continue
         df = get()
-        out.append(Figure(title, _png(lambda ax, df=df, plot=plot, title=title: plot(df, ax=ax, title=title)),
-                          None))
+        out.append(Figure(title, _png(lambda ax, df=df, plot=plot: plot(df, ax)), None))
     return out
 
 
