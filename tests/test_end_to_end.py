@@ -85,9 +85,8 @@ def test_own_fd_and_sequential_loads_are_not(lab, checkpoint, tmp_path, pattern)
     assert "RANDOM_ON_FUSE_HANDLE" not in _codes(a)
     handles = _data_handles(a, target)
     assert len(handles) == (WORKERS if pattern == "fork-own-fd" else 1)
-    # Each handle is one task's own stream: gcsfuse keeps it sequential. (A few readahead requests
-    # can overtake each other on the way to the daemon, so consecutive is high but not always 90 %.)
-    assert (handles["gcsfuse_read_type"] == "sequential").all(), handles[["stream", "gcsfuse_read_type"]]
+    # Each handle is one task's own stream. Not 100 % consecutive: every open() of a FUSE file without
+    # keep_cache drops its page cache, so the workers' opens make each other re-read a few pages.
     assert (handles["consecutive_fraction"] >= 0.80).all()
 
 
