@@ -76,13 +76,15 @@ class Decoder:
         self._set_comm(self.root_pid, 0, Path("/proc/self/comm").read_text().strip())  # until it execs
 
     # --- strs ring: open / fork / thread / exec ---------------------------------------------------
-    def strs(self, rec: np.ndarray) -> pd.DataFrame:
-        if rec.size == 0:
-            return pd.DataFrame()
-        kinds = rec["kind"].astype(np.int64)
+    def note_strs(self, rec: np.ndarray) -> list[str]:
+        """Live part, while the processes exist: threads, comms, exec'd images, absolute open paths.
+
+        Returns the paths (opens made absolute) for ``strs_frame`` later: no pandas work here, so the
+        recorder takes little CPU from the workload while it runs.
+        """
+        kinds = rec["kind"]
         comms, paths = _cstr(rec["comm"]), _cstr(rec["path"])
-        is_open = kinds == KIND["OPEN"]
-        for i, kind in enumerate(kinds):
+        for i, kind in enumerate(kinds.tolist()):
             pid, tid, new_id = int(rec["pid"][i]), int(rec["tid"][i]), int(rec["arg"][i])
             ts = int(rec["ts_ns"][i])
             if kind in (KIND["FORK"], KIND["THREAD"]):
@@ -95,10 +97,19 @@ class Decoder:
             else:
                 if tid not in self.comm:
                     self._set_comm(tid, 0, comms[i])
-                if is_open[i]:
+                if kind == KIND["OPEN"]:
                     paths[i] = self._absolute(paths[i], pid)
                     self._remember_open(rec[i], paths[i])
+        is_open = kinds == KIND["OPEN"]
         self._remember_ofds(rec["ofd"][is_open], rec["ts_ns"][is_open], rec["dev"][is_open], rec["ino"][is_open])
+        return paths
+
+    def strs_frame(self, rec: np.ndarray, paths: list[str]) -> pd.DataFrame:
+        """The events rows of open/fork/thread/exec records already seen by ``note_strs``."""
+        if rec.size == 0:
+            return pd.DataFrame()
+        kinds = rec["kind"].astype(np.int64)
+        is_open = kinds == KIND["OPEN"]
         return pd.DataFrame({
             "ts_ns": rec["ts_ns"].astype(np.int64), "pid": rec["pid"].astype(np.int32),
             "tid": rec["tid"].astype(np.int32), "comm": self._comms(rec["tid"], rec["ts_ns"]),
@@ -113,7 +124,7 @@ class Decoder:
     def _absolute(self, path: str, pid: int) -> str:
         if not path or os.path.isabs(path):
             return os.path.normpath(path) if path else path
-        try:
+        try:  # relative to the process's cwd now (a chdir between open and drain would mislead)
             base = os.readlink(f"/proc/{pid}/cwd")
         except OSError:  # the process is gone already: the command's working directory
             base = self.cwd

@@ -1,9 +1,10 @@
 """A live recording: the loaded probes, their rings, the decoder and the trace writer.
 
 While the command runs, the fast ring is only copied to a spool file next to the trace (a memcpy
-per drain: the recorder takes almost no CPU from the workload); the few open/fork/exec records are
-decoded live, because naming files needs /proc of processes that are still alive. After the command
-exits the spool is decoded in chunks of CHUNK_RECORDS and appended to the trace: memory stays bounded.
+per drain: the recorder takes almost no CPU from the workload); of the few open/fork/exec records
+only what needs /proc of live processes is done live (absolute paths, exec'd images). After the
+command exits they become rows, then the spool is decoded in chunks of CHUNK_RECORDS and appended to
+the trace: memory stays bounded.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pandas as pd
 
 from readtrace.record.decode import Decoder, files_table
 from readtrace.record.program import CONSTANTS, EVENTS_RING_BYTES
-from readtrace.record.records import EVENT_DTYPE, STR_EVENT_DTYPE
+from readtrace.record.records import EVENT_DTYPE
 from readtrace.record.ring import RECORD_HEADER, CallbackRing, FastRing
 from readtrace.trace import TraceWriter
 
@@ -35,6 +36,7 @@ class Session:
         self.strs = CallbackRing(bpf, b"strs")
         self.records = 0
         self.calls = 0
+        self._strs_seen: list[tuple[np.ndarray, list[str]]] = []  # decoded into rows after the run
         self._spool_path = writer.path / SPOOL_NAME
         self._spool = open(self._spool_path, "wb")  # noqa: SIM115 - closed in finish()
         self._buffers: dict[str, list[pd.DataFrame]] = {"events": [], "pages": [], "fuse": []}
@@ -59,22 +61,26 @@ class Session:
             events.tofile(self._spool)
         strs = self.strs.drain()
         if len(strs):
-            self._decode(strs, np.empty(0, dtype=EVENT_DTYPE))
+            self._strs_seen.append((strs, self.decoder.note_strs(strs)))
 
     def _decode_spool(self) -> None:
         with open(self._spool_path, "rb") as spool:
             while len(chunk := np.fromfile(spool, dtype=EVENT_DTYPE, count=CHUNK_RECORDS)):
-                self._decode(np.empty(0, dtype=STR_EVENT_DTYPE), chunk)
+                self._decode(chunk)
         self._spool_path.unlink()
 
-    def _decode(self, strs: np.ndarray, events: np.ndarray) -> None:
-        self.records += len(strs) + len(events)
-        opens = self.decoder.strs(strs)
-        app, pages, fuse_rows = self.decoder.events(events) if len(events) else (pd.DataFrame(),) * 2 + ([],)
-        app = pd.concat([f for f in (opens, app) if len(f)]) if len(opens) or len(app) else app
+    def _decode(self, events: np.ndarray) -> None:
+        self.records += len(events)
+        app, pages, fuse_rows = self.decoder.events(events)
         self._buffer("events", app)
         self._buffer("pages", pages)
         self._buffer("fuse", pd.DataFrame(fuse_rows))
+
+    def _decode_strs(self) -> None:
+        for rec, paths in self._strs_seen:
+            self.records += len(rec)
+            self._buffer("events", self.decoder.strs_frame(rec, paths))
+        self._strs_seen = []
 
     def _buffer(self, name: str, frame: pd.DataFrame) -> None:
         if not len(frame):
@@ -126,8 +132,9 @@ class Session:
 
     def write(self, mounts) -> None:
         """Decode the spool and the held runs, finish FUSE requests, write the files table."""
+        self._decode_strs()
         self._decode_spool()
-        self._decode(np.empty(0, dtype=STR_EVENT_DTYPE), self._held_runs)
+        self._decode(self._held_runs)
         self._buffer("fuse", pd.DataFrame(self.decoder.unfinished_fuse()))
         for name in self._buffers:
             self._flush(name)
