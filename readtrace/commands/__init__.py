@@ -2,5 +2,9 @@
 ``add_arguments(parser)`` and ``run(args) -> int`` and calls one library function."""
 
 COMMANDS: dict[str, str] = {
+    "record": "readtrace.commands.record",
+    "doctor": "readtrace.commands.doctor",
     "simfs": "readtrace.commands.simfs",
+    "report": "readtrace.commands.report",
+    "fix": "readtrace.commands.fix",
 }

@@ -12,13 +12,16 @@ import pyarrow as pa
 
 EVENT_OPS = (
     "open", "close", "dup", "read", "pread", "readv", "preadv", "mmap", "munmap", "lseek",
-    "fadvise", "readahead", "fork", "exec", "exit",
+    "fadvise", "readahead", "fork", "exec", "exit", "thread",
 )
 PAGE_OPS = ("fault", "map_pages", "get_pages", "miss", "sync_ra", "async_ra")
 
 # events: the application (syscall) view.
 #   arg: op-specific: open flags, dup's old fd, lseek whence, fadvise advice, fork child pid,
 #        mmap address, exec/exit code.
+#   count: calls this row stands for. The recorder merges consecutive reads of one size by one
+#        thread on one OFD (offset == previous end, all complete): offset = first, size/ret = totals,
+#        latency_ns = summed; per-call size = size // count. 1 for everything else.
 EVENTS = pa.schema([
     ("ts_ns", pa.int64()),
     ("pid", pa.int32()),
@@ -35,9 +38,11 @@ EVENTS = pa.schema([
     ("ret", pa.int64()),
     ("latency_ns", pa.int64()),
     ("arg", pa.int64()),
+    ("count", pa.int64()),
 ])
 
 # pages: the page-cache view (filemap / readahead tracepoints), ranges in bytes.
+#   count: tracepoint hits merged into this row (consecutive ranges of one op, thread and file).
 PAGES = pa.schema([
     ("ts_ns", pa.int64()),
     ("pid", pa.int32()),
@@ -48,10 +53,12 @@ PAGES = pa.schema([
     ("path", pa.string()),
     ("offset", pa.int64()),
     ("size", pa.int64()),
+    ("count", pa.int64()),
 ])
 
 # fuse: one row per FUSE request, joined from fuse_request_send/end and the daemon's /dev/fuse read.
 #   pid/tid: the requesting task (tid = fuse_in_header.pid); daemon_tid: the daemon thread that read it.
+#   reply_bytes: data bytes of the reply (reply length minus the 16-byte fuse_out_header), -1 on error.
 FUSE = pa.schema([
     ("ts_ns", pa.int64()),
     ("pid", pa.int32()),
@@ -94,4 +101,6 @@ def default_for(field: pa.Field):
         return None
     if field.name in ("offset", "size", "fd", "ret", "fh", "nodeid"):
         return -1
+    if field.name == "count":
+        return 1
     return 0

@@ -1,0 +1,238 @@
+/* Application view: the syscalls of the traced tree (dispatched from raw sys_enter/sys_exit in
+ * syscalls.bpf.c). Each sys_enter fills the thread's struct inflight slot; the matching sys_exit
+ * completes it into one rt_event. Consecutive full reads of the same
+ * size by one thread on one open file description are merged in kernel (count = calls merged) so a
+ * 4 KiB read storm costs one record per run, with exact call and byte counts. */
+
+struct run {
+    struct rt_event ev;                       /* ev.count == 0: empty; ev.tid: owner */
+    s64 unit;                                 /* requested size of every call in the run */
+};
+BPF_ARRAY(runs, struct run, SLOTS);
+
+struct map_key {
+    u32 tgid;
+    u32 pad;
+    u64 addr;
+};
+struct map_val {
+    u64 ofd;
+    u64 ino;
+    u32 dev;
+};
+BPF_HASH(mmaps, struct map_key, struct map_val, 65536);   /* file mappings, for munmap */
+
+/* Reads skip the inode lookup (4 kernel reads per call): the decoder names their file from the
+ * open that created the same struct file. Rarer calls carry dev/ino themselves. */
+static __always_inline int io_enter_at(u16 kind, s32 fd, s64 offset, s64 size, s64 arg, int use_pos)
+{
+    u32 tid = current_tid();
+    struct inflight *f = inflight_claim(tid);
+    if (!f)
+        return 0;
+    f->tid = tid;
+    f->ts_ns = bpf_ktime_get_ns();
+    f->kind = kind;
+    f->fd = fd;
+    f->size = size;
+    f->arg = arg;
+    f->ofd = fd_to_file(fd);
+    f->dev = 0;
+    f->ino = 0;
+    if (kind > RT_PREADV)
+        file_dev_ino(f->ofd, &f->dev, &f->ino);
+    if (use_pos && f->ofd)                    /* read()/readv(): the offset is the file position */
+        bpf_probe_read_kernel(&offset, sizeof(offset), (void *)(f->ofd + FILE_F_POS));
+    f->offset = offset;
+    return 0;
+}
+
+static __always_inline s64 iov_bytes(u64 vec, u64 vlen)
+{
+    s64 total = 0;
+    u64 len;
+#pragma unroll
+    for (int i = 0; i < IOV_MAX_SUMMED; i++) {
+        if (i >= vlen)
+            break;
+        len = 0;
+        bpf_probe_read_user(&len, sizeof(len), (void *)(vec + i * 16 + 8));
+        total += len;
+    }
+    return total;
+}
+
+/* Submit the thread's pending run, if it has one. */
+static __always_inline void flush_run(u32 tid)
+{
+    u32 slot = slot_of(tid);
+    struct run *r = runs.lookup(&slot);
+    if (!r || !r->ev.count || r->ev.tid != tid)
+        return;
+    submit_event(&r->ev);
+    r->ev.count = 0;
+}
+
+static __always_inline int extends(struct run *r, struct rt_event *e)
+{
+    return r->ev.tid == e->tid && r->ev.kind == e->kind && r->ev.ofd == e->ofd
+        && r->ev.offset + r->ev.ret == e->offset && r->unit == e->size;
+}
+
+/* A completed read: extend this thread's run, or flush the slot's run and start a new one. */
+static __always_inline void emit_read(struct rt_event *e)
+{
+    u32 slot = slot_of(e->tid);
+    int full = COALESCE && e->size > 0 && e->ret == e->size && e->ofd;
+    struct run *r = runs.lookup(&slot);
+    if (!r) {
+        submit_event(e);
+        return;
+    }
+    if (r->ev.count) {
+        if (full && extends(r, e)) {
+            r->ev.count += 1;
+            r->ev.size += e->size;
+            r->ev.ret += e->ret;
+            r->ev.latency_ns += e->latency_ns;
+            return;
+        }
+        submit_event(&r->ev);
+        r->ev.count = 0;
+    }
+    if (full) {
+        __builtin_memcpy(&r->ev, e, sizeof(*e));
+        r->unit = e->size;
+        return;
+    }
+    submit_event(e);
+}
+
+static __always_inline int io_exit(struct inflight *f, u32 tid, s64 ret)
+{
+    struct rt_event e = {};
+    e.ts_ns = f->ts_ns;
+    e.latency_ns = bpf_ktime_get_ns() - f->ts_ns;
+    e.pid = current_tgid();
+    e.tid = tid;
+    e.kind = f->kind;
+    e.fd = f->fd;
+    e.ofd = f->ofd;
+    e.dev = f->dev;
+    e.ino = f->ino;
+    e.offset = f->offset;
+    e.size = f->size;
+    e.arg = f->arg;
+    e.ret = ret;
+    e.count = 1;
+    f->tid = 0;
+    if (e.kind <= RT_PREADV) {
+        emit_read(&e);
+        return 0;
+    }
+    if (e.kind == RT_DUP) {                   /* fd = the new fd, arg = the old one */
+        e.arg = e.fd;
+        e.fd = ret;
+    } else if (e.kind == RT_MMAP) {
+        if (ret < 0 && ret > -4096)
+            e.arg = 0;
+        else {
+            struct map_key k = {.tgid = e.pid, .addr = ret};
+            struct map_val v = {.ofd = e.ofd, .ino = e.ino, .dev = e.dev};
+            e.arg = ret;
+            mmaps.update(&k, &v);
+        }
+    } else if (e.kind == RT_MUNMAP && ret == 0) {
+        struct map_key k = {.tgid = e.pid, .addr = e.arg};
+        mmaps.delete(&k);
+    }
+    submit_event(&e);
+    return 0;
+}
+
+static __always_inline int munmap_enter(u64 addr, u64 len)
+{
+    u32 tid;
+    struct map_key k = {};
+    struct map_val *v;
+    struct inflight *f;
+    k.tgid = current_tgid();
+    k.addr = addr;
+    v = mmaps.lookup(&k);
+    if (!v)
+        return 0;                             /* not a file mapping we saw */
+    tid = current_tid();
+    f = inflight_claim(tid);
+    if (!f)
+        return 0;
+    f->tid = tid;
+    f->ts_ns = bpf_ktime_get_ns();
+    f->kind = RT_MUNMAP;
+    f->fd = -1;
+    f->ofd = v->ofd;
+    f->ino = v->ino;
+    f->dev = v->dev;
+    f->offset = -1;
+    f->size = len;
+    f->arg = addr;
+    return 0;
+}
+
+static __always_inline int close_enter(s32 fd)
+{
+    io_enter_at(RT_CLOSE, fd, -1, -1, 0, 0);
+    flush_run(current_tid());                 /* the struct file may be freed and reused once closed */
+    return 0;
+}
+
+/* open*: the path is read at sys_exit (the user string is still there), with the new file's identity. */
+static __always_inline int open_enter(u64 filename, s64 flags)
+{
+    u32 tid = current_tid();
+    struct inflight *f = inflight_claim(tid);
+    if (!f)
+        return 0;
+    f->tid = tid;
+    f->ts_ns = bpf_ktime_get_ns();
+    f->kind = RT_OPEN;
+    f->ptr = filename;
+    f->arg = flags;
+    return 0;
+}
+
+static __always_inline int open_exit(struct inflight *f, u32 tid, s64 ret)
+{
+    u64 inode = 0;
+    struct rt_str_event *e;
+    f->tid = 0;
+    e = strs.ringbuf_reserve(sizeof(struct rt_str_event));
+    if (!e) {
+        count_lost(1);
+        return 0;
+    }
+    e->ts_ns = f->ts_ns;
+    e->latency_ns = bpf_ktime_get_ns() - f->ts_ns;
+    e->pid = current_tgid();
+    e->tid = tid;
+    e->kind = RT_OPEN;
+    e->arg = f->arg;
+    e->ret = ret;
+    e->fd = ret;
+    e->size = -1;
+    e->ofd = 0;
+    e->ino = 0;
+    e->dev = 0;
+    e->pad32 = 0;
+    bpf_get_current_comm(&e->comm, sizeof(e->comm));
+    if (bpf_probe_read_user_str(&e->path, sizeof(e->path), (void *)f->ptr) < 0)
+        e->path[0] = 0;
+    if (ret >= 0) {
+        e->ofd = fd_to_file(ret);
+        file_dev_ino(e->ofd, &e->dev, &e->ino);
+        inode = e->ofd ? read_ptr(e->ofd + FILE_F_INODE) : 0;
+        if (inode)
+            bpf_probe_read_kernel(&e->size, sizeof(e->size), (void *)(inode + INODE_I_SIZE));
+    }
+    strs.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+    return 0;
+}

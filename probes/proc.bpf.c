@@ -1,0 +1,82 @@
+/* Process tree: follow every task the command creates; flush per-thread runs when a thread exits. */
+
+static __always_inline void submit_task_event(u16 kind, u32 new_id, char *comm, u64 path)
+{
+    struct rt_str_event *e = strs.ringbuf_reserve(sizeof(struct rt_str_event));
+    if (!e) {
+        count_lost(1);
+        return;
+    }
+    __builtin_memset(e, 0, sizeof(*e));
+    e->ts_ns = bpf_ktime_get_ns();
+    e->pid = current_tgid();
+    e->tid = current_tid();
+    e->kind = kind;
+    e->arg = new_id;
+    e->fd = -1;
+    e->size = -1;
+    e->ret = 0;
+    if (comm)
+        bpf_probe_read_kernel_str(&e->comm, sizeof(e->comm), comm);
+    else
+        bpf_get_current_comm(&e->comm, sizeof(e->comm));
+    if (path)
+        bpf_probe_read_kernel_str(&e->path, sizeof(e->path), (void *)path);
+    strs.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
+/* Runs before the new task can run, so nothing it does is missed. */
+TRACEPOINT_PROBE(task, task_newtask)
+{
+    u32 tgid = current_tgid();
+    u32 child = args->pid;
+    u8 one = 1;
+    int thread = (args->clone_flags & CLONE_THREAD_FLAG) != 0;
+    u32 child_tgid = thread ? tgid : child;
+    if (!traced()) return 0;
+    if (!thread && tgids.update(&child_tgid, &one))
+        count_lost(1);                        /* pid beyond PID_LIMIT: cannot happen on Linux */
+    if (tids.update(&child, &child_tgid))
+        count_lost(1);
+    submit_task_event(thread ? RT_THREAD : RT_FORK, child, args->comm, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(sched, sched_process_exec)
+{
+    if (!traced()) return 0;
+    submit_task_event(RT_EXEC, args->pid, 0, (u64)args + (args->data_loc_filename & 0xFFFF));
+    return 0;
+}
+
+TRACEPOINT_PROBE(sched, sched_process_exit)
+{
+    u32 tgid = current_tgid();
+    u32 tid = current_tid();
+    s32 code = 0;
+    struct rt_event e = {};
+    struct inflight *f;
+    if (!traced()) return 0;
+    flush_run(tid);
+    flush_page_runs(tid);
+    f = inflight_mine(tid);
+    if (f)
+        f->tid = 0;                           /* killed inside a syscall: free the slot */
+    bpf_probe_read_kernel(&code, sizeof(code), (void *)(bpf_get_current_task() + TASK_EXIT_CODE));
+    e.ts_ns = bpf_ktime_get_ns();
+    e.pid = tgid;
+    e.tid = tid;
+    e.kind = RT_EXIT;
+    e.fd = -1;
+    e.offset = -1;
+    e.size = -1;
+    e.ret = args->group_dead;
+    e.arg = code;
+    e.count = 1;
+    submit_event(&e);
+    if (args->group_dead) {
+        u8 off = 0;
+        tgids.update(&tgid, &off);            /* the pid may be reused by an unrelated process */
+    }
+    return 0;
+}

@@ -1,0 +1,187 @@
+"""The accesses of a trace as flat numpy columns: reads (syscalls), mmap faults, FUSE requests.
+
+Every access carries the ids the streams group by: task (tid), process (pid), open file description
+(``ofd`` code; for a fault the mapping's open file), file id. Built with hash joins, no row loops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from readtrace.analyze.fileindex import UNKNOWN, FileIndex
+from readtrace.analyze.grouping import dense_codes
+from readtrace.trace.schema import FUSE_READ
+
+READ_OPS = ("read", "pread", "readv", "preadv")
+SOURCE_READ, SOURCE_FAULT, SOURCE_FUSE = 0, 1, 2
+# Synthesized open-file keys when the recorder could not read the kernel's struct file * (positive,
+# so they never collide with kernel pointers, which are negative as int64): (pid, fd) or (pid, file).
+FD_KEY = 1 << 62
+MAPPING_KEY = 3 << 61
+_ANCESTRY_LEVELS = 8  # fork depth searched for the process that created a mapping
+
+
+@dataclass
+class Accesses:
+    """Column arrays, one row per access with bytes > 0 and a known offset."""
+
+    ts: np.ndarray  # int64 ns
+    pid: np.ndarray  # int64
+    tid: np.ndarray  # int64
+    file: np.ndarray  # int64 file id (-1 unknown)
+    ofd: np.ndarray  # int64 key: open file description (kernel struct file *, or synthesized), FUSE handle
+    offset: np.ndarray  # int64
+    nbytes: np.ndarray  # int64, bytes returned (> 0)
+    latency: np.ndarray  # int64 ns (0 unknown)
+    source: np.ndarray  # int8 SOURCE_*
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.offset + self.nbytes
+
+    @classmethod
+    def concat(cls, parts: list[Accesses]) -> Accesses:
+        names = ("ts", "pid", "tid", "file", "ofd", "offset", "nbytes", "latency", "source")
+        used = [p for p in parts if len(p)]
+        if len(used) == 1:
+            return used[0]
+        return cls(**{n: np.concatenate([getattr(p, n) for p in parts]) for n in names})
+
+
+def _i64(series: pd.Series) -> np.ndarray:
+    """The column as int64 numpy: a view when it already is one (no copy of a 10 M-row column)."""
+    values = series.to_numpy()
+    if values.dtype == np.int64:
+        return values
+    if values.dtype.kind in "iu":
+        return values.astype(np.int64)
+    return series.to_numpy(dtype=np.int64, na_value=0)
+
+
+def _lookup_table(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray, default=UNKNOWN) -> np.ndarray:
+    """values[last row with key == wanted], vectorized; default where absent."""
+    if len(keys) == 0:
+        return np.full(len(wanted), default, dtype=np.int64)
+    last = pd.Series(values).groupby(keys).last()
+    pos = pd.Index(last.index).get_indexer(wanted)
+    out = np.full(len(wanted), default, dtype=np.int64)
+    out[pos >= 0] = last.to_numpy()[pos[pos >= 0]]
+    return out
+
+
+def _fd_key(pid: np.ndarray, fd: np.ndarray) -> np.ndarray:
+    return (pid.astype(np.int64) << 24) ^ fd.astype(np.int64)
+
+
+def app_files(events: pd.DataFrame, files: FileIndex) -> pd.DataFrame:
+    """Rows of events that name a file (open, dup, mmap, reads with a path) with their file id."""
+    named = events[(events["ino"] > 0) | events["path"].notna()]
+    out = named[["ts_ns", "pid", "op", "fd", "ofd", "offset", "size"]].copy()
+    out["file"] = files.lookup(named["dev"].to_numpy(), named["ino"].to_numpy(), named["path"])
+    return out
+
+
+def read_accesses(events: pd.DataFrame, files: FileIndex) -> tuple[Accesses, pd.DataFrame]:
+    """Read syscalls that returned bytes at a known offset; also the reads that moved nothing
+    (``file``, ``ret``: 0 at end of file, < 0 failed) or whose offset is unknown."""
+    is_read = events["op"].isin(READ_OPS).to_numpy()
+    pick = None if is_read.all() else is_read  # column by column: never copy the whole table
+
+    def col(name: str) -> np.ndarray:
+        values = _i64(events[name])
+        return values if pick is None else values[pick]
+
+    pid, fd, ofd = col("pid"), col("fd"), col("ofd")
+    named = app_files(events[~is_read], files)
+    path = events["path"] if pick is None else events["path"][pick]
+    file = files.lookup(col("dev"), col("ino"), path)
+    del path
+    todo = file < 0
+    if todo.any():
+        with_ofd = named[named["ofd"] != 0]
+        file[todo] = _lookup_table(_i64(with_ofd["ofd"]), with_ofd["file"].to_numpy(), ofd[todo])
+        todo = file < 0
+        opens = named[named["op"] == "open"]
+        file[todo] = _lookup_table(_fd_key(_i64(opens["pid"]), _i64(opens["fd"])), opens["file"].to_numpy(),
+                                   _fd_key(pid[todo], fd[todo]))
+    ret, offset = col("ret"), col("offset")
+    moved = (ret > 0) & (offset >= 0)
+    idle = pd.DataFrame({"file": file[~moved], "ret": ret[~moved], "offset": offset[~moved]})
+    keep = None if moved.all() else moved
+
+    def kept(values: np.ndarray) -> np.ndarray:
+        return values if keep is None else values[keep]
+
+    # Without the kernel's struct file id, a (pid, fd) pair stands for the open file description.
+    ofd_key = ofd if (ofd != 0).all() else np.where(ofd != 0, ofd, _fd_key(pid, fd) | FD_KEY)
+    acc = Accesses(
+        ts=kept(col("ts_ns")), pid=kept(pid), tid=kept(col("tid")), file=kept(file), ofd=kept(ofd_key),
+        offset=kept(offset), nbytes=kept(ret), latency=kept(col("latency_ns")),
+        source=np.full(int(moved.sum()), SOURCE_READ, np.int8))
+    return acc, idle
+
+
+def _ancestors(events: pd.DataFrame) -> pd.Series:
+    forks = events[events["op"] == "fork"]
+    return pd.Series(_i64(forks["pid"]), index=_i64(forks["arg"])).groupby(level=0).last()
+
+
+def fault_accesses(events: pd.DataFrame, pages: pd.DataFrame, files: FileIndex) -> Accesses:
+    """mmap page faults, attributed to the mapping's open file description.
+
+    A fault belongs to the latest mmap of its file by its process or, for forked workers that inherited
+    the mapping, by the nearest ancestor that mapped it. No mapping found: one per (pid, file).
+    """
+    faults = pages[pages["op"] == "fault"]
+    file = files.lookup(_i64(faults["dev"]), _i64(faults["ino"]), faults["path"])
+    pid = _i64(faults["pid"])
+    mmaps = events[events["op"] == "mmap"]
+    mfile = files.lookup(_i64(mmaps["dev"]), _i64(mmaps["ino"]), mmaps["path"], add=False)
+    mofd = _i64(mmaps["ofd"])
+    mofd = np.where(mofd != 0, mofd, _fd_key(_i64(mmaps["pid"]), _i64(mmaps["fd"])) | FD_KEY)
+    mkey = _fd_key(_i64(mmaps["pid"]), mfile)
+    ofd = np.zeros(len(faults), dtype=np.int64)
+    parent = _ancestors(events)
+    owner = pid.copy()
+    for _ in range(_ANCESTRY_LEVELS):
+        todo = ofd == 0
+        if not todo.any():
+            break
+        ofd[todo] = _lookup_table(mkey, mofd, _fd_key(owner[todo], file[todo]), default=0)
+        todo = ofd == 0
+        pos = parent.index.get_indexer(owner[todo])
+        if not (pos >= 0).any():
+            break
+        owner[np.flatnonzero(todo)[pos >= 0]] = parent.to_numpy()[pos[pos >= 0]]
+    ofd = np.where(ofd != 0, ofd, _fd_key(pid, file) | MAPPING_KEY)
+    return Accesses(
+        ts=_i64(faults["ts_ns"]), pid=pid, tid=_i64(faults["tid"]), file=file, ofd=ofd,
+        offset=_i64(faults["offset"]), nbytes=_i64(faults["size"]).clip(min=0),
+        latency=np.zeros(len(faults), np.int64), source=np.full(len(faults), SOURCE_FAULT, np.int8))
+
+
+def fuse_accesses(fuse: pd.DataFrame, files: FileIndex, used_files: np.ndarray) -> tuple[Accesses, pd.DataFrame]:
+    """FUSE READ requests as accesses on their handle; also the handle table (connection, nodeid, fh)."""
+    reads = fuse[(fuse["opcode"] == FUSE_READ) & (fuse["offset"] >= 0)]
+    size = _i64(reads["size"])
+    reply = _i64(reads["reply_bytes"])
+    nbytes = np.where(reply >= 0, np.minimum(size, reply), size)
+    keep = nbytes > 0
+    reads, nbytes = reads[keep], nbytes[keep]
+    conn, node, fh = _i64(reads["connection"]), _i64(reads["nodeid"]), _i64(reads["fh"])
+    codes, n = dense_codes(conn, node, fh)
+    table = pd.DataFrame({"connection": conn, "nodeid": node, "fh": fh}).groupby(codes).first() \
+        .reindex(range(n)).reset_index(drop=True)
+    table["file"] = files.on_connection(table["connection"].to_numpy(), table["nodeid"].to_numpy(), used_files)
+    acc = Accesses(
+        ts=_i64(reads["ts_ns"]), pid=_i64(reads["pid"]), tid=_i64(reads["tid"]),
+        file=table["file"].to_numpy()[codes], ofd=codes.astype(np.int64),  # the handle's row in table
+        offset=_i64(reads["offset"]), nbytes=nbytes, latency=_i64(reads["latency_ns"]),
+        source=np.full(len(reads), SOURCE_FUSE, np.int8))
+    return acc, table

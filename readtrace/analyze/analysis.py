@@ -1,0 +1,245 @@
+"""``analyze(trace) -> Analysis``: files, streams, findings and a summary from one trace."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from readtrace.analyze import interleave, pagecache
+from readtrace.analyze.accesses import SOURCE_READ, Accesses, fault_accesses, fuse_accesses, read_accesses
+from readtrace.analyze.fileindex import FileIndex
+from readtrace.analyze.grouping import dense_codes, same_partition
+from readtrace.analyze.streams import KINDS, BaseOrders, summarize
+from readtrace.analyze.thresholds import Thresholds
+from readtrace.trace import FUSE_READ, Trace
+
+
+@dataclass
+class Finding:
+    """One Drishti-style finding: what, how bad, the numbers behind it, and the lever to pull."""
+
+    code: str
+    severity: str  # "high" | "warn" | "info"
+    message: str
+    evidence: list[str] = field(default_factory=list)
+    recommendation: str = ""
+    file: str | None = None
+
+
+@dataclass
+class Analysis:
+    """Result of ``analyze``. ``app``/``fuse`` keep the accesses for plots and evidence."""
+
+    files: pd.DataFrame
+    streams: pd.DataFrame
+    findings: list[Finding]
+    summary: dict
+    meta: dict
+    thresholds: Thresholds
+    app: Accesses
+    fuse: Accesses
+    handles: pd.DataFrame  # FUSE handle code -> connection, nodeid, fh, file
+    pages: pd.DataFrame  # page-cache rows with a file id (ts_ns, pid, tid, op, offset, size, file)
+    stream_tasks: pd.DataFrame  # per (open file / FUSE handle, task): the task's own figures
+    trace_path: str | None = None
+
+
+_SHARED_ONLY_PREFIXES = ("task_", "min_task", "interleave", "gcsfuse_")
+
+
+def _streams(app: Accesses, fuse: Accesses, handles: pd.DataFrame, th: Thresholds
+             ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every stream of every kind, one row each (see streams.py for the columns).
+
+    A kind that groups the accesses exactly like one already summarized (single-threaded processes,
+    one open file per file) reuses that summary instead of recomputing it.
+    """
+    orders = BaseOrders(app)
+    task = dense_codes(app.tid, app.file)
+    ofd = dense_codes(app.ofd, app.file)
+    plan = (("ofd", ofd, None), ("task", task, None), ("process", dense_codes(app.pid, app.file), task),
+            ("file", dense_codes(app.file), task))
+    done: list[tuple[tuple[np.ndarray, int], pd.DataFrame]] = []
+    for kind, (codes, n), sub in plan:
+        twin = next((df for (c, m), df in done if same_partition(codes, n, c, m)), None)
+        if twin is not None and kind != "ofd":
+            df = _relabel(twin, kind, app, codes, n)
+        elif kind == "ofd":
+            df = _shared(app, codes, n, orders, th, kind)
+        else:
+            df = summarize(app, codes, n, orders, th, kind, sub=sub)
+        df["code"] = np.arange(n)
+        done.append(((codes, n), df))
+    del orders, task, ofd, plan
+    frames = [df for _, df in done]
+    frames.append(_shared(fuse, fuse.ofd, len(handles), BaseOrders(fuse), th, "fuse_handle"))
+    frames[-1]["code"] = np.arange(len(handles))
+    stream_tasks = pd.concat([f.attrs["tasks"] for f in frames if "tasks" in f.attrs], ignore_index=True)
+    for f in frames:
+        f.attrs.clear()
+    # frames[-1] (FUSE handles) has every column: it keeps the schema when all streams are empty.
+    streams = pd.concat([f for f in frames if len(f)] or [frames[-1]], ignore_index=True)
+    streams["interleaved"] = streams["interleaved"].astype(object).fillna(False).astype(bool)
+    order = {k: i for i, k in enumerate(KINDS)}
+    streams = streams.sort_values(["kind", "bytes"], key=lambda s: s.map(order) if s.name == "kind" else -s,
+                                  kind="stable", ignore_index=True)
+    return streams, stream_tasks
+
+
+def _relabel(twin: pd.DataFrame, kind: str, acc: Accesses, codes: np.ndarray, n: int) -> pd.DataFrame:
+    """A summary computed for another kind with the same groups, under this (unshared) kind's name."""
+    first = np.zeros(n, dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes))[::-1]  # the first row of each group
+    df = twin.copy()
+    df["kind"] = kind
+    for col, values in (("pid", acc.pid), ("tid", acc.tid), ("ofd", acc.ofd), ("file_id", acc.file)):
+        df[col] = values[first]
+    return df.drop(columns=[c for c in df.columns if c.startswith(_SHARED_ONLY_PREFIXES) or c == "interleaved"])
+
+
+def _shared(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: Thresholds, kind: str
+            ) -> pd.DataFrame:
+    """A kind whose streams several tasks can share (open files, FUSE handles): + replay + interleave.
+    ``attrs["tasks"]``: the tasks' own figures inside each stream."""
+    sub = dense_codes(codes, acc.tid)
+    df = summarize(acc, codes, n, orders, th, kind, sub=sub, replay=True)
+    columns, tasks = interleave.per_task(acc, codes, n, sub, orders, df, th)
+    df = pd.concat([df, columns], axis=1)
+    df.attrs["tasks"] = tasks.assign(kind=kind)
+    return df
+
+
+def _label_streams(streams: pd.DataFrame, files: pd.DataFrame, handles: pd.DataFrame) -> None:
+    path = files["path"].reindex(streams["file_id"]).fillna("<unknown file>").to_numpy()
+    streams["path"] = path
+    streams["fstype"] = files["fstype"].reindex(streams["file_id"]).fillna("").to_numpy()
+    is_handle = (streams["kind"] == "fuse_handle").to_numpy()
+    fh = np.full(len(streams), -1, dtype=np.int64)
+    fh[is_handle] = handles["fh"].to_numpy()[streams["ofd"].to_numpy()[is_handle]] if is_handle.any() else []
+    streams["fh"] = fh
+    streams.loc[is_handle, "ofd"] = 0
+    kind = streams["kind"].to_numpy()
+    ofd_hex = [f"{o & 0xFFFFFFFFFFFFFFFF:#x}" for o in streams["ofd"].tolist()]
+    labels = np.select(
+        [kind == "task", kind == "process", kind == "ofd", kind == "fuse_handle"],
+        ["tid " + streams["tid"].astype(str) + " (pid " + streams["pid"].astype(str) + ")",
+         "pid " + streams["pid"].astype(str),
+         pd.Series(["ofd " + h for h in ofd_hex]),
+         "handle " + streams["fh"].astype(str)],
+        default="file")
+    streams["stream"] = labels
+
+
+def _files_table(files: pd.DataFrame, streams: pd.DataFrame, page_stats: pd.DataFrame, idle: pd.DataFrame,
+                 app: Accesses, page_view: bool) -> pd.DataFrame:
+    """Per file: the file stream's figures plus the fractions as each open file saw them."""
+    n = len(files)
+    out = files.copy()
+    by_file = streams[streams["kind"] == "file"].set_index("file_id")
+    read_bytes = np.bincount(app.file[app.source == SOURCE_READ].clip(min=0), weights=app.nbytes[app.source == SOURCE_READ],
+                             minlength=n)
+    out["read_bytes"] = read_bytes.astype(np.int64)
+    out["reads"] = np.bincount(app.file[app.source == SOURCE_READ].clip(min=0), minlength=n)
+    if not page_view:  # no page-cache view recorded: unknown, not zero
+        for col in [c for c in page_stats.columns if c.startswith("cache_")]:
+            page_stats[col] = np.nan
+    out = out.join(page_stats)
+    out["bytes_read"] = (out["read_bytes"] + out["mmap_bytes"]).astype(np.int64)
+    for col in ("accesses", "unique_bytes", "reread_amplification", "tasks", "concurrency",
+                "latency_p50_us", "latency_p99_us", "size_hist", "top_sizes", "top_strides",
+                "first_ts_ns", "last_ts_ns"):
+        out[col] = by_file[col].reindex(out.index)
+    # Fractions as each open file description (or mapping) saw them: what a per-handle daemon sees.
+    ofd = streams[streams["kind"] == "ofd"]
+    w = ofd["bytes"]
+    for name in ("consecutive", "sequential", "seek"):
+        num = (ofd[f"{name}_fraction"] * w).groupby(ofd["file_id"]).sum()
+        out[f"{name}_fraction"] = (num / w.groupby(ofd["file_id"]).sum()).reindex(out.index)
+    out["random_fraction"] = 1 - out["sequential_fraction"]
+    out["merged_sequential_fraction"] = by_file["sequential_fraction"].reindex(out.index)
+    out["open_files"] = ofd.groupby("file_id").size().reindex(out.index).fillna(0).astype(np.int64)
+    handles = streams[streams["kind"] == "fuse_handle"]
+    out["fuse_handles"] = handles.groupby("file_id").size().reindex(out.index).fillna(0).astype(np.int64)
+    out["fuse_read_bytes"] = handles.groupby("file_id")["bytes"].sum().reindex(out.index).fillna(0).astype(np.int64)
+    out["fuse_read_requests"] = handles.groupby("file_id")["accesses"].sum().reindex(out.index).fillna(0) \
+        .astype(np.int64)
+    out["empty_reads"] = idle[idle["ret"] == 0].groupby("file").size().reindex(out.index).fillna(0).astype(np.int64)
+    out["failed_reads"] = idle[idle["ret"] < 0].groupby("file").size().reindex(out.index).fillna(0).astype(np.int64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["cache_miss_fraction"] = (out["cache_miss_bytes"] / out["bytes_read"]).clip(upper=1.0)
+    used = (out["bytes_read"] > 0) | (out["fuse_read_bytes"] > 0) | (out["cache_miss_bytes"].fillna(0) > 0)
+    return out[used].sort_values("bytes_read", ascending=False)
+
+
+def _wall_s(trace: Trace, app: Accesses, fuse: Accesses) -> float | None:
+    if trace.meta.get("wall_s") is not None:
+        return float(trace.meta["wall_s"])
+    stamps = [s for s in (app.ts, fuse.ts, trace.pages["ts_ns"].to_numpy(), trace.events["ts_ns"].to_numpy())
+              if len(s)]
+    if not stamps:
+        return None
+    return (max(int(s.max()) for s in stamps) - min(int(s.min()) for s in stamps)) / 1e9
+
+
+def lost_events(meta: dict) -> int:
+    lost = meta.get("lost_events", 0) or 0
+    return int(sum(lost.values())) if isinstance(lost, dict) else int(lost)
+
+
+def _summary(trace: Trace, files: pd.DataFrame, streams: pd.DataFrame, app: Accesses, fuse: Accesses,
+             pages: pd.DataFrame) -> dict:
+    handles = streams[streams["kind"] == "fuse_handle"]
+    hb = handles["bytes"].sum()
+    page_view = len(trace.pages) > 0
+    return {
+        "bytes_read": int(files["bytes_read"].sum()),
+        "read_bytes": int(files["read_bytes"].sum()),
+        "mmap_bytes": int(files["mmap_bytes"].sum()),
+        "reads": int((app.source == SOURCE_READ).sum()),
+        "page_faults": int(files["page_faults"].sum()),
+        "files": len(files),
+        "tasks": int(len(np.unique(app.tid))),
+        "processes": int(len(np.unique(app.pid))),
+        "cache_miss_bytes": int(files["cache_miss_bytes"].sum()) if page_view else None,
+        "cache_refetched_bytes": int(files["cache_refetched_bytes"].sum()) if page_view else None,
+        "cache_miss_fraction": (min(1.0, files["cache_miss_bytes"].sum() / files["bytes_read"].sum())
+                                if page_view and files["bytes_read"].sum() > 0 else None),
+        "fuse_requests": len(trace.fuse),
+        "fuse_read_requests": int((trace.fuse["opcode"] == FUSE_READ).sum()),
+        "fuse_read_bytes": int(hb),
+        "handle_consecutive_fraction": (float((handles["consecutive_fraction"] * handles["bytes"]).sum() / hb)
+                                        if hb > 0 else None),
+        "handle_sequential_fraction": (float((handles["sequential_fraction"] * handles["bytes"]).sum() / hb)
+                                       if hb > 0 else None),
+        "gcsfuse_predicted_requests": int(handles["gcsfuse_requests"].sum()) if hb > 0 else None,
+        "lost_events": lost_events(trace.meta),
+        "wall_s": _wall_s(trace, app, fuse),
+        "command": trace.meta.get("command"),
+        "exit_code": trace.meta.get("exit_code"),
+    }
+
+
+def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
+    """Analyze a loaded trace (``readtrace.trace.load_trace``/``make_trace``)."""
+    from readtrace.analyze.findings import find_all
+
+    th = thresholds or Thresholds()
+    index = FileIndex(trace.files)
+    reads, idle = read_accesses(trace.events, index)
+    faults = fault_accesses(trace.events, trace.pages, index)
+    app = Accesses.concat([reads, faults])
+    fuse, handles = fuse_accesses(trace.fuse, index, np.unique(app.file))
+    pages = pagecache.page_rows(trace.pages, index)
+    files = index.finish()
+    streams, stream_tasks = _streams(app, fuse, handles, th)
+    _label_streams(streams, files, handles)
+    file_table = _files_table(files, streams, pagecache.per_file(pages, len(files)), idle, app,
+                              page_view=len(trace.pages) > 0)
+    summary = _summary(trace, file_table, streams, app, fuse, pages)
+    a = Analysis(files=file_table, streams=streams, findings=[], summary=summary, meta=trace.meta,
+                 thresholds=th, app=app, fuse=fuse, handles=handles, pages=pages, stream_tasks=stream_tasks,
+                 trace_path=str(trace.path) if trace.path else None)
+    a.findings = find_all(a)
+    return a

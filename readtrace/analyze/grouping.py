@@ -1,0 +1,155 @@
+"""Vectorized group-by primitives over flat arrays: stable group orders, per-group running values.
+
+A "group" is a stream; codes are dense ints 0..n-1. Sorting by code with a stable sort keeps a base
+order (time, offset, latency) inside each group; for < 65,536 groups numpy uses a radix sort.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+_OFFSET_BITS = 44  # offsets below 16 TiB; code << 44 + end stays inside int64 for < 2**19 groups
+
+
+_DENSE_TABLE = 1 << 24  # combine codes through a lookup table up to this many (code, code) pairs
+
+
+def dense_codes(*keys: np.ndarray) -> tuple[np.ndarray, int]:
+    """One dense code per distinct tuple of keys (each key an int array of equal length)."""
+    codes, uniques = pd.factorize(keys[0])
+    n = len(uniques)
+    for key in keys[1:]:
+        sub, sub_uniques = pd.factorize(key)
+        packed = codes.astype(np.int64) * len(sub_uniques) + sub
+        if n * len(sub_uniques) <= _DENSE_TABLE:  # no hashing: mark the pairs present, number them
+            present = np.bincount(packed, minlength=n * len(sub_uniques)) > 0
+            remap = np.cumsum(present) - 1
+            codes, n = remap[packed], int(present.sum())
+        else:
+            codes, uniques = pd.factorize(packed)
+            n = len(uniques)
+    return codes.astype(np.int32 if n < 2**31 else np.int64), n
+
+
+def same_partition(a: np.ndarray, n_a: int, b: np.ndarray, n_b: int) -> bool:
+    """Whether two codings group the rows identically (then one summary serves both)."""
+    if n_a != n_b:
+        return False
+    image = np.zeros(n_a, dtype=np.int64)
+    image[a] = b
+    return bool(np.array_equal(image[a], b))
+
+
+def stable_by_group(codes: np.ndarray, n_groups: int, base: np.ndarray) -> np.ndarray:
+    """``base`` (row indices) reordered by group, keeping base order within each group."""
+    if n_groups <= 1:
+        return base
+    c = codes[base]
+    if n_groups <= np.iinfo(np.uint16).max:
+        c = c.astype(np.uint16)
+    return base[np.argsort(c, kind="stable")]
+
+
+def group_bounds(sorted_codes: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start index and length of each group in an array sorted by code."""
+    counts = np.bincount(sorted_codes, minlength=n_groups)
+    starts = np.zeros(n_groups, dtype=np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    return starts, counts
+
+
+def first_in_group(sorted_codes: np.ndarray) -> np.ndarray:
+    first = np.ones(len(sorted_codes), dtype=bool)
+    first[1:] = sorted_codes[1:] != sorted_codes[:-1]
+    return first
+
+
+def group_sum(codes: np.ndarray, n_groups: int, weights=None) -> np.ndarray:
+    return np.bincount(codes, weights=weights, minlength=n_groups)
+
+
+def sorted_sum(starts: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Exact int64 sums per group of an array sorted by group; ``starts`` of the (non-empty) groups."""
+    if len(values) == 0:
+        return np.zeros(len(starts), dtype=np.int64)
+    return np.add.reduceat(values, starts, dtype=np.int64)
+
+
+def running_max_in_group(sorted_codes: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Running maximum of ``values`` restarting at each group (codes ascending)."""
+    if len(values) == 0:
+        return values.copy()
+    sorted_codes = sorted_codes.astype(np.int64, copy=False)
+    lo = values.min()
+    span = int(values.max() - lo) + 1
+    if span < (1 << _OFFSET_BITS) and int(sorted_codes[-1]) < (1 << (62 - _OFFSET_BITS)):
+        packed = (sorted_codes << _OFFSET_BITS) + (values - lo)
+        return np.maximum.accumulate(packed) - (sorted_codes << _OFFSET_BITS) + lo
+    return pd.Series(values).groupby(sorted_codes).cummax().to_numpy()
+
+
+def union_length(sorted_codes: np.ndarray, n_groups: int, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Bytes covered by the union of [start, end) per group; rows sorted by (code, start)."""
+    reach = running_max_in_group(sorted_codes, end)
+    prev_reach = np.empty_like(reach)
+    if len(reach):
+        prev_reach[0] = start[0]
+        prev_reach[1:] = reach[:-1]
+    prev_reach = np.where(first_in_group(sorted_codes), start, prev_reach)
+    new = np.clip(end - np.maximum(start, prev_reach), 0, None)
+    return group_sum(sorted_codes, n_groups, new)
+
+
+def quantiles(sorted_codes: np.ndarray, n_groups: int, values: np.ndarray, q: float) -> np.ndarray:
+    """Per-group quantile (linear interpolation, numpy's default); values sorted within groups."""
+    starts, counts = group_bounds(sorted_codes, n_groups)
+    out = np.full(n_groups, np.nan)
+    has = counts > 0
+    pos = q * (counts[has] - 1)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.ceil(pos).astype(np.int64)
+    vlo = values[starts[has] + lo].astype(float)
+    vhi = values[starts[has] + hi].astype(float)
+    out[has] = vlo + (vhi - vlo) * (pos - lo)
+    return out
+
+
+def top_values(codes: np.ndarray, n_groups: int, values: np.ndarray, k: int = 4,
+               value_codes: np.ndarray | None = None) -> list[list[list[int]]]:
+    """The ``k`` most frequent values per group as [[value, count], ...] (ties: smaller value first).
+    ``value_codes``: ``pd.factorize(all values)`` codes, ``values`` then being its uniques."""
+    out: list[list[list[int]]] = [[] for _ in range(n_groups)]
+    if len(codes) == 0:
+        return out
+    if value_codes is None:
+        vcodes, vuniques = pd.factorize(values)
+    else:
+        vcodes, vuniques = value_codes, values
+    packed = codes.astype(np.int64) * len(vuniques) + vcodes
+    if n_groups * len(vuniques) <= 50_000_000:
+        counts = np.bincount(packed, minlength=n_groups * len(vuniques))
+        pairs = np.flatnonzero(counts)
+        counts = counts[pairs]
+    else:
+        pairs, counts = np.unique(packed, return_counts=True)
+    table = pd.DataFrame({"g": pairs // len(vuniques), "v": np.asarray(vuniques)[pairs % len(vuniques)],
+                          "n": counts})
+    table = table.sort_values(["g", "n", "v"], ascending=[True, False, True]).groupby("g").head(k)
+    for g, v, n in zip(table["g"].to_numpy(), table["v"].to_numpy(), table["n"].to_numpy(), strict=True):
+        out[g].append([int(v), int(n)])
+    return out
+
+
+def max_overlap(groups: np.ndarray, n_groups: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per group, the most intervals [start, end] open at one instant (end before start on ties)."""
+    out = np.zeros(n_groups, dtype=np.int64)
+    if len(groups) == 0:
+        return out
+    g = np.concatenate([groups, groups])
+    t = np.concatenate([starts, ends])
+    d = np.concatenate([np.ones(len(groups), np.int64), -np.ones(len(groups), np.int64)])
+    order = np.lexsort((d, t, g))
+    # Each group's +1/-1 sum to zero, so the running level restarts at 0 at every group.
+    np.maximum.at(out, g[order], np.cumsum(d[order]))
+    return out

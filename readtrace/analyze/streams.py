@@ -1,0 +1,191 @@
+"""Streams: the ordered accesses of one task, process, open file description, FUSE handle or file.
+
+Classification (DESIGN.md words; Darshan's counters):
+- consecutive: offset == previous end (POSIX_CONSEC_READS)
+- sequential: offset >= previous end, i.e. forward, gaps allowed (POSIX_SEQ_READS; includes consecutive)
+- random: the rest, backward or overlapping (Drishti: total - sequential)
+- seek (gcsfuse's word): starts before the previous end or more than ``gcsfuse_seek_window`` (8 MiB)
+  past it; ``seek_fraction`` is what a per-handle daemon treats as a jump. Interleaved quarters are
+  "sequential" to Darshan (every jump is forward) but seeks to gcsfuse.
+A stream's first access continues nothing and jumps nowhere: it counts as consecutive, not a seek.
+Fractions come count-weighted (``*_count_fraction``) and byte-weighted (``*_fraction``).
+Strides are the gap from the previous end (0 = consecutive).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+
+from readtrace.analyze import gcsfuse
+from readtrace.analyze.accesses import SOURCE_FAULT, Accesses
+from readtrace.analyze.grouping import (
+    first_in_group,
+    group_bounds,
+    max_overlap,
+    quantiles,
+    sorted_sum,
+    stable_by_group,
+    top_values,
+    union_length,
+)
+from readtrace.analyze.histogram import LABELS, size_bin
+from readtrace.analyze.thresholds import Thresholds
+
+KINDS = ("task", "process", "ofd", "fuse_handle", "file")
+
+
+@dataclass
+class BaseOrders:
+    """Row orders and per-row values of one Accesses computed once and shared by every stream kind."""
+
+    acc: Accesses
+
+    @cached_property
+    def by_time(self) -> np.ndarray:
+        ts = self.acc.ts
+        if len(ts) < 2 or bool(np.all(ts[1:] >= ts[:-1])):
+            return np.arange(len(ts))
+        return np.argsort(ts, kind="stable")
+
+    @cached_property
+    def by_offset(self) -> np.ndarray:
+        """By (file, offset): every stream lies inside one file, so this is offset order per stream."""
+        return np.lexsort((self.acc.offset, self.acc.file))
+
+    @cached_property
+    def timed(self) -> np.ndarray:
+        """Rows with a latency, by latency."""
+        rows = np.flatnonzero(self.acc.latency > 0)
+        return rows[np.argsort(self.acc.latency[rows], kind="stable")]
+
+    @cached_property
+    def size_bins(self) -> np.ndarray:
+        return size_bin(self.acc.nbytes).astype(np.int8)
+
+    @cached_property
+    def size_codes(self) -> tuple[np.ndarray, np.ndarray]:
+        codes, uniques = pd.factorize(self.acc.nbytes)
+        return codes, np.asarray(uniques)
+
+
+@dataclass
+class Classified:
+    """Per-row classification in (group, time) order."""
+
+    order: np.ndarray
+    codes: np.ndarray
+    offset: np.ndarray
+    prev_end: np.ndarray  # the previous access's end; a group's first access: its own offset
+    first: np.ndarray
+
+    @property
+    def consecutive(self) -> np.ndarray:
+        return self.offset == self.prev_end
+
+    @property
+    def sequential(self) -> np.ndarray:
+        return self.offset >= self.prev_end
+
+    def seek(self, window: int) -> np.ndarray:
+        return (self.offset < self.prev_end) | (self.offset > self.prev_end + window)
+
+
+def classify(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders) -> Classified:
+    order = stable_by_group(codes, n, orders.by_time)
+    c = codes[order]
+    offset = acc.offset[order]
+    first = first_in_group(c)
+    prev_end = np.empty_like(offset)
+    if len(offset):
+        prev_end[1:] = offset[:-1]
+        prev_end[1:] += acc.nbytes[order[:-1]]
+        prev_end[first] = offset[first]
+    return Classified(order=order, codes=c, offset=offset, prev_end=prev_end, first=first)
+
+
+def fractions(cl: Classified, starts: np.ndarray, nb: np.ndarray, counts: np.ndarray, nbytes: np.ndarray,
+              window: int) -> dict[str, np.ndarray]:
+    """consecutive / sequential / random / seek fractions, byte- and count-weighted."""
+    out = {}
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for name, flag in (("consecutive", cl.consecutive), ("sequential", cl.sequential),
+                           ("seek", cl.seek(window))):
+            out[f"{name}_fraction"] = sorted_sum(starts, nb * flag) / nbytes
+            out[f"{name}_count_fraction"] = sorted_sum(starts, flag) / counts
+    out["random_fraction"] = 1 - out["sequential_fraction"]
+    out["random_count_fraction"] = 1 - out["sequential_count_fraction"]
+    return out
+
+
+def summarize(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: Thresholds, kind: str,
+              sub: tuple[np.ndarray, int] | None = None, replay: bool = False) -> pd.DataFrame:
+    """One row per stream code 0..n-1 with every per-stream figure.
+
+    ``sub``: codes of the (stream, task) pieces, for tasks and concurrency; None when a stream is one task.
+    """
+    cl = classify(acc, codes, n, orders)
+    starts, counts = group_bounds(cl.codes, n)
+    nb = acc.nbytes[cl.order]
+    nbytes = sorted_sum(starts, nb)
+    first_rows = cl.order[starts]
+    last_rows = cl.order[starts + counts - 1]
+    df = pd.DataFrame({
+        "kind": kind, "file_id": acc.file[first_rows], "pid": acc.pid[first_rows], "tid": acc.tid[first_rows],
+        "ofd": acc.ofd[first_rows], "accesses": counts,
+        "faults": sorted_sum(starts, acc.source[cl.order] == SOURCE_FAULT), "bytes": nbytes,
+        **fractions(cl, starts, nb, counts, nbytes, th.gcsfuse_seek_window),
+        "first_ts_ns": acc.ts[first_rows], "last_ts_ns": acc.ts[last_rows],
+    })
+    del nb
+    df["top_strides"] = top_values(cl.codes, n, cl.offset - cl.prev_end)
+    if replay:
+        _add_replay(df, cl, starts, acc, th)
+    del cl
+    by_off = stable_by_group(codes, n, orders.by_offset)
+    df["unique_bytes"] = union_length(codes[by_off], n, acc.offset[by_off],
+                                      acc.offset[by_off] + acc.nbytes[by_off]).astype(np.int64)
+    del by_off
+    df["reread_amplification"] = df["bytes"] / df["unique_bytes"].where(df["unique_bytes"] > 0)
+    if replay:
+        df["gcsfuse_sequential_requests"] = gcsfuse.sequential_requests(df["unique_bytes"].to_numpy(), th)
+    timed = stable_by_group(codes, n, orders.timed) if len(orders.timed) else orders.timed
+    for q in (50, 99):
+        df[f"latency_p{q}_us"] = quantiles(codes[timed], n, acc.latency[timed], q / 100) / 1e3
+    del timed
+    hist = np.bincount(codes.astype(np.int64) * len(LABELS) + orders.size_bins,
+                       minlength=n * len(LABELS)).reshape(n, len(LABELS))
+    df["size_hist"] = [dict(zip(LABELS, row.tolist(), strict=True)) for row in hist]
+    size_codes, sizes = orders.size_codes
+    df["top_sizes"] = top_values(codes, n, sizes, k=4, value_codes=size_codes)
+    df["tasks"], df["concurrency"] = _tasks(acc, codes, n, sub)
+    return df
+
+
+def _tasks(acc: Accesses, codes: np.ndarray, n: int, sub: tuple[np.ndarray, int] | None
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct tasks per stream and the most of them active at once (each from its first access to
+    the end of its last)."""
+    if sub is None:
+        return np.ones(n, dtype=np.int64), np.ones(n, dtype=np.int64)
+    sub_codes, n_sub = sub
+    parent = np.zeros(n_sub, dtype=np.int64)
+    parent[sub_codes] = codes
+    start = np.full(n_sub, np.iinfo(np.int64).max)
+    stop = np.full(n_sub, np.iinfo(np.int64).min)
+    np.minimum.at(start, sub_codes, acc.ts)
+    np.maximum.at(stop, sub_codes, acc.ts + acc.latency)
+    return np.bincount(parent, minlength=n).astype(np.int64), max_overlap(parent, n, start, stop)
+
+
+def _add_replay(df: pd.DataFrame, cl: Classified, starts: np.ndarray, acc: Accesses, th: Thresholds) -> None:
+    r = gcsfuse.replay(cl.codes, starts, cl.offset, cl.prev_end, acc.nbytes[cl.order], th)
+    df["gcsfuse_seeks"] = r.seeks
+    df["gcsfuse_requests"] = r.requests
+    with np.errstate(invalid="ignore", divide="ignore"):
+        random_share = r.random_bytes / df["bytes"].to_numpy()
+    df["gcsfuse_read_type"] = np.where(random_share >= 0.5, "random", "sequential")
+    df["gcsfuse_random_after"] = r.random_after

@@ -1,0 +1,68 @@
+"""Every number a finding or a classification rule compares against, in one overridable place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from readtrace.errors import ExitStatus, ReadtraceError
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Defaults follow DESIGN.md and Drishti; override with ``--threshold NAME=VALUE``."""
+
+    # gcsfuse replay (internal/gcsx/random_reader.go)
+    gcsfuse_seek_window: int = 8 * MiB  # a read > this past the expected offset is a seek
+    gcsfuse_min_seeks_for_random: int = 2
+    gcsfuse_max_random_read: int = 8 * MiB  # random requests fetch 1..8 MiB
+    gcsfuse_min_random_read: int = 1 * MiB
+    gcsfuse_sequential_read: int = 200 * MiB  # --sequential-read-size-mb
+    # shared-fd interleave: tasks mostly in order on their own (no seeks), the merged stream mostly not
+    interleave_min_tasks: int = 2
+    interleave_task_in_order_min: float = 0.8  # byte-weighted over the tasks
+    interleave_merged_in_order_max: float = 0.5
+    interleave_min_score: float = 0.3
+    interleave_min_bytes: int = 1 * MiB
+    evidence_lines: int = 8
+    # random reads on a per-handle file system
+    random_handle_fraction: float = 0.3  # byte-weighted seek fraction on the handle
+    random_handle_min_requests: int = 16  # predicted backend requests before it matters
+    # Drishti: small requests < 1 MiB making up > 10 % of the requests
+    small_request_size: int = 1 * MiB
+    small_request_fraction: float = 0.1
+    small_request_min_count: int = 16
+    # mmap page faults
+    mmap_fault_min_count: int = 256
+    # page cache
+    cold_cache_miss_fraction: float = 0.5  # share of the bytes accessed that missed the cache
+    cold_cache_min_bytes: int = 1 * MiB
+    reread_min_bytes: int = 1 * MiB  # bytes fetched into the page cache more than once ...
+    reread_min_fraction: float = 0.05  # ... and this share of the file's distinct fetched bytes
+    # FUSE readahead: requests this small mean the kernel default (128 KiB) is in effect
+    fuse_readahead_small: int = 128 * 1024
+    fuse_readahead_min_requests: int = 16
+    fuse_readahead_recommended_kb: int = 1024
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    def override(self, assignments: list[str] | None) -> Thresholds:
+        """A copy with ``NAME=VALUE`` assignments applied; a bad one is a usage error (one line)."""
+        types = {f.name: f.type for f in fields(self)}
+        changes: dict[str, float | int] = {}
+        for item in assignments or []:
+            name, sep, text = item.partition("=")
+            name = name.strip()
+            if not sep or name not in types:
+                raise ReadtraceError(
+                    f"--threshold {item!r}: expected NAME=VALUE with NAME one of {', '.join(types)}",
+                    ExitStatus.USAGE)
+            try:
+                changes[name] = int(text) if types[name] in ("int", int) else float(text)
+            except ValueError:
+                raise ReadtraceError(f"--threshold {item!r}: {text!r} is not a {types[name]}",
+                                     ExitStatus.USAGE) from None
+        return replace(self, **changes)

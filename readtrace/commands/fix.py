@@ -1,0 +1,83 @@
+"""Run a load with the fix, or prove it: rerun baseline and fixed, each cold, and compare.
+
+  readtrace fix --compare                          # the newest trace's command, in this directory
+  readtrace fix --compare run.rtrace               # a recorded command (options before TRACE)
+  readtrace fix --compare --repeat 3 -- python load.py model.safetensors
+  readtrace fix -- python load.py model.safetensors   # just run it with the fix
+
+The fix is injected into the unchanged command (a sitecustomize shim on PYTHONPATH routes
+safetensors load_file/safe_open): `prefetch` streams each checkpoint into the page cache with large
+sequential reads on fds of its own; `own-fd` loads it with one sequential reader per fd into pinned
+buffers and onto the target device; `both` (default) does both; `auto` picks per file system and
+device. Every loaded tensor's name, dtype, shape and sha256 are recorded in both runs: any
+difference is an error naming the tensors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.fix.strategies import FIX_STRATEGIES
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--compare", action="store_true", help="rerun baseline and fixed, cold, and compare")
+    parser.add_argument("--strategy", choices=FIX_STRATEGIES, default="both", help="the fix (default: both)")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N", help="N interleaved runs per side")
+    parser.add_argument("--device", help="load onto this device instead of the one the script asks for")
+    parser.add_argument("--files", nargs="+", metavar="PATH",
+                        help="checkpoint files to evict before each run (default: found by a discovery run)")
+    parser.add_argument("--no-record", action="store_true", help="do not record the reruns with eBPF")
+    parser.add_argument("--keep", metavar="DIR", help="keep manifests, logs and traces of every run in DIR")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("target", nargs=argparse.REMAINDER, metavar="TRACE | -- CMD",
+                        help="a trace, or -- and a command (options go before it)")
+
+
+def run(args) -> int:
+    from readtrace.fix.compare import compare, default_recorder  # imports torch: only when running
+    from readtrace.fix.compare_report import render_table, to_json
+    from readtrace.fix.inject import shim_environment
+
+    command, cwd, files = _target(args.target)
+    if not args.compare:
+        with shim_environment(args.strategy, None, device=args.device) as env:
+            return subprocess.run(command, env=env, cwd=cwd).returncode
+    recorder, why_not = (None, "runs not recorded (--no-record)") if args.no_record else default_recorder()
+    log = (lambda line: print(f"readtrace: {line}", file=sys.stderr)) if not args.json else (lambda line: None)
+    result = compare(command, strategy=args.strategy, repeat=args.repeat, files=args.files or files,
+                     device=args.device, cwd=cwd, workdir=args.keep, recorder=recorder, log=log)
+    if why_not:
+        result.notes.append(why_not)
+    if args.json:
+        json.dump(to_json(result), sys.stdout, indent=2)
+        print()
+    else:
+        render_table(result, sys.stdout)
+    if not result.diff.all_identical:
+        names = to_json(result)["differing_tensors"]
+        raise ReadtraceError(f"the fixed run loaded different tensors: {', '.join(names[:10])}"
+                             + (f" and {len(names) - 10} more" if len(names) > 10 else ""), ExitStatus.ERROR)
+    return ExitStatus.OK
+
+
+def _target(target: list[str]) -> tuple[list[str], str | None, list[str] | None]:
+    """(command, cwd, files to evict) from `-- CMD`, a trace, or the newest trace here."""
+    if target and target[0] == "--":
+        target = target[1:]
+        if not target:
+            raise ReadtraceError("nothing to run after --", ExitStatus.USAGE)
+        return target, None, None
+    if len(target) > 1:
+        raise ReadtraceError("give one trace, or a command after --", ExitStatus.USAGE)
+    from readtrace.fix.compare import command_from_trace
+
+    if target:
+        return command_from_trace(target[0])
+    from readtrace.trace import newest_trace
+
+    return command_from_trace(newest_trace("."))

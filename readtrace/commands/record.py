@@ -1,0 +1,51 @@
+"""Run a command under eBPF probes and record how it reads files.
+
+Follows the whole process tree (threads, forks, execs) and records three joinable views: syscalls
+(open, read/pread/readv/preadv, mmap, lseek, dup, close, ...), the page cache (faults, lookups,
+misses, readahead) and, for files on FUSE mounts, every FUSE request (handle, thread, offset, size).
+Needs root (or CAP_BPF+CAP_PERFMON); `readtrace doctor` checks the rest.
+
+  sudo readtrace record -- python load.py
+  sudo readtrace record -o load.rtrace -- torchrun --nproc-per-node 2 load.py
+
+Exit code: the command's own; 127 when it does not exist; 130 after Ctrl-C (the trace is still written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from readtrace.errors import ExitStatus, ReadtraceError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--output", help="trace path (default: ./readtrace-<prog>-<pid>.rtrace)")
+    parser.add_argument("-f", "--force", action="store_true", help="overwrite an existing trace")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    parser.add_argument("--no-coalesce", action="store_true",
+                        help="one row per read call (default: merge consecutive same-size reads in kernel)")
+    parser.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]",
+                        help="the command to run and trace")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.ebpf:
+        from readtrace.record.btf import BTFError
+        from readtrace.record.program import build_source, fuse_supported
+
+        try:
+            print(build_source(with_fuse=fuse_supported(), coalesce=not args.no_coalesce))
+        except BTFError as e:
+            raise ReadtraceError(f"kernel BTF: {e}", ExitStatus.PREREQUISITE) from e
+        return ExitStatus.OK
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        raise ReadtraceError("no command given: readtrace record -- CMD [ARGS...]", ExitStatus.USAGE)
+    from readtrace.record import record_command
+
+    result = record_command(cmd, args.output, force=args.force, quiet=args.quiet,
+                            coalesce=not args.no_coalesce)
+    sys.stdout.flush()
+    return result.exit_code

@@ -1,0 +1,1 @@
+"""Remediation: the own-fd sequential loader, the page-cache prefetcher, eviction and the rerun shim."""

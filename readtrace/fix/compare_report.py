@@ -1,0 +1,103 @@
+"""Render a Comparison: one plain-text table for people, one JSON object for machines."""
+
+from __future__ import annotations
+
+import statistics
+from typing import TextIO
+
+from readtrace.fix.compare import Comparison
+
+SIDES = ("baseline", "fixed")
+# (label, summary key, format) of the trace-derived rows; shown when the runs were recorded.
+TRACE_ROWS = (
+    ("bytes fetched (page-cache misses)", "cache_miss_bytes", "bytes"),
+    ("bytes read by the program", "bytes_read", "bytes"),
+    ("FUSE read requests", "fuse_read_requests", "count"),
+    ("% consecutive on the handle", "handle_consecutive_fraction", "percent"),
+    ("lost events", "lost_events", "count"),
+)
+
+
+def side_summary(comparison: Comparison, side: str) -> dict:
+    """Medians over one side's runs: wall, loader time and every numeric trace summary field."""
+    runs = comparison.side(side)
+    out = {"wall_s": statistics.median(r.wall_s for r in runs),
+           "loader_s": statistics.median(r.loader_s for r in runs),
+           "runs": [{"wall_s": r.wall_s, "loader_s": r.loader_s, "trace": r.trace_path} for r in runs]}
+    summaries = [r.summary for r in runs if r.summary]
+    if summaries:
+        keys = {k for s in summaries for k, v in s.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        for key in sorted(keys):
+            values = [s[key] for s in summaries if isinstance(s.get(key), int | float)]
+            out[key] = statistics.median(values) if values else None
+        out["findings"] = sorted({code for s in summaries for code in s.get("findings", []) if code})
+    return out
+
+
+def to_json(comparison: Comparison) -> dict:
+    diff = comparison.diff
+    return {
+        "command": comparison.command,
+        "strategy": comparison.strategy,
+        "repeat": len(comparison.side("fixed")),
+        "baseline": side_summary(comparison, "baseline"),
+        "fixed": side_summary(comparison, "fixed"),
+        "speedup": comparison.speedup,
+        "tensors": diff.count,
+        "tensors_identical": diff.all_identical,
+        "differing_tensors": diff.differing + [f"{n} (baseline only)" for n in diff.only_baseline]
+        + [f"{n} (fixed only)" for n in diff.only_fixed],
+        "files": [{"path": e.path, "fstype": e.fstype, "resident_before": e.before, "resident_after": e.after}
+                  for e in comparison.evictions],
+        "notes": comparison.notes,
+    }
+
+
+def render_table(comparison: Comparison, out: TextIO) -> None:
+    data = to_json(comparison)
+    base, fixed = data["baseline"], data["fixed"]
+    repeat = data["repeat"]
+    out.write(f"fix --compare: strategy {data['strategy']}, {repeat} cold run{'s' * (repeat > 1)} each"
+              f"{' (median, interleaved)' if repeat > 1 else ''}\n")
+    rows = [("wall time", _fmt(base["wall_s"], "seconds"), _fmt(fixed["wall_s"], "seconds"),
+             _speedup(data["speedup"])),
+            ("time inside loader calls", _fmt(base["loader_s"], "seconds"), _fmt(fixed["loader_s"], "seconds"),
+             _speedup(base["loader_s"] / fixed["loader_s"]) if fixed["loader_s"] > 0 else "")]
+    for label, key, kind in TRACE_ROWS:
+        if key in base or key in fixed:
+            rows.append((label, _fmt(base.get(key), kind), _fmt(fixed.get(key), kind), ""))
+    if "findings" in base or "findings" in fixed:
+        rows.append(("findings", ", ".join(base.get("findings", [])) or "none",
+                     ", ".join(fixed.get("findings", [])) or "none", ""))
+    rows.append(("tensors identical", f"{comparison.diff.identical}/{data['tensors']}", "",
+                 "yes" if data["tensors_identical"] else "NO"))
+    widths = [max(len(r[i]) for r in [("", "baseline", "fixed", "")] + rows) for i in range(4)]
+    header = ("", "baseline", "fixed", "")
+    for row in [header, *rows]:
+        out.write(f"  {row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]}".rstrip()
+                  + "\n")
+    for name in data["differing_tensors"]:
+        out.write(f"  DIFFERS: {name}\n")
+    for note in data["notes"]:
+        out.write(f"  note: {note}\n")
+
+
+def _speedup(x: float) -> str:
+    if x == float("inf"):
+        return ""
+    return f"{x:.1f}x faster" if x >= 1 else f"{1 / x:.2f}x slower"
+
+
+def _fmt(value, kind: str) -> str:
+    if value is None:
+        return "-"
+    if kind == "seconds":
+        return f"{value:.2f} s"
+    if kind == "percent":
+        return f"{100 * value:.0f} %"
+    if kind == "bytes":
+        for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+            if value >= size:
+                return f"{value / size:.1f} {unit}"
+        return f"{int(value)} B"
+    return f"{int(value):,}"

@@ -1,0 +1,59 @@
+"""Make exactly the given files cold: posix_fadvise(DONTNEED) on each, residency before and after.
+
+Never touches other files (no drop_caches); flushes pages someone else left dirty (fdatasync) so they
+can be dropped. Pages a running process still maps may stay; a
+file system with its own cache (FUSE daemons, NFS servers) or one living in memory is named in a note.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.fix.fileio import open_fd
+from readtrace.fix.fsinfo import cold_cache_caveat, mount_of
+from readtrace.fix.residency import cached_pages
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """One file's page-cache residency before and after eviction, and why it may not be cold."""
+
+    path: str
+    pages: int
+    cached_before: int
+    cached_after: int
+    fstype: str
+    note: str | None
+
+    @property
+    def before(self) -> float:
+        return self.cached_before / self.pages if self.pages else 0.0
+
+    @property
+    def after(self) -> float:
+        return self.cached_after / self.pages if self.pages else 0.0
+
+
+def evict(paths: Iterable[str | os.PathLike]) -> list[Eviction]:
+    """Drop each file's pages from the page cache; report residency before/after per file."""
+    return [_evict_one(os.fspath(p)) for p in paths]
+
+
+def _evict_one(path: str) -> Eviction:
+    try:
+        before, pages = cached_pages(path)
+        with open_fd(path, sequential=False) as fd:
+            os.fdatasync(fd)  # a freshly written file's dirty pages would survive DONTNEED
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        after, _ = cached_pages(path)
+        mount = mount_of(path)
+    except OSError as e:
+        raise ReadtraceError(f"cannot evict {path}: {e.strerror or e}", ExitStatus.BAD_INPUT) from None
+    fstype = mount.fstype if mount else "unknown"
+    note = cold_cache_caveat(fstype)
+    if note is None and pages and after > pages // 100:
+        note = f"{after}/{pages} pages stayed cached (mapped by a running process, or dirty)"
+    return Eviction(path, pages, before, after, fstype, note)

@@ -1,0 +1,184 @@
+"""The own-fd sequential safetensors loader.
+
+``load_file(path, device)`` returns what ``safetensors.torch.load_file`` returns (same names, dtypes,
+shapes and bytes) but reads the file its own way: a new fd per reader (never a handle shared with other
+threads or processes), the header validated here, then the data section in big sequential chunks.
+
+- CPU target: one allocation for the whole data section, read straight into it; tensors are views.
+- CUDA target: chunks land in pinned staging buffers and are copied to one device allocation on a
+  side stream, so the next read overlaps the previous host-to-device copy (events guard buffer reuse).
+- ``threads > 1``: each thread owns one contiguous range of the data section and its own fd, so every
+  handle still sees a purely sequential stream.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.fix.fileio import MiB, open_fd, read_into, tensor_bytes
+from readtrace.fix.header import CheckpointFormatError, Header, read_header
+from readtrace.fix.spans import split_spans
+
+DEFAULT_CHUNK_BYTES = 16 * MiB
+DEFAULT_BUFFERS = 2
+MAX_CUDA_THREADS = 8
+
+
+def load_file(
+    path: str | os.PathLike,
+    device: str | int | torch.device = "cpu",
+    *,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    pinned: bool = True,
+    threads: int | None = None,
+    num_buffers: int = DEFAULT_BUFFERS,
+) -> dict[str, torch.Tensor]:
+    """Load every tensor of the safetensors file ``path`` onto ``device``.
+
+    ``chunk_bytes`` is the size of each read; ``pinned`` stages device copies in page-locked memory;
+    ``threads`` readers each own a contiguous range and an fd (default: 1 for CPU, where filling
+    fresh memory costs more than reading; up to 8 for CUDA, where reading from the page cache into
+    reused pinned buffers must keep up with the copy engine); ``num_buffers`` staging buffers per
+    reader (2 = double buffering). Raises ``CheckpointFormatError`` (exit code BAD_INPUT) for a
+    malformed, truncated or empty file.
+    """
+    target = resolve_device(device)
+    if threads is None:
+        threads = min(MAX_CUDA_THREADS, os.cpu_count() or 1) if target.type == "cuda" else 1
+    if chunk_bytes <= 0 or threads <= 0 or num_buffers <= 0:
+        raise ReadtraceError("chunk_bytes, threads and num_buffers must be positive", ExitStatus.USAGE)
+    with open_fd(path) as fd:
+        header = read_header(fd, path)
+        stage_on = target if target.type in ("cpu", "cuda") else torch.device("cpu")
+        storage = torch.empty(header.data_len, dtype=torch.uint8, device=stage_on)
+        if stage_on.type == "cuda":
+            reader = _device_reader(chunk_bytes, pinned, num_buffers)
+        else:
+            reader = _host_reader(chunk_bytes)
+        _read_section(path, fd, header, storage, reader, threads)
+    if storage.device != target:
+        storage = storage.to(target)
+    return tensor_views(header, storage)
+
+
+def resolve_device(device: str | int | torch.device) -> torch.device:
+    """``"cuda"``, ``0``, ``"cuda:1"``, ``torch.device(...)`` -> a torch.device; checks CUDA exists."""
+    target = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
+    if target.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ReadtraceError(f"device {target} requested but no CUDA GPU is available",
+                                 ExitStatus.PREREQUISITE)
+        if target.index is None:
+            target = torch.device("cuda", torch.cuda.current_device())
+    return target
+
+
+def tensor_views(header: Header, storage: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Tensors as views into ``storage`` (the data section); misaligned ones get their own copy."""
+    tensors: dict[str, torch.Tensor] = {}
+    for info in header.tensors:
+        if info.nbytes == 0:
+            tensors[info.name] = torch.empty(info.shape, dtype=info.dtype, device=storage.device)
+            continue
+        raw = storage[info.begin:info.end]
+        if info.begin % info.dtype.itemsize:  # torch cannot view unaligned bytes as a wider dtype
+            raw = raw.clone()
+        tensors[info.name] = raw.view(info.dtype).view(info.shape)
+    return tensors
+
+
+# A reader fills ``dest`` (a uint8 tensor slice) from ``offset`` of ``fd``; returns the bytes read.
+Reader = Callable[[int, int, torch.Tensor], int]
+
+
+def _read_section(path, fd: int, header: Header, storage: torch.Tensor, reader: Reader, threads: int) -> None:
+    spans = split_spans(header.data_len, threads)
+
+    def read_span(index: int) -> None:
+        start, end = spans[index]
+        if index == 0:
+            got = reader(fd, header.data_start + start, storage[start:end])
+        else:
+            with open_fd(path) as own_fd:
+                got = reader(own_fd, header.data_start + start, storage[start:end])
+        if got != end - start:
+            raise CheckpointFormatError(path, f"truncated while reading: got {got} of {end - start} bytes "
+                                              f"at data offset {start}")
+
+    if len(spans) <= 1:
+        for i in range(len(spans)):
+            read_span(i)
+        return
+    with ThreadPoolExecutor(len(spans), thread_name_prefix="readtrace-load") as pool:
+        for future in [pool.submit(read_span, i) for i in range(len(spans))]:
+            future.result()
+
+
+def _host_reader(chunk_bytes: int) -> Reader:
+    def read(fd: int, offset: int, dest: torch.Tensor) -> int:
+        return read_into(fd, tensor_bytes(dest), offset, chunk_bytes=chunk_bytes)
+
+    return read
+
+
+def _device_reader(chunk_bytes: int, pinned: bool, num_buffers: int) -> Reader:
+    def read(fd: int, offset: int, dest: torch.Tensor) -> int:
+        size = dest.numel()
+        slot_bytes = min(chunk_bytes, size)
+        slots = _STAGING.take(num_buffers, slot_bytes, pinned)
+        events: list[torch.cuda.Event | None] = [None] * num_buffers
+        stream = torch.cuda.Stream(device=dest.device)
+        pos = 0
+        try:
+            for i, pos in enumerate(range(0, size, slot_bytes)):
+                n = min(slot_bytes, size - pos)
+                slot, event = slots[i % num_buffers], events[i % num_buffers]
+                if event is not None:
+                    event.synchronize()  # the copy out of this buffer has finished: safe to refill
+                got = read_into(fd, tensor_bytes(slot)[:n], offset + pos, chunk_bytes=n)
+                if got != n:
+                    return pos + got
+                with torch.cuda.stream(stream):
+                    dest[pos:pos + n].copy_(slot[:n], non_blocking=True)
+                    events[i % num_buffers] = torch.cuda.Event()
+                    events[i % num_buffers].record(stream)
+            return size
+        finally:
+            stream.synchronize()
+            _STAGING.give(slots)
+
+    return read
+
+
+class _StagingPool:
+    """Reuses pinned staging buffers across loads (pinning memory costs milliseconds per buffer)."""
+
+    def __init__(self):
+        self._free: list[torch.Tensor] = []
+        self._lock = threading.Lock()
+
+    def take(self, count: int, size: int, pinned: bool) -> list[torch.Tensor]:
+        with self._lock:
+            fits = [b for b in self._free if b.numel() >= size and b.is_pinned() == pinned][:count]
+            taken = {id(b) for b in fits}  # by identity: list.remove() would compare tensor values
+            self._free = [b for b in self._free if id(b) not in taken]
+        fits += [torch.empty(size, dtype=torch.uint8, pin_memory=pinned) for _ in range(count - len(fits))]
+        return fits
+
+    def give(self, buffers: list[torch.Tensor]) -> None:
+        with self._lock:
+            self._free.extend(buffers)
+            del self._free[:-8]  # keep a few, never grow without bound
+
+    def clear(self) -> None:
+        with self._lock:
+            self._free.clear()
+
+
+_STAGING = _StagingPool()

@@ -1,0 +1,191 @@
+"""The tensor manifest: one JSON line per loaded tensor (file, name, dtype, shape, sha256 of its bytes).
+
+Both the baseline and the fixed rerun write one; identical manifests prove the fix loaded the same
+tensors. Loader-call timings go in the same file as ``{"event": "call", ...}`` lines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+
+from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.fix.fileio import tensor_bytes
+
+
+def raw_bytes(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes as a contiguous 1-D uint8 CPU tensor (a copy only where needed)."""
+    flat = tensor.detach().contiguous().reshape(-1)
+    if flat.dtype != torch.uint8:
+        flat = flat.view(torch.uint8)
+    return flat.cpu()
+
+
+def tensor_digest(tensor: torch.Tensor) -> str:
+    """sha256 of the tensor's bytes in memory order."""
+    return hashlib.sha256(tensor_bytes(raw_bytes(tensor))).hexdigest()
+
+
+def tensor_record(file: str, name: str, tensor: torch.Tensor, *, index=None, digest: bool = True) -> dict:
+    """The manifest line for one tensor (or one slice of it: ``index`` as given to get_slice()[...]).
+
+    ``digest=False`` leaves ``sha256`` null, for ``fill_file_digests`` to compute from the file later
+    (an index that cannot be written down is digested now instead).
+    """
+    record = {"event": "tensor", "file": file, "name": name, "dtype": str(tensor.dtype).removeprefix("torch."),
+              "shape": list(tensor.shape)}
+    if index is not None:
+        record["name"] = f"{name}[{index_text(index)}]"
+        try:
+            record["tensor"], record["index"] = name, encode_index(index)
+        except TypeError:
+            digest = True
+    record["sha256"] = tensor_digest(tensor) if digest else None
+    return record
+
+
+def encode_index(index) -> list:
+    """A get_slice index as JSON: ints, {"slice": [start, stop, step]}, "..." and null (newaxis)."""
+    def one(item):
+        if isinstance(item, slice):
+            return {"slice": [item.start, item.stop, item.step]}
+        if item is Ellipsis:
+            return "..."
+        if item is None or isinstance(item, int):
+            return item
+        raise TypeError(f"unsupported index {item!r}")
+
+    return [one(i) for i in (index if isinstance(index, tuple) else (index,))]
+
+
+def decode_index(items: list) -> tuple:
+    def one(item):
+        if isinstance(item, dict):
+            return slice(*item["slice"])
+        return Ellipsis if item == "..." else item
+
+    return tuple(one(i) for i in items)
+
+
+def index_text(index) -> str:
+    def one(item):
+        if isinstance(item, slice):
+            text = ":".join("" if v is None else str(v) for v in (item.start, item.stop, item.step))
+            return text.removesuffix(":") or ":"
+        return "..." if item is Ellipsis else str(item)
+
+    return ",".join(one(i) for i in (index if isinstance(index, tuple) else (index,)))
+
+
+def fill_file_digests(path: str | os.PathLike) -> int:
+    """Compute the digests a run left null, from the files with safetensors itself; rewrite the
+    manifest in place. Returns how many were filled. Call it right after the run that wrote them."""
+    from safetensors import safe_open
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            records = [json.loads(line) for line in f]
+    except FileNotFoundError:
+        return 0
+    except ValueError:
+        raise ReadtraceError(f"{path}: corrupt manifest", ExitStatus.ERROR) from None
+    todo = [r for r in records if r.get("event") == "tensor" and r.get("sha256") is None]
+    for file in sorted({r["file"] for r in todo}):
+        with safe_open(file, framework="pt") as handle:
+            for r in (r for r in todo if r["file"] == file):
+                if "index" in r:
+                    tensor = handle.get_slice(r["tensor"])[decode_index(r["index"])]
+                else:
+                    tensor = handle.get_tensor(r["name"])
+                r["sha256"] = tensor_digest(tensor)
+    if todo:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
+        os.replace(tmp, path)
+    return len(todo)
+
+
+def append_lines(path: str | os.PathLike, records: list[dict]) -> None:
+    """Append records as JSON lines in one write (O_APPEND: safe from several processes)."""
+    data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Manifest:
+    """What one run loaded: tensor records, and the loader calls with their time."""
+
+    tensors: list[dict]
+    calls: list[dict]
+
+    @property
+    def loader_s(self) -> float:
+        return sum(c["seconds"] for c in self.calls)
+
+    @property
+    def digest_s(self) -> float:
+        return sum(c.get("digest_seconds", 0.0) for c in self.calls)
+
+
+def read_manifest(path: str | os.PathLike) -> Manifest:
+    """Read a manifest written by the shim; a missing file means nothing was loaded through it."""
+    tensors, calls = [], []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    raise ReadtraceError(f"{path}:{lineno}: corrupt manifest line", ExitStatus.ERROR) from None
+                (tensors if record.get("event") == "tensor" else calls).append(record)
+    except FileNotFoundError:
+        pass
+    return Manifest(tensors, calls)
+
+
+@dataclass
+class ManifestDiff:
+    """How two runs' tensors compare: identical count, and names that differ or are missing."""
+
+    count: int
+    identical: int
+    differing: list[str]  # "name (file)"
+    only_baseline: list[str]
+    only_fixed: list[str]
+
+    @property
+    def all_identical(self) -> bool:
+        return not (self.differing or self.only_baseline or self.only_fixed)
+
+
+def compare_manifests(baseline: Manifest, fixed: Manifest) -> ManifestDiff:
+    """Match tensors by (file, name) and compare dtype, shape and digest (multiset: repeats count)."""
+    def keyed(m: Manifest) -> Counter:
+        return Counter((t["file"], t["name"], t["dtype"], tuple(t["shape"]), t["sha256"]) for t in m.tensors)
+
+    a, b = keyed(baseline), keyed(fixed)
+    names_a = {k[:2] for k in a}
+    names_b = {k[:2] for k in b}
+    differing = sorted({_label(k[:2]) for k in (a - b) + (b - a) if k[:2] in names_a & names_b})
+    return ManifestDiff(
+        count=sum(b.values()) if b else sum(a.values()),
+        identical=sum((a & b).values()),
+        differing=differing,
+        only_baseline=sorted(_label(k) for k in names_a - names_b),
+        only_fixed=sorted(_label(k) for k in names_b - names_a),
+    )
+
+
+def _label(file_and_name: tuple[str, str]) -> str:
+    file, name = file_and_name
+    return f"{name} ({os.path.basename(file)})"

@@ -1,0 +1,153 @@
+"""Sequential prefetch: stream files into the page cache with large reads.
+
+Each thread owns one contiguous share of the files (taken in order as one byte stream) and reads it
+through fds of its own, so every open file handle sees a purely sequential stream. Under torchrun
+with torch.distributed initialised, the local ranks split the bytes first, so each byte is read once
+per node, then meet at a barrier.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.fix.fileio import MiB, open_fd, read_into
+from readtrace.fix.spans import Piece, split_pieces
+
+DEFAULT_CHUNK_BYTES = 16 * MiB
+DEFAULT_THREADS = 4
+
+
+@dataclass(frozen=True)
+class PrefetchResult:
+    """What one prefetch call read: bytes by this process, seconds, and its share of the node."""
+
+    files: int
+    bytes_read: int
+    seconds: float
+    local_rank: int = 0
+    local_world_size: int = 1
+
+    @property
+    def gbps(self) -> float:
+        return self.bytes_read / self.seconds / 1e9 if self.seconds else 0.0
+
+
+def prefetch(
+    paths: Iterable[str | os.PathLike],
+    *,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    threads: int = DEFAULT_THREADS,
+    progress: bool | None = None,
+    distributed: bool | None = None,
+) -> PrefetchResult:
+    """Read ``paths`` once, sequentially, so that later loads hit the page cache.
+
+    ``progress``: a progress bar on stderr (default: when stderr is a terminal). ``distributed``:
+    split over local ranks (default: when LOCAL_RANK/LOCAL_WORLD_SIZE are set and torch.distributed
+    is initialised; then every rank must call prefetch with the same paths).
+    """
+    if chunk_bytes <= 0 or threads <= 0:
+        raise ReadtraceError("chunk_bytes and threads must be positive", ExitStatus.USAGE)
+    pieces = [(os.fspath(p), 0, _size(p)) for p in paths]
+    split = _dist_initialised() if distributed is None else distributed
+    rank, world = local_rank_and_size() if split else (0, 1)
+    mine = split_pieces(pieces, world)[rank] if world > 1 else pieces
+    shares = split_pieces(mine, threads)
+    total = sum(end - start for _, start, end in mine)
+    show = sys.stderr.isatty() if progress is None else progress
+    started = time.perf_counter()
+    with _progress_bar(total, show) as advance, ThreadPoolExecutor(max(len(shares), 1)) as pool:
+        futures = [pool.submit(_read_share, share, chunk_bytes, advance) for share in shares]
+        done = sum(f.result() for f in futures)
+    if world > 1:
+        _barrier()
+    return PrefetchResult(len(pieces), done, time.perf_counter() - started, rank, world)
+
+
+def local_rank_and_size() -> tuple[int, int]:
+    """torchrun's LOCAL_RANK / LOCAL_WORLD_SIZE, or (0, 1) outside torchrun."""
+    try:
+        rank = int(os.environ.get("LOCAL_RANK", "0"))
+        world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    except ValueError:
+        return 0, 1
+    return (rank, world) if 0 <= rank < world else (0, 1)
+
+
+def _read_share(share: list[Piece], chunk_bytes: int, advance: Callable[[int], None]) -> int:
+    buf = memoryview(bytearray(chunk_bytes))
+    done = 0
+    for path, start, end in share:
+        with open_fd(path) as fd:
+            pos = start
+            while pos < end:
+                n = read_into(fd, buf[:min(chunk_bytes, end - pos)], pos, chunk_bytes=chunk_bytes)
+                if n == 0:
+                    break  # the file shrank: nothing more to cache
+                pos += n
+                advance(n)
+        done += pos - start
+    return done
+
+
+def _size(path: str | os.PathLike) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError as e:
+        raise ReadtraceError(f"cannot prefetch {os.fspath(path)}: {e.strerror}", ExitStatus.BAD_INPUT) from None
+
+
+def _dist_initialised() -> bool:
+    dist = sys.modules.get("torch.distributed")  # never import torch just to find out
+    return bool(dist and dist.is_available() and dist.is_initialized())
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+
+
+class _progress_bar:  # noqa: N801 - used as a context manager like a function
+    """A rich progress bar when shown; otherwise a no-op counter. Yields a thread-safe advance(n)."""
+
+    def __init__(self, total: int, show: bool):
+        self.total, self.show = total, show
+        self.lock = threading.Lock()
+        self.bar = None
+
+    def __enter__(self) -> Callable[[int], None]:
+        if not self.show:
+            return lambda n: None
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
+        self.bar = Progress(TextColumn("prefetch"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                            TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+        self.bar.start()
+        task = self.bar.add_task("prefetch", total=self.total)
+
+        def advance(n: int) -> None:
+            with self.lock:
+                self.bar.advance(task, n)
+
+        return advance
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -1,0 +1,73 @@
+"""How much of a file is in the page cache: cachestat(2) (Linux 6.5+), else mincore(2) on a mapping.
+
+Both open the file. On a FUSE mount whose daemon does not ask to keep the cache (rclone, sshfs), that
+open() itself drops the file's pages: there, what is measured is what a fresh open would see.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import platform
+
+from readtrace.fix.fileio import open_fd
+
+PAGE = mmap.PAGESIZE
+_CACHESTAT = {"x86_64": 451, "aarch64": 451}.get(platform.machine())  # same number on both ABIs
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+
+
+class _Range(ctypes.Structure):
+    _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+
+class _Cachestat(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in
+                ("nr_cache", "nr_dirty", "nr_writeback", "nr_evicted", "nr_recently_evicted")]
+
+
+def cached_pages(path: str | os.PathLike) -> tuple[int, int]:
+    """(pages in the page cache, pages in the file) for ``path``."""
+    with open_fd(path, sequential=False) as fd:
+        size = os.fstat(fd).st_size
+        total = -(-size // PAGE)
+        if total == 0:
+            return 0, 0
+        cached = _cachestat(fd)
+        return (cached if cached is not None else _mincore(fd, size)), total
+
+
+def resident_fraction(path: str | os.PathLike) -> float:
+    """Fraction of the file's pages in the page cache (1.0 for an empty file)."""
+    cached, total = cached_pages(path)
+    return cached / total if total else 1.0
+
+
+def _cachestat(fd: int) -> int | None:
+    if _CACHESTAT is None:
+        return None
+    stat = _Cachestat()
+    rc = _libc.syscall(_CACHESTAT, fd, ctypes.byref(_Range(0, 0)), ctypes.byref(stat), 0)
+    return stat.nr_cache if rc == 0 else None  # ENOSYS on kernels before 6.5: use mincore
+
+
+def _mincore(fd: int, size: int) -> int:
+    addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if addr in (None, ctypes.c_void_p(-1).value):
+        err = ctypes.get_errno()
+        raise OSError(err, f"mmap for mincore failed: {os.strerror(err)}")
+    try:
+        pages = -(-size // PAGE)
+        vec = (ctypes.c_ubyte * pages)()
+        if _libc.mincore(addr, size, vec) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"mincore failed: {os.strerror(err)}")
+        return sum(b & 1 for b in vec)
+    finally:
+        _libc.munmap(addr, size)

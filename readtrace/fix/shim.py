@@ -1,0 +1,335 @@
+"""Route an unchanged script's safetensors loads to the fix, and record what it loaded.
+
+Patched (by the sitecustomize hook, as the modules are imported): ``safetensors.safe_open`` and
+``safetensors.torch.load_file`` (diffusers and transformers call through these). Environment:
+
+- ``READTRACE_FIX``: ``none`` (record only), ``prefetch`` (stream the file into the page cache, then
+  the original loader), ``own-fd`` (the own-fd sequential loader), ``both``, or ``auto`` (per file:
+  ``both`` on FUSE/network file systems, else ``own-fd`` for CUDA targets and ``none`` for CPU).
+- ``READTRACE_DEVICE``: load onto this device instead of the one asked for (default: as asked).
+- ``READTRACE_MANIFEST``: append one JSON line per loaded tensor (name, dtype, shape, sha256) and
+  one per loader call (seconds inside it; digests are computed after the clock stops).
+- ``READTRACE_CHUNK_MB``, ``READTRACE_THREADS``, ``READTRACE_PREFETCH_THREADS``: reader tuning.
+- ``READTRACE_PREFETCH_DIST``: ``0`` to stop prefetch splitting files over torchrun's local ranks.
+
+A file our loader refuses (malformed, no GPU ...) goes to the original function, which then fails or
+succeeds exactly as it would have without the shim; the call record names the reason.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+from readtrace.errors import ReadtraceError
+from readtrace.fix import loader
+from readtrace.fix import prefetch as prefetcher
+from readtrace.fix.fileio import MiB, open_fd
+from readtrace.fix.fsinfo import NETWORK_FS, Mount, mount_of  # noqa: F401 - Mount re-exported for tests
+from readtrace.fix.header import read_header
+from readtrace.fix.manifest import append_lines, tensor_record
+from readtrace.fix.startup import already_prefetched
+from readtrace.fix.strategies import STRATEGIES
+
+
+@dataclass
+class Config:
+    strategy: str = "none"
+    device: str | None = None
+    manifest: str | None = None
+    chunk_bytes: int = loader.DEFAULT_CHUNK_BYTES
+    threads: int | None = None  # the loader's default
+    prefetch_threads: int = prefetcher.DEFAULT_THREADS
+    prefetch_distributed: bool | None = None
+
+    @classmethod
+    def from_env(cls, env=os.environ) -> Config:
+        strategy = env.get("READTRACE_FIX", "none")
+        return cls(
+            strategy=strategy if strategy in STRATEGIES else "none",
+            device=env.get("READTRACE_DEVICE") or None,
+            manifest=env.get("READTRACE_MANIFEST") or None,
+            chunk_bytes=int(float(env.get("READTRACE_CHUNK_MB", loader.DEFAULT_CHUNK_BYTES / MiB)) * MiB),
+            threads=int(env["READTRACE_THREADS"]) if env.get("READTRACE_THREADS") else None,
+            prefetch_threads=int(env.get("READTRACE_PREFETCH_THREADS", prefetcher.DEFAULT_THREADS)),
+            prefetch_distributed=None if env.get("READTRACE_PREFETCH_DIST", "1") != "0" else False,
+        )
+
+
+@dataclass
+class _State:
+    config: Config
+    originals: dict = field(default_factory=dict)
+    prefetched: set = field(default_factory=set)
+    pending: list = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    local: threading.local = field(default_factory=threading.local)  # .inside: in a patched call
+
+
+_STATE = _State(Config.from_env())
+
+
+def patch(name: str, module) -> None:
+    """Called by the import hook right after ``safetensors`` or ``safetensors.torch`` ran."""
+    if name == "safetensors":
+        _STATE.originals["safe_open"] = module.safe_open
+        module.safe_open = safe_open
+    elif name == "safetensors.torch":
+        _STATE.originals["load_file"] = module.load_file
+        module.load_file = load_file
+        module.safe_open = safe_open  # in case safetensors was imported before the hook
+    elif name == "readtrace.workloads.patterns":
+        module.PATTERNS = {key: _recorded_pattern(fn) for key, fn in module.PATTERNS.items()}
+
+
+def strategy_for(path: str, device) -> str:
+    """The strategy to use for one file: the configured one, or the ``auto`` choice."""
+    chosen = _STATE.config.strategy
+    if chosen != "auto":
+        return chosen
+    mount = mount_of(path)
+    fstype = mount.fstype if mount else ""
+    if fstype.startswith("fuse") or fstype in NETWORK_FS:
+        return "both"
+    return "own-fd" if str(device).startswith("cuda") or isinstance(device, int) else "none"
+
+
+def load_file(filename, device="cpu", *args, **kwargs):
+    """``safetensors.torch.load_file`` routed through the configured strategy."""
+    original = _STATE.originals["load_file"]
+    path = os.path.abspath(os.fspath(filename))
+    device = _STATE.config.device or device
+    started = time.perf_counter()
+    mode, fallback, tensors, error = strategy_for(path, device), None, {}, None
+    nested = getattr(_STATE.local, "inside", False)  # called by a recorded loader: route, do not record
+    try:
+        with _Inside():
+            if mode in ("prefetch", "both"):
+                _prefetch_once(path)
+            if mode in ("own-fd", "both") and not args and set(kwargs) <= {"backend"}:
+                try:
+                    tensors = loader.load_file(path, device, chunk_bytes=_STATE.config.chunk_bytes,
+                                               threads=_STATE.config.threads)
+                except ReadtraceError as e:
+                    fallback = str(e)
+                    tensors = original(filename, device, *args, **kwargs)
+            else:
+                tensors = original(filename, device, *args, **kwargs)
+    except Exception as e:
+        error = f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        if not nested:
+            seconds = time.perf_counter() - started
+            _record("load_file", path, mode, seconds, fallback, [(n, t, None) for n, t in tensors.items()],
+                    error)
+            _flush()
+    return tensors
+
+
+def _recorded_pattern(pattern):
+    """Wrap one of readtrace's example loader patterns (raw mmap, forked preads ...): the shim cannot
+    route these, so the fix for them is the start-up prefetch; their tensors are recorded here.
+    They return materialised copies, so digesting them now disturbs no lazy read."""
+    def run(layout, workers):
+        started = time.perf_counter()
+        with _Inside():
+            tensors = pattern(layout, workers)
+        seconds = time.perf_counter() - started
+        mode = _STATE.config.strategy
+        by_file: dict[str, list] = {}
+        for info in layout:
+            by_file.setdefault(os.path.abspath(info.path), []).append((info.name, tensors[info.name], None))
+        for i, (path, records) in enumerate(by_file.items()):
+            _record(f"pattern:{pattern.__name__}", path, mode, seconds if i == 0 else 0.0, None, records, None,
+                    digest=True)
+        _flush()
+        return tensors
+
+    run.__name__, run.__doc__ = pattern.__name__, pattern.__doc__
+    return run
+
+
+def safe_open(filename, framework, device="cpu", *args, **kwargs):
+    """``safetensors.safe_open``: a recording handle for torch, the original for anything else."""
+    original = _STATE.originals["safe_open"]
+    if getattr(_STATE.local, "inside", False) or framework not in ("pt", "torch"):
+        return original(filename, framework, device, *args, **kwargs)
+    return _Handle(original, filename, framework, _STATE.config.device or device, args, kwargs)
+
+
+class _Handle:
+    """A safe_open handle. own-fd/both: header read here, the whole file loaded sequentially on the
+    first tensor asked for; otherwise the original handle. Every tensor handed out is recorded."""
+
+    def __init__(self, original, filename, framework, device, args, kwargs):
+        self._path = os.path.abspath(os.fspath(filename))
+        self._seconds, self._fallback, self._records = 0.0, None, []
+        self._tensors = self._header = self._inner = None
+        with self._timed():
+            self._mode = strategy_for(self._path, device)
+            self._device = device
+            if self._mode in ("prefetch", "both"):
+                _prefetch_once(self._path)
+            if self._mode in ("own-fd", "both") and not args and set(kwargs) <= {"backend"}:
+                try:
+                    with open_fd(self._path) as fd:
+                        self._header = read_header(fd, self._path)
+                except ReadtraceError as e:
+                    self._fallback = str(e)
+            if self._header is None:
+                self._inner = original(filename, framework, device, *args, **kwargs)
+
+    def keys(self):
+        return sorted(self._header.names) if self._header else self._inner.keys()
+
+    def offset_keys(self):
+        return self._header.names if self._header else self._inner.offset_keys()
+
+    def metadata(self):
+        return self._header.metadata if self._header else self._inner.metadata()
+
+    def get_tensor(self, name):
+        with self._timed():
+            tensor = self._tensors[name] if self._loaded() else self._inner.get_tensor(name)
+        self._records.append((name, tensor, None))
+        return tensor
+
+    def get_tensors(self):
+        with self._timed():
+            tensors = dict(self._tensors) if self._loaded() else self._inner.get_tensors()
+        self._records.extend((name, tensor, None) for name, tensor in tensors.items())
+        return tensors
+
+    def get_slice(self, name):
+        with self._timed():
+            if self._loaded():
+                info = next(t for t in self._header.tensors if t.name == name)
+                return _Slice(self, name, self._tensors[name], info.dtype_name)
+            return _Slice(self, name, self._inner.get_slice(name), None)
+
+    def _loaded(self) -> bool:
+        """Load the whole file with the own-fd loader on first use; False: serve from the original."""
+        if self._header is not None and self._tensors is None:
+            try:
+                self._tensors = loader.load_file(self._path, self._device, chunk_bytes=_STATE.config.chunk_bytes,
+                                                 threads=_STATE.config.threads)
+            except ReadtraceError as e:  # e.g. no GPU: the original handle serves every tensor
+                self._fallback, self._header = str(e), None
+                self._inner = _STATE.originals["safe_open"](self._path, "pt", self._device)
+        return self._tensors is not None
+
+    def _timed(self):
+        return _Inside(self)
+
+    def close(self):
+        if self._records or self._seconds:
+            _record("safe_open", self._path, self._mode, self._seconds, self._fallback, self._records, None)
+            self._records = []
+            self._seconds = 0.0
+            _flush()
+        if self._inner is not None and hasattr(self._inner, "__exit__"):
+            self._inner.__exit__(None, None, None)
+
+    def __enter__(self):
+        if self._inner is not None and hasattr(self._inner, "__enter__"):
+            self._inner.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown: nothing left to report to
+            return
+
+
+class _Slice:
+    """What get_slice returns: shape/dtype queries and indexing; every indexed result is recorded."""
+
+    def __init__(self, handle: _Handle, name: str, source, dtype_name: str | None):
+        self._handle, self._name, self._source, self._dtype_name = handle, name, source, dtype_name
+
+    def get_shape(self):
+        return list(self._source.shape) if self._dtype_name else self._source.get_shape()
+
+    def get_dtype(self):
+        return self._dtype_name or self._source.get_dtype()
+
+    def __getitem__(self, index):
+        with self._handle._timed():
+            part = self._source[index]
+        self._handle._records.append((self._name, part, index))
+        return part
+
+
+class _Inside:
+    """Marks this thread as inside a patched call, so nested safetensors calls are not recorded twice;
+    with a handle, adds the time spent to it."""
+
+    def __init__(self, handle: _Handle | None = None):
+        self.handle = handle
+
+    def __enter__(self):
+        self.outer = getattr(_STATE.local, "inside", False)
+        _STATE.local.inside = True
+        self.started = time.perf_counter()
+
+    def __exit__(self, *exc):
+        _STATE.local.inside = self.outer
+        if self.handle is not None:
+            self.handle._seconds += time.perf_counter() - self.started
+        return False
+
+
+def _prefetch_once(path: str) -> None:
+    with _STATE.lock:
+        if path in _STATE.prefetched or already_prefetched(path):
+            return
+        _STATE.prefetched.add(path)
+    try:
+        prefetcher.prefetch([path], chunk_bytes=_STATE.config.chunk_bytes,
+                            threads=_STATE.config.prefetch_threads, progress=False,
+                            distributed=_STATE.config.prefetch_distributed)
+    except ReadtraceError:
+        return  # the load that follows reports the problem the way the user's loader does
+
+
+def _record(call: str, path: str, mode: str, seconds: float, fallback: str | None, tensors,
+            error: str | None, *, digest: bool | None = None) -> None:
+    """Queue one call line and its tensors' lines (``tensors``: (name, tensor, slice index or None)).
+
+    Tensors our loader produced are digested here, after the clock stopped. Tensors the original
+    loader returned (the baseline) may be lazy mmap views: digesting them here would read the file
+    in an order the script never used, so their digests are left to ``fill_file_digests``, which
+    computes them from the file after the run.
+    """
+    if not _STATE.config.manifest:
+        return
+    started = time.perf_counter()
+    digest = mode != "none" if digest is None else digest
+    lines = [tensor_record(path, name, tensor, index=index, digest=digest) for name, tensor, index in tensors]
+    call_line = {"event": "call", "call": call, "file": path, "strategy": mode, "seconds": seconds,
+                 "tensors": len(lines), "digest_seconds": time.perf_counter() - started, "pid": os.getpid()}
+    if fallback:
+        call_line["fallback"] = fallback
+    if error:
+        call_line["error"] = error
+    with _STATE.lock:
+        _STATE.pending.extend([*lines, call_line])
+
+
+def _flush() -> None:
+    with _STATE.lock:
+        lines, _STATE.pending = _STATE.pending, []
+    if lines and _STATE.config.manifest:
+        append_lines(_STATE.config.manifest, lines)
+
+
+atexit.register(_flush)

@@ -1,0 +1,352 @@
+"""Turn probe records into the trace tables (events, pages, fuse, files), batch by batch.
+
+Vectorised over numpy record arrays; the only per-record Python work is for opens/forks/execs and
+FUSE requests (few). State carried between batches: comm per thread, the traced threads, what each
+(dev, ino) is called, and FUSE requests still waiting for their reply.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from readtrace.record.records import KIND
+
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+FUSE_OUT_HEADER = 16  # struct fuse_out_header precedes the data of every reply
+
+APP_OPS = {
+    KIND["READ"]: "read", KIND["PREAD"]: "pread", KIND["READV"]: "readv", KIND["PREADV"]: "preadv",
+    KIND["MMAP"]: "mmap", KIND["MUNMAP"]: "munmap", KIND["LSEEK"]: "lseek", KIND["FADVISE"]: "fadvise",
+    KIND["READAHEAD"]: "readahead", KIND["CLOSE"]: "close", KIND["DUP"]: "dup", KIND["EXIT"]: "exit",
+}
+PAGE_OPS = {
+    KIND["FAULT"]: "fault", KIND["MAP_PAGES"]: "map_pages", KIND["GET_PAGES"]: "get_pages",
+    KIND["MISS"]: "miss", KIND["SYNC_RA"]: "sync_ra", KIND["ASYNC_RA"]: "async_ra",
+}
+STR_OPS = {KIND["OPEN"]: "open", KIND["FORK"]: "fork", KIND["THREAD"]: "thread", KIND["EXEC"]: "exec"}
+
+
+def _op_table(ops: dict[int, str]) -> np.ndarray:
+    table = np.full(max(KIND.values()) + 1, None, dtype=object)
+    for kind, name in ops.items():
+        table[kind] = name
+    return table
+
+
+_APP_TABLE, _PAGE_TABLE, _STR_TABLE = _op_table(APP_OPS), _op_table(PAGE_OPS), _op_table(STR_OPS)
+
+
+def exit_status(wait_status: np.ndarray) -> np.ndarray:
+    """Kernel exit_code (wait status) -> shell-style exit code (128+signal when killed)."""
+    sig = wait_status & 0x7F
+    return np.where(sig != 0, 128 + sig, (wait_status >> 8) & 0xFF)
+
+
+def _cstr(values: np.ndarray) -> list[str]:
+    return [v.decode(errors="replace") for v in values]
+
+
+@dataclass
+class FileInfo:
+    path: str | None
+    size: int
+
+
+@dataclass
+class Decoder:
+    """Stateful batch decoder; see the module docstring."""
+
+    root_pid: int
+    cwd: str
+    comm: dict[int, str] = field(default_factory=dict)
+    _comm_history: list[tuple[int, int, str]] = field(default_factory=list)  # (tid, from ts, comm)
+    tids: set[int] = field(default_factory=set)
+    files: dict[tuple[int, int], FileInfo] = field(default_factory=dict)
+    _fuse_open: dict[tuple[int, int], dict] = field(default_factory=dict)
+    mapped_names: dict[tuple[int, int], str] = field(default_factory=dict)  # from /proc/PID/maps
+    _ofd_files: list[pd.DataFrame] = field(default_factory=list)  # (ofd, ts_ns, dev, ino) seen so far
+
+    def __post_init__(self):
+        self.tids.add(self.root_pid)
+        self._set_comm(self.root_pid, 0, Path("/proc/self/comm").read_text().strip())  # until it execs
+
+    # --- strs ring: open / fork / thread / exec ---------------------------------------------------
+    def strs(self, rec: np.ndarray) -> pd.DataFrame:
+        if rec.size == 0:
+            return pd.DataFrame()
+        kinds = rec["kind"].astype(np.int64)
+        comms, paths = _cstr(rec["comm"]), _cstr(rec["path"])
+        is_open = kinds == KIND["OPEN"]
+        for i, kind in enumerate(kinds):
+            pid, tid, new_id = int(rec["pid"][i]), int(rec["tid"][i]), int(rec["arg"][i])
+            ts = int(rec["ts_ns"][i])
+            if kind in (KIND["FORK"], KIND["THREAD"]):
+                self.tids.add(new_id)
+                self._set_comm(new_id, ts, comms[i])
+            elif kind == KIND["EXEC"]:
+                self._set_comm(tid, ts, _exec_comm(paths[i], comms[i]))
+                self._remember_exec(paths[i])
+                self.mapped_names.update(mapped_files(pid))  # the kernel maps ld.so: never opened
+            else:
+                if tid not in self.comm:
+                    self._set_comm(tid, 0, comms[i])
+                if is_open[i]:
+                    paths[i] = self._absolute(paths[i], pid)
+                    self._remember_open(rec[i], paths[i])
+        self._remember_ofds(rec["ofd"][is_open], rec["ts_ns"][is_open], rec["dev"][is_open], rec["ino"][is_open])
+        return pd.DataFrame({
+            "ts_ns": rec["ts_ns"].astype(np.int64), "pid": rec["pid"].astype(np.int32),
+            "tid": rec["tid"].astype(np.int32), "comm": self._comms(rec["tid"], rec["ts_ns"]),
+            "op": _STR_TABLE[kinds], "fd": np.where(is_open, rec["fd"], -1).astype(np.int32),
+            "ofd": rec["ofd"].astype(np.int64), "path": [p if p else None for p in paths],
+            "dev": rec["dev"].astype(np.int64), "ino": rec["ino"].astype(np.int64),
+            "offset": np.full(rec.size, -1, np.int64), "size": np.where(is_open, rec["size"], -1),
+            "ret": rec["ret"].astype(np.int64), "latency_ns": rec["latency_ns"].astype(np.int64),
+            "arg": rec["arg"].astype(np.int64), "count": np.ones(rec.size, np.int64),
+        })
+
+    def _absolute(self, path: str, pid: int) -> str:
+        if not path or os.path.isabs(path):
+            return os.path.normpath(path) if path else path
+        try:
+            base = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:  # the process is gone already: the command's working directory
+            base = self.cwd
+        return os.path.normpath(os.path.join(base, path))
+
+    def _remember_ofds(self, ofd, ts, dev, ino) -> None:
+        known = (np.asarray(ino) != 0) & (np.asarray(ofd) != 0)
+        if known.any():
+            self._ofd_files.append(pd.DataFrame({
+                "ofd": np.asarray(ofd, dtype=np.uint64)[known].astype(np.int64),
+                "ts_ns": np.asarray(ts, dtype=np.int64)[known],
+                "dev": np.asarray(dev)[known].astype(np.int64), "ino": np.asarray(ino)[known].astype(np.int64)}))
+            if len(self._ofd_files) > 64:  # compact: keep only where an ofd starts naming another file
+                h = pd.concat(self._ofd_files, ignore_index=True).sort_values(["ofd", "ts_ns"])
+                same = (h[["ofd", "dev", "ino"]] == h[["ofd", "dev", "ino"]].shift()).all(axis=1)
+                self._ofd_files = [h[~same]]
+
+    def _fill_read_files(self, rec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """dev/ino of reads (the probes leave them out): from the latest open of the same struct file."""
+        dev, ino = rec["dev"].astype(np.int64), rec["ino"].astype(np.int64)
+        missing = (ino == 0) & (rec["ofd"] != 0)
+        if not missing.any() or not self._ofd_files:
+            return dev, ino
+        history = pd.concat(self._ofd_files, ignore_index=True).sort_values("ts_ns")
+        wanted = pd.DataFrame({"ofd": rec["ofd"][missing].astype(np.int64),
+                               "ts_ns": rec["ts_ns"][missing].astype(np.int64),
+                               "order": np.arange(int(missing.sum()))}).sort_values("ts_ns")
+        found = pd.merge_asof(wanted, history, on="ts_ns", by="ofd", direction="backward").sort_values("order")
+        dev[missing] = found["dev"].fillna(0).to_numpy(dtype=np.int64)
+        ino[missing] = found["ino"].fillna(0).to_numpy(dtype=np.int64)
+        return dev, ino
+
+    def _remember_open(self, r, path: str) -> None:
+        if r["ret"] < 0 or not r["ino"]:
+            return
+        key = (int(r["dev"]), int(r["ino"]))
+        info = self.files.get(key)
+        if info is None or info.path is None:
+            self.files[key] = FileInfo(path, int(r["size"]))
+        else:
+            info.size = max(info.size, int(r["size"]))
+
+    def _remember_exec(self, path: str) -> None:
+        """The executable is mapped by the kernel, never opened: name it from a stat."""
+        from readtrace.record.mounts import kernel_dev
+
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        key = (kernel_dev(os.major(st.st_dev), os.minor(st.st_dev)), st.st_ino)
+        self.files.setdefault(key, FileInfo(os.path.normpath(path), st.st_size))
+
+    # --- events ring: app, page-cache and FUSE records ---------------------------------------------
+    def events(self, rec: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
+        kinds = rec["kind"]
+        app = rec[kinds < KIND["FAULT"]]
+        pages = rec[(kinds >= KIND["FAULT"]) & (kinds < KIND["FUSE_SEND"])]
+        fuse = rec[kinds >= KIND["FUSE_SEND"]]
+        return self._app(app), self._pages(pages), self._fuse(fuse)
+
+    def _paths(self, pid: np.ndarray, dev: np.ndarray, ino: np.ndarray) -> np.ndarray:
+        """Path of each row's (dev, ino); files never opened by the tree (mapped by exec or the
+        loader) are named from /proc/PID/maps. Vectorised: Python work per distinct file only."""
+        codes, keys, first = _factorize_files(dev, ino)
+        paths = np.full(len(keys), None, dtype=object)
+        maps: dict[int, dict] = {}
+        for k, (d, i) in enumerate(keys):
+            if not i:
+                continue
+            info = self.files.get((d, i))
+            if info is None:
+                p = int(pid[first[k]])
+                if p not in maps:
+                    maps[p] = mapped_files(p)
+                path = maps[p].get((d, i)) or self.mapped_names.get((d, i))
+                info = self.files[(d, i)] = FileInfo(path, _size(path))
+            paths[k] = info.path
+        return paths[codes]
+
+    def _set_comm(self, tid: int, ts: int, comm: str) -> None:
+        self.comm[tid] = comm
+        self._comm_history.append((tid, ts, comm))
+
+    def _comms(self, tids: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """The comm each thread had at each timestamp (exec changes it mid-batch)."""
+        codes, uniq = pd.factorize(tids.astype(np.int64))
+        history = pd.DataFrame(self._comm_history, columns=["tid", "ts_ns", "comm"])
+        changes = history.groupby("tid").size()
+        out = np.array([self.comm.get(int(t)) for t in uniq], dtype=object)[codes]
+        multi = [int(t) for t in uniq if changes.get(int(t), 0) > 1]
+        if multi:  # threads that exec'd: pick the comm in force at each row's time
+            rows = np.flatnonzero(np.isin(tids, multi))
+            h = history[history.tid.isin(multi)].astype({"tid": np.int64, "ts_ns": np.int64}).sort_values("ts_ns")
+            want = pd.DataFrame({"tid": tids[rows].astype(np.int64), "ts_ns": ts[rows].astype(np.int64),
+                                 "row": rows}).sort_values("ts_ns")
+            got = pd.merge_asof(want, h, on="ts_ns", by="tid", direction="backward")
+            out[got["row"].to_numpy()] = got["comm"].to_numpy(dtype=object)
+        return out
+
+    def _app(self, rec: np.ndarray) -> pd.DataFrame:
+        if rec.size == 0:
+            return pd.DataFrame()
+        kinds = rec["kind"].astype(np.int64)
+        arg = rec["arg"].astype(np.int64)
+        is_exit = kinds == KIND["EXIT"]
+        arg = np.where(is_exit, exit_status(arg), arg)
+        self._remember_ofds(rec["ofd"], rec["ts_ns"], rec["dev"], rec["ino"])
+        dev, ino = self._fill_read_files(rec)
+        return pd.DataFrame({
+            "ts_ns": rec["ts_ns"].astype(np.int64), "pid": rec["pid"].astype(np.int32),
+            "tid": rec["tid"].astype(np.int32), "comm": self._comms(rec["tid"], rec["ts_ns"]), "op": _APP_TABLE[kinds],
+            "fd": rec["fd"], "ofd": rec["ofd"].astype(np.int64), "path": self._paths(rec["pid"], dev, ino),
+            "dev": dev, "ino": ino, "offset": rec["offset"],
+            "size": rec["size"], "ret": rec["ret"], "latency_ns": rec["latency_ns"].astype(np.int64),
+            "arg": arg, "count": rec["count"].astype(np.int64),
+        })
+
+    def _pages(self, rec: np.ndarray) -> pd.DataFrame:
+        if rec.size == 0:
+            return pd.DataFrame()
+        return pd.DataFrame({
+            "ts_ns": rec["ts_ns"].astype(np.int64), "pid": rec["pid"].astype(np.int32),
+            "tid": rec["tid"].astype(np.int32), "op": _PAGE_TABLE[rec["kind"].astype(np.int64)],
+            "dev": rec["dev"].astype(np.int64), "ino": rec["ino"].astype(np.int64),
+            "path": self._paths(rec["pid"], rec["dev"], rec["ino"]), "offset": rec["offset"] * PAGE_SIZE,
+            "size": rec["size"] * PAGE_SIZE, "count": rec["count"].astype(np.int64),
+        })
+
+    def _fuse(self, rec: np.ndarray) -> list[dict]:
+        """Join send / daemon read / end on (connection, unique); a request is done at its end."""
+        done = []
+        for r in rec:
+            key = (int(r["dev"]), int(r["arg"]))
+            req = self._fuse_open.setdefault(key, {"connection": key[0], "unique": key[1]})
+            kind = int(r["kind"])
+            if kind == KIND["FUSE_SEND"]:
+                req.update(send_ts=int(r["ts_ns"]), opcode=int(r["fd"]), send_pid=int(r["pid"]),
+                           send_tid=int(r["tid"]))
+            elif kind == KIND["FUSE_DAEMON_READ"]:
+                req.update(read_ts=int(r["ts_ns"]), opcode=int(r["fd"]), pid=int(r["pid"]), tid=int(r["tid"]),
+                           nodeid=int(r["ofd"]), fh=int(r["ret"]), offset=int(r["offset"]),
+                           size=int(r["size"]), daemon_tid=int(r["aux"]))
+            else:
+                req.update(end_ts=int(r["ts_ns"]), reply_len=int(r["size"]), error=int(r["ret"]))
+                row = self._fuse_row(self._fuse_open.pop(key))
+                if row is not None:
+                    done.append(row)
+        return done
+
+    def _fuse_row(self, req: dict) -> dict | None:
+        """One FUSE table row, or None for a request from outside the traced tree."""
+        if "tid" not in req:  # the daemon's read was not decoded (not ours, or before attach)
+            if req.get("send_tid") not in self.tids:
+                return None
+            req.update(pid=req["send_pid"], tid=req["send_tid"])
+        start = req.get("send_ts", req.get("read_ts", req.get("end_ts", 0)))
+        reply = req.get("reply_len", -1)
+        return {
+            "ts_ns": start, "pid": req["pid"], "tid": req["tid"], "connection": req["connection"],
+            "unique": req["unique"], "opcode": req.get("opcode", -1), "nodeid": req.get("nodeid", -1),
+            "fh": req.get("fh", -1), "offset": req.get("offset", -1), "size": req.get("size", -1),
+            "reply_bytes": max(reply - FUSE_OUT_HEADER, 0) if reply >= 0 and not req.get("error") else -1,
+            "latency_ns": req["end_ts"] - req["send_ts"] if "end_ts" in req and "send_ts" in req else -1,
+            "daemon_tid": req.get("daemon_tid", 0),
+        }
+
+    def unfinished_fuse(self) -> list[dict]:
+        """Requests still without a reply when recording stopped."""
+        rows = [self._fuse_row(req) for req in self._fuse_open.values()]
+        self._fuse_open.clear()
+        return [r for r in rows if r is not None]
+
+
+def _factorize_files(dev: np.ndarray, ino: np.ndarray):
+    """codes per row, the distinct (dev, ino) pairs, and the first row of each pair."""
+    dev, ino = dev.astype(np.uint64), ino.astype(np.uint64)
+    key = (dev << np.uint64(40)) ^ ino  # exact unless ino >= 2**40; verified below
+    codes, _uniq = pd.factorize(key)
+    if not len(codes):
+        return codes, [], np.empty(0, dtype=np.int64)
+    first = _first_rows(codes)
+    if not ((dev[first][codes] == dev) & (ino[first][codes] == ino)).all():  # a collision: exact path
+        codes = pd.DataFrame({"d": dev, "i": ino}).groupby(["d", "i"], sort=False).ngroup().to_numpy()
+        first = _first_rows(codes)
+    keys = list(zip(dev[first].astype(np.int64).tolist(), ino[first].astype(np.int64).tolist(), strict=True))
+    return codes, keys, first
+
+
+def _first_rows(codes: np.ndarray) -> np.ndarray:
+    first = np.empty(codes.max() + 1, dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes))[::-1]
+    return first
+
+
+def mapped_files(pid: int) -> dict[tuple[int, int], str]:
+    """(kernel dev, ino) -> path of the files mapped in a live process."""
+    from readtrace.record.mounts import kernel_dev
+
+    found = {}
+    try:
+        lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    except OSError:  # exited already
+        return found
+    for line in lines:
+        parts = line.split(maxsplit=5)
+        if len(parts) == 6 and parts[5].startswith("/") and parts[4] != "0":
+            major, minor = (int(x, 16) for x in parts[3].split(":"))
+            found[(kernel_dev(major, minor), int(parts[4]))] = parts[5]
+    return found
+
+
+def _size(path: str | None) -> int:
+    try:
+        return os.stat(path).st_size if path else -1
+    except OSError:
+        return -1
+
+
+def _exec_comm(path: str, comm: str) -> str:
+    return comm or os.path.basename(path)[:15]
+
+
+def files_table(files: dict[tuple[int, int], FileInfo], mounts) -> pd.DataFrame:
+    """One row per (dev, ino) the tree touched, with its mount point and file system type."""
+    from readtrace.record.mounts import mount_of
+
+    rows = []
+    for (dev, ino), info in sorted(files.items()):
+        mount = mount_of(info.path, dev, mounts)
+        if mount is None and info.path is None:
+            continue  # pipes, sockets, anonymous inodes: not files
+        rows.append({"path": info.path, "dev": dev, "ino": ino, "size": info.size,
+                     "fstype": mount.fstype if mount else None,
+                     "mountpoint": mount.mountpoint if mount else None})
+    return pd.DataFrame(rows)

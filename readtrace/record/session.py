@@ -1,0 +1,134 @@
+"""A live recording: the loaded probes, their rings, the decoder and the trace writer.
+
+While the command runs, the fast ring is only copied to a spool file next to the trace (a memcpy
+per drain: the recorder takes almost no CPU from the workload); the few open/fork/exec records are
+decoded live, because naming files needs /proc of processes that are still alive. After the command
+exits the spool is decoded in chunks of CHUNK_RECORDS and appended to the trace: memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from readtrace.record.decode import Decoder, files_table
+from readtrace.record.program import CONSTANTS, EVENTS_RING_BYTES
+from readtrace.record.records import EVENT_DTYPE, STR_EVENT_DTYPE
+from readtrace.record.ring import RECORD_HEADER, CallbackRing, FastRing
+from readtrace.trace import TraceWriter
+
+SLOTS = CONSTANTS["SLOTS"]
+MERGED_PAGE_KINDS = 4  # probes/pages.bpf.c: RT_FAULT .. RT_MISS keep a run per thread
+FLUSH_ROWS = 200_000  # rows buffered per table before they go to disk (bounded memory)
+CHUNK_RECORDS = 500_000  # spooled records decoded at a time
+SPOOL_NAME = "events.spool"
+
+
+class Session:
+    """Drains the rings into the trace; ``drain`` on a timer, ``finish`` once at the end."""
+
+    def __init__(self, bpf, writer: TraceWriter, decoder: Decoder):
+        self.bpf = bpf
+        self.writer = writer
+        self.decoder = decoder
+        self.fast = FastRing(bpf[b"events"].map_fd, EVENTS_RING_BYTES)
+        self.strs = CallbackRing(bpf, b"strs")
+        self.records = 0
+        self.calls = 0
+        self._spool_path = writer.path / SPOOL_NAME
+        self._spool = open(self._spool_path, "wb")  # noqa: SIM115 - closed in finish()
+        self._buffers: dict[str, list[pd.DataFrame]] = {"events": [], "pages": [], "fuse": []}
+        self._buffered = dict.fromkeys(self._buffers, 0)
+
+    def trace_pid(self, pid: int) -> None:
+        """Add the command's process to the traced set before it is released."""
+        tgids, tids = self.bpf[b"tgids"], self.bpf[b"tids"]
+        tgids[tgids.Key(pid)] = tgids.Leaf(1)
+        tids[tids.Key(pid)] = tids.Leaf(pid)
+
+    def watch_fuse(self, connections: set[int], daemons: set[int]) -> None:
+        for name, ids in (("fuse_conns", connections), ("daemons", daemons)):
+            table = self.bpf[name.encode()]
+            for i in ids:
+                table[table.Key(i)] = table.Leaf(1)
+
+    def drain(self) -> None:
+        """Copy the fast ring to the spool, decode the strs ring (opens, forks, execs)."""
+        events = self.fast.drain()
+        if len(events):
+            events.tofile(self._spool)
+        strs = self.strs.drain()
+        if len(strs):
+            self._decode(strs, np.empty(0, dtype=EVENT_DTYPE))
+
+    def _decode_spool(self) -> None:
+        with open(self._spool_path, "rb") as spool:
+            while len(chunk := np.fromfile(spool, dtype=EVENT_DTYPE, count=CHUNK_RECORDS)):
+                self._decode(np.empty(0, dtype=STR_EVENT_DTYPE), chunk)
+        self._spool_path.unlink()
+
+    def _decode(self, strs: np.ndarray, events: np.ndarray) -> None:
+        self.records += len(strs) + len(events)
+        opens = self.decoder.strs(strs)
+        app, pages, fuse_rows = self.decoder.events(events) if len(events) else (pd.DataFrame(),) * 2 + ([],)
+        app = pd.concat([f for f in (opens, app) if len(f)]) if len(opens) or len(app) else app
+        self._buffer("events", app)
+        self._buffer("pages", pages)
+        self._buffer("fuse", pd.DataFrame(fuse_rows))
+
+    def _buffer(self, name: str, frame: pd.DataFrame) -> None:
+        if not len(frame):
+            return
+        if name == "events":
+            self.calls += int(frame["count"].sum())
+        self._buffers[name].append(frame)
+        self._buffered[name] += len(frame)
+        if self._buffered[name] >= FLUSH_ROWS:
+            self._flush(name)
+
+    def _flush(self, name: str) -> None:
+        frames = self._buffers[name]
+        if frames:
+            frame = pd.concat(frames, ignore_index=True).sort_values("ts_ns", kind="stable")
+            self.writer.append(name, frame)
+        self._buffers[name], self._buffered[name] = [], 0
+
+    def _pending_runs(self) -> np.ndarray:
+        """Merged reads / page runs still held in kernel slots (threads alive at the end)."""
+        record = EVENT_DTYPE.itemsize - RECORD_HEADER
+        header = np.array([record, 0], dtype="<u4").tobytes()
+        runs, page_runs = self.bpf[b"runs"], self.bpf[b"page_runs"]
+        raw = []
+        for tid in sorted(self.decoder.tids):
+            slot = tid & (SLOTS - 1)
+            candidates = [runs[runs.Key(slot)]]
+            candidates += [page_runs[page_runs.Key(slot * MERGED_PAGE_KINDS + k)] for k in range(MERGED_PAGE_KINDS)]
+            for value in candidates:
+                ev = bytes(value)[:record]
+                held = np.frombuffer(header + ev, dtype=EVENT_DTYPE)
+                if held["count"][0] and held["tid"][0] == tid:
+                    raw.append(header + ev)
+        return np.frombuffer(b"".join(raw), dtype=EVENT_DTYPE).copy() if raw else np.empty(0, EVENT_DTYPE)
+
+    def lost(self) -> dict[str, int]:
+        counts = self.bpf[b"lost"]
+        totals = [sum(counts[counts.Key(i)]) for i in range(2)]
+        return {"events_ring_full": int(totals[0]), "strs_ring_full_or_slot_clash": int(totals[1])}
+
+    def stop(self) -> dict[str, int]:
+        """Last drain and everything still held in kernel maps; the probes may be detached after."""
+        self.drain()
+        self._held_runs = self._pending_runs()
+        lost = self.lost()
+        self.fast.close()
+        self._spool.close()
+        return lost
+
+    def write(self, mounts) -> None:
+        """Decode the spool and the held runs, finish FUSE requests, write the files table."""
+        self._decode_spool()
+        self._decode(np.empty(0, dtype=STR_EVENT_DTYPE), self._held_runs)
+        self._buffer("fuse", pd.DataFrame(self.decoder.unfinished_fuse()))
+        for name in self._buffers:
+            self._flush(name)
+        self.writer.append("files", files_table(self.decoder.files, mounts))

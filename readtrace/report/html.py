@@ -1,0 +1,139 @@
+"""Self-contained HTML report: summary, findings, tables and inline PNG figures (works offline)."""
+
+from __future__ import annotations
+
+import base64
+import html as _html
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from readtrace.analyze import Analysis
+from readtrace.analyze.units import fmt_bytes, fmt_pct
+from readtrace.report import plots
+from readtrace.report.terminal import TerminalReport
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1300px;color:#222}
+h1{font-size:22px} h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:28px}
+table{border-collapse:collapse;font-size:12px;margin:8px 0} td,th{border:1px solid #ddd;padding:3px 6px}
+th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums}
+.finding{border-left:5px solid #999;padding:6px 10px;margin:10px 0;background:#fafafa}
+.high{border-color:#c62828} .warn{border-color:#f9a825} .info{border-color:#1e88e5}
+.sev{font-weight:bold;margin-right:6px} .ev{font-family:monospace;font-size:11px;color:#555;white-space:pre}
+.rec{margin-top:4px} .missing{color:#777;font-style:italic} img{max-width:100%}
+code{background:#f0f0f0;padding:1px 4px}
+"""
+
+
+@dataclass
+class Figure:
+    title: str
+    png_b64: str | None
+    missing: str | None
+
+
+def _png(draw) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(12, 4.5), dpi=90)
+    try:
+        draw(ax)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+    finally:
+        plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def figures(a: Analysis) -> list[Figure]:
+    path = a.files["path"].iloc[0] if len(a.files) else ""
+    specs = [
+        ("offset_time_task", f"Offset over time per task: {path}",
+         lambda: plots.get_offset_time_df(a, "task"), lambda df, ax: plots.plot_offset_time(df, ax=ax)),
+        ("offset_time_handle", f"Offset over time per FUSE handle (what the daemon saw): {path}",
+         lambda: plots.get_offset_time_df(a, "handle"),
+         lambda df, ax: plots.plot_offset_time(df, ax=ax, connect=True)),
+        ("size_histogram", "Access sizes (Darshan bins)", lambda: plots.get_size_histogram_df(a),
+         lambda df, ax: plots.plot_size_histogram(df, ax=ax, title="")),
+        ("cache_misses", "Page-cache misses over time", lambda: plots.get_cache_misses_df(a),
+         lambda df, ax: plots.plot_cache_misses(df, ax=ax, title="")),
+    ]
+    out = []
+    for name, title, get, plot in specs:
+        why = plots.missing_reason(a, name)
+        if why:
+            out.append(Figure(title, None, why))
+            continue
+        df = get()
+        out.append(Figure(title, _png(lambda ax, df=df, plot=plot: plot(df, ax)), None))
+    return out
+
+
+def _esc(x) -> str:
+    return _html.escape(str(x))
+
+
+def _table(rows: list[list], header: list[str], numeric: set[int]) -> str:
+    head = "".join(f"<th>{_esc(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td class='num'>{_esc(c)}</td>" if i in numeric else f"<td>{_esc(c)}</td>"
+                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _files_html(a: Analysis) -> str:
+    rows = [[f["path"], f["fstype"], fmt_bytes(f["bytes_read"]), fmt_pct(f["consecutive_fraction"]),
+             fmt_pct(f["sequential_fraction"]), fmt_pct(f["seek_fraction"]), fmt_pct(f["cache_miss_fraction"]),
+             int(f["fuse_read_requests"]), int(f["page_faults"]), f["top_sizes"]] for _, f in a.files.iterrows()]
+    return _table(rows, ["file", "fs", "read", "consecutive", "sequential", "after seek", "cache miss",
+                         "FUSE reads", "faults", "top sizes [bytes, count]"], {2, 3, 4, 5, 6, 7, 8})
+
+
+def _streams_html(a: Analysis, limit: int = 40) -> str:
+    s = a.streams.head(limit)
+    rows = []
+    for _, r in s.iterrows():
+        score = "" if pd.isna(r["interleave_score"]) else f"{r['interleave_score']:.2f}"
+        rows.append([r["kind"], r["stream"], r["path"], int(r["tasks"]), fmt_bytes(r["bytes"]),
+                     fmt_pct(r["consecutive_fraction"]), fmt_pct(r["seek_fraction"]),
+                     fmt_pct(r["task_consecutive_fraction"]), score,
+                     "" if pd.isna(r["gcsfuse_requests"]) else int(r["gcsfuse_requests"])])
+    more = f"<p class='missing'>{len(a.streams) - limit} more streams in --json</p>" if len(a.streams) > limit else ""
+    return _table(rows, ["kind", "stream", "file", "tasks", "bytes", "consecutive", "after seek",
+                         "tasks' own consecutive", "interleave score", "gcsfuse requests"],
+                  {3, 4, 5, 6, 7, 8, 9}) + more
+
+
+def _findings_html(a: Analysis) -> str:
+    if not a.findings:
+        return "<p>No findings: nothing in this trace looks slow for its file system.</p>"
+    parts = []
+    for f in a.findings:
+        ev = _esc("\n".join(f.evidence))
+        parts.append(f"<div class='finding {f.severity}'><span class='sev'>{f.severity.upper()}</span>"
+                     f"<b>{_esc(f.code)}</b> {_esc(f.message)}<div class='ev'>{ev}</div>"
+                     f"<div class='rec'>&rarr; {_esc(f.recommendation)}</div></div>")
+    return "".join(parts)
+
+
+def render_html(a: Analysis) -> str:
+    header = TerminalReport(a).header().plain
+    next_cmd = TerminalReport(a).next_command().plain
+    figs = "".join(
+        f"<h2>{_esc(f.title)}</h2>" + (f"<img alt='{_esc(f.title)}' src='data:image/png;base64,{f.png_b64}'>"
+                                       if f.png_b64 else f"<p class='missing'>Not shown: {_esc(f.missing)}.</p>")
+        for f in figures(a))
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>readtrace report</title>"
+            f"<style>{CSS}</style></head><body><h1>readtrace report</h1><pre>{_esc(header)}</pre>"
+            f"<h2>Findings</h2>{_findings_html(a)}<p><code>{_esc(next_cmd)}</code></p>"
+            f"<h2>Files</h2>{_files_html(a)}<h2>Streams</h2>{_streams_html(a)}{figs}</body></html>")
+
+
+def write_html(a: Analysis, path: Path) -> None:
+    Path(path).write_text(render_html(a), encoding="utf-8")

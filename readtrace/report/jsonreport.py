@@ -1,0 +1,90 @@
+"""``report_json(analysis) -> dict``: exactly what ``readtrace report --json`` prints (stable keys)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+from typing import IO
+
+import numpy as np
+import pandas as pd
+
+from readtrace.analyze import Analysis
+
+REPORT_VERSION = 1
+
+FILE_KEYS = (
+    "path", "fstype", "fs_family", "mountpoint", "dev", "ino", "size", "bytes_read", "read_bytes", "mmap_bytes",
+    "reads", "page_faults", "unique_bytes", "reread_amplification",
+    "consecutive_fraction", "sequential_fraction", "random_fraction", "seek_fraction", "merged_sequential_fraction",
+    "open_files", "fuse_handles", "fuse_read_requests", "fuse_read_bytes",
+    "cache_miss_bytes", "cache_miss_unique_bytes", "cache_refetched_bytes", "cache_miss_fraction",
+    "readahead_windows", "readahead_bytes", "tasks", "concurrency", "latency_p50_us", "latency_p99_us",
+    "empty_reads", "failed_reads", "size_hist", "top_sizes", "top_strides",
+)
+STREAM_KEYS = (
+    "kind", "stream", "path", "fstype", "pid", "tid", "ofd", "fh", "accesses", "faults", "bytes", "unique_bytes",
+    "reread_amplification", "consecutive_fraction", "sequential_fraction", "random_fraction", "seek_fraction",
+    "consecutive_count_fraction", "sequential_count_fraction", "random_count_fraction", "seek_count_fraction",
+    "latency_p50_us", "latency_p99_us", "first_ts_ns", "last_ts_ns", "tasks", "concurrency",
+    "task_consecutive_fraction", "task_sequential_fraction", "task_in_order_fraction",
+    "min_task_consecutive_fraction", "interleave_score", "interleaved",
+    "gcsfuse_seeks", "gcsfuse_requests", "gcsfuse_sequential_requests", "gcsfuse_read_type", "gcsfuse_random_after",
+    "size_hist", "top_sizes", "top_strides",
+)
+# Columns that only mean something for shared streams (open files, FUSE handles): null elsewhere.
+_SHARED_ONLY = {k for k in STREAM_KEYS if k.startswith(("task_", "min_task", "interleave", "gcsfuse_"))}
+
+
+def plain(value):
+    """A JSON-ready Python value: numpy scalars unwrapped, NaN -> None, containers recursed."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | np.ndarray):
+        return [plain(v) for v in value]
+    if isinstance(value, np.bool_ | bool):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating | float):
+        return None if math.isnan(value) or math.isinf(value) else float(value)
+    if value is pd.NA or value is pd.NaT:
+        return None
+    return value
+
+
+def _records(df: pd.DataFrame, keys: tuple[str, ...]) -> list[dict]:
+    present = [k for k in keys if k in df.columns]
+    return [plain(r) for r in df[present].to_dict("records")]
+
+
+def _stream_records(a: Analysis) -> list[dict]:
+    df = a.streams.copy()
+    df["ofd"] = [None if k != "ofd" else f"{o & 0xFFFFFFFFFFFFFFFF:#x}"
+                 for k, o in zip(df["kind"], df["ofd"], strict=True)]
+    df["fh"] = df["fh"].where(df["kind"] == "fuse_handle")
+    records = _records(df, STREAM_KEYS)
+    for r in records:
+        if r["kind"] not in ("ofd", "fuse_handle"):
+            for k in _SHARED_ONLY:
+                r[k] = None
+    return records
+
+
+def report_json(a: Analysis) -> dict:
+    """The whole report as plain data (files, streams, findings, summary)."""
+    return {
+        "report_version": REPORT_VERSION,
+        "trace": a.trace_path,
+        "summary": plain(a.summary),
+        "files": _records(a.files, FILE_KEYS),
+        "streams": _stream_records(a),
+        "findings": [plain(asdict(f)) for f in a.findings],
+        "thresholds": plain(asdict(a.thresholds)),
+    }
+
+
+def write_json(a: Analysis, out: IO[str]) -> None:
+    json.dump(report_json(a), out, indent=2)
+    out.write("\n")

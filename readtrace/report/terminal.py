@@ -1,0 +1,122 @@
+"""The terminal report: a summary, the files, the shared streams, the findings, the next command.
+
+``TerminalReport(analysis)`` builds rich renderables from data; ``render(out)`` writes them to a
+stream (tests render into a StringIO and compare lines).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import IO
+
+import pandas as pd
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from readtrace.analyze import Analysis
+from readtrace.analyze.units import fmt_bytes, fmt_pct
+
+SEVERITY_STYLE = {"high": "bold red", "warn": "yellow", "info": "cyan"}
+STREAM_ROWS = 12
+FILE_ROWS = 10
+
+
+def _us(x) -> str:
+    if x is None or pd.isna(x):
+        return "-"
+    return f"{x / 1000:.3g} ms" if x >= 1000 else f"{x:.3g} µs"
+
+
+class TerminalReport:
+    """Renderables for one analysis; ``streams`` rows at most (the rest: --json)."""
+
+    def __init__(self, a: Analysis, streams: int = STREAM_ROWS):
+        self.a = a
+        self.stream_rows = streams
+
+    def header(self) -> RenderableType:
+        s = self.a.summary
+        cmd = " ".join(shlex.quote(str(c)) for c in s["command"]) if isinstance(s.get("command"), list) else "-"
+        t = Text()
+        t.append("readtrace report", style="bold")
+        t.append(f"  {self.a.trace_path or '(in memory)'}\n")
+        t.append(f"command: {cmd}   exit {s.get('exit_code', '-')}   wall {s['wall_s'] or 0:.3g} s\n")
+        t.append(f"read {fmt_bytes(s['bytes_read'])} from {s['files']} file(s) by {s['tasks']} task(s) in "
+                 f"{s['processes']} process(es): {s['reads']} reads, {s['page_faults']} mmap faults")
+        if s["fuse_read_requests"]:
+            t.append(f", {s['fuse_read_requests']} FUSE reads "
+                     f"({fmt_pct(s['handle_consecutive_fraction'])} consecutive on the handles)")
+        if s["cache_miss_bytes"] is not None:
+            t.append(f"; page-cache misses {fmt_bytes(s['cache_miss_bytes'])}")
+        if s["lost_events"]:
+            t.append(f"\n{s['lost_events']} events lost: figures incomplete", style="bold red")
+        return t
+
+    def files(self) -> RenderableType:
+        table = Table(title="Files (fractions as each open file saw them, byte-weighted)", title_justify="left")
+        for col, just in (("file", "left"), ("fs", "left"), ("read", "right"), ("consec", "right"),
+                          ("seq", "right"), ("random", "right"), ("after seek", "right"),
+                          ("cache miss", "right"), ("FUSE reads", "right"), ("faults", "right")):
+            table.add_column(col, justify=just, overflow="fold", no_wrap=col != "file",
+                             min_width=24 if col == "file" else None)
+        for _, f in self.a.files.head(FILE_ROWS).iterrows():
+            table.add_row(f["path"], f["fstype"] or "?", fmt_bytes(f["bytes_read"]),
+                          fmt_pct(f["consecutive_fraction"]), fmt_pct(f["sequential_fraction"]),
+                          fmt_pct(f["random_fraction"]), fmt_pct(f["seek_fraction"]),
+                          fmt_pct(f["cache_miss_fraction"]), str(int(f["fuse_read_requests"])),
+                          str(int(f["page_faults"])))
+        hidden = len(self.a.files) - FILE_ROWS
+        note = Text(f"{hidden} more files (less read): readtrace report --json", style="dim")
+        return Group(table, note) if hidden > 0 else table
+
+    def streams(self) -> RenderableType:
+        s = self.a.streams
+        # the handles that matter: interleaved ones first, then those of the most-read files
+        top_files = set(self.a.files.index[:3])
+        shared = s[s["kind"].isin(["fuse_handle", "ofd"]) & (s["interleaved"] | s["file_id"].isin(top_files))]
+        shown = shared.sort_values(["interleaved", "bytes"], ascending=False, kind="stable").head(self.stream_rows)
+        table = Table(title="Open files and FUSE handles (merged over their tasks)", title_justify="left")
+        for col in ("stream", "file", "tasks", "bytes", "consec", "after seek", "tasks' own consec", "score",
+                    "gcsfuse requests", "p50"):
+            table.add_column(col, justify="left" if col in ("stream", "file") else "right", overflow="fold",
+                             min_width=20 if col == "file" else None)
+        for _, r in shown.iterrows():
+            score = "-" if pd.isna(r["interleave_score"]) else f"{r['interleave_score']:.2f}"
+            table.add_row(r["stream"], r["path"], str(int(r["tasks"])), fmt_bytes(r["bytes"]),
+                          fmt_pct(r["consecutive_fraction"]), fmt_pct(r["seek_fraction"]),
+                          fmt_pct(r["task_consecutive_fraction"]),
+                          Text(score, style="bold red" if r["interleaved"] else ""),
+                          f"{int(r['gcsfuse_requests'])} ({r['gcsfuse_read_type']})", _us(r["latency_p50_us"]))
+        hidden = len(s) - len(shown)
+        note = Text(f"{hidden} more streams (per task, process, file, smaller files): readtrace report --json",
+                    style="dim")
+        return Group(table, note) if hidden else table
+
+    def findings(self) -> RenderableType:
+        if not self.a.findings:
+            return Text("No findings: nothing in this trace looks slow for its file system.", style="green")
+        parts: list[RenderableType] = [Text("Findings", style="bold")]
+        for f in self.a.findings:
+            t = Text()
+            t.append(f"[{f.severity.upper()}] {f.code}", style=SEVERITY_STYLE.get(f.severity, ""))
+            t.append(f"  {f.message}\n")
+            for line in f.evidence:
+                t.append(f"    {line}\n", style="dim")
+            t.append(f"  -> {f.recommendation}")
+            parts.append(t)
+        return Group(*parts)
+
+    def next_command(self) -> RenderableType:
+        target = shlex.quote(self.a.trace_path) if self.a.trace_path else "TRACE"
+        return Text(f"next: readtrace fix --compare {target}", style="bold")
+
+    def renderables(self) -> list[RenderableType]:
+        return [self.header(), self.files(), self.streams(), self.findings(), self.next_command()]
+
+    def render(self, out: IO[str], width: int | None = None, color: bool | None = None) -> None:
+        console = Console(file=out, width=width, force_terminal=color, no_color=color is False,
+                          highlight=False, soft_wrap=False)
+        for r in self.renderables():
+            console.print(r)
+            console.print()

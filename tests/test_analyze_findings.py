@@ -1,0 +1,226 @@
+"""Each finding on a small synthetic trace with a hand-checked answer, and the seed case end to end."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from readtrace.analyze import Thresholds, analyze
+from readtrace.analyze.filesystems import fs_profile
+from readtrace.analyze.synthetic import FUSE_CONN, FUSE_DEV, NODE, files_frame, load_case
+from readtrace.trace import FUSE_READ, make_trace
+
+MiB = 1 << 20
+GCS = "/mnt/model/model.safetensors"
+
+
+def codes(a):
+    return [f.code for f in a.findings]
+
+
+def only(a, code):
+    found = [f for f in a.findings if f.code == code]
+    assert len(found) == 1, a.findings
+    return found[0]
+
+
+@pytest.mark.parametrize("with_fuse", [True, False])
+def test_seed_case_shared_fd_interleave(with_fuse):
+    a = analyze(make_trace(**load_case("shared", with_fuse=with_fuse)))
+    f = only(a, "SHARED_FD_INTERLEAVE")
+    assert f.severity == "high" and "4 tasks" in f.message and "fuse.gcsfuse" in f.message
+    assert "one sequential reader" in f.recommendation and "fd per worker" in f.recommendation
+    kinds = ["ofd", "fuse_handle"] if with_fuse else ["ofd"]
+    for kind in kinds:
+        s = a.streams[a.streams["kind"] == kind].iloc[0]
+        assert s["interleaved"] and s["tasks"] == 4
+        assert s["min_task_consecutive_fraction"] >= 0.9
+        assert s["consecutive_fraction"] <= 0.3
+        assert s["interleave_score"] == pytest.approx(1.0, abs=0.01)  # the first access is in order
+    tasks = a.streams[a.streams["kind"] == "task"]
+    assert len(tasks) == 4 and (tasks["consecutive_fraction"] >= 0.9).all()
+    # evidence in gcsfuse's log shape, starting where the tasks take turns
+    assert f.evidence[0] == "ReadFile (inode 2, PID 101, handle " + f.evidence[0].split("handle ")[1]
+    assert f.evidence[1].startswith("ReadFile (inode 2, PID 102, ")
+    assert "offset 16777216, 262144 bytes)" in f.evidence[1]
+    if with_fuse:
+        assert ", handle 1, " in f.evidence[0]
+        assert a.summary["handle_consecutive_fraction"] <= 0.3
+
+
+@pytest.mark.parametrize("kind", ["own", "sequential"])
+def test_own_fd_and_sequential_give_no_interleave(kind):
+    a = analyze(make_trace(**load_case(kind)))
+    assert "SHARED_FD_INTERLEAVE" not in codes(a) and "RANDOM_ON_FUSE_HANDLE" not in codes(a)
+    assert a.summary["handle_consecutive_fraction"] == 1.0
+    assert a.files["consecutive_fraction"].iloc[0] == 1.0
+
+
+@pytest.mark.parametrize("fstype", ["fuse.sshfs", "ext4", "tmpfs"])
+def test_interleave_is_reported_but_not_blamed_where_fs_keeps_no_handle_stream(fstype):
+    a = analyze(make_trace(**load_case("shared", fstype=fstype, with_fuse=False)))
+    f = only(a, "SHARED_FD_INTERLEAVE")
+    assert f.severity == "info" and "keeps no per-handle read stream" in f.message and fstype in f.message
+
+
+def test_fs_table():
+    assert fs_profile("fuse.gcsfuse").family == "gcsfuse"
+    assert fs_profile("fuse.rclone").per_handle_stream
+    assert fs_profile("fuse.readtrace-simfs").family == "fuse" and fs_profile("fuse").per_handle_stream
+    assert not fs_profile("fuse.sshfs").per_handle_stream and fs_profile("fuse.sshfs").remote
+    assert fs_profile("nfs4").family == "nfs" and fs_profile("lustre").per_handle_stream
+    assert not fs_profile("ext4").per_handle_stream and not fs_profile("").remote
+    # the lab mount says which cost model it runs
+    assert fs_profile("fuse.simfs-gcsfuse").per_handle_stream
+    assert not fs_profile("fuse.simfs-nfs").per_handle_stream and not fs_profile("fuse.simfs-local").remote
+
+
+def _mmap_case(threads=(100, 105), child=101, pages=4096, fstype="fuse.gcsfuse"):
+    """pid 100 opens and maps the file; threads of pid 100 and a forked child fault their own part,
+    taking turns: the mapping's merged fault stream jumps between parts."""
+    parts = [*threads, child]
+    n = len(parts) * pages
+    who = np.tile(np.arange(len(parts)), pages)
+    page = np.repeat(np.arange(pages), len(parts))
+    tid = np.array(parts)[who]
+    pid = np.where(tid == child, child, 100)
+    faults = pd.DataFrame({"ts_ns": 10_000 + 100 * np.arange(n), "pid": pid, "tid": tid, "op": "fault",
+                           "dev": FUSE_DEV, "ino": NODE, "offset": (who * pages + page) * 4096, "size": 4096})
+    events = pd.DataFrame({
+        "ts_ns": [1, 2, 3], "pid": [100, 100, 100], "tid": [100, 100, 100], "op": ["open", "mmap", "fork"],
+        "fd": [3, 3, -1], "ofd": [-0x500, -0x500, 0], "path": [GCS, GCS, None], "offset": [-1, 0, -1],
+        "size": [-1, n * 4096, -1], "arg": [0, 0x7F0000000000, child]})
+    return make_trace(events=events, pages=faults, files=files_frame(GCS, n * 4096, fstype))
+
+
+def test_mmap_mapping_faulted_by_several_tasks():
+    a = analyze(_mmap_case())
+    f = only(a, "SHARED_FD_INTERLEAVE")
+    assert "mmap mapping" in f.message and "3 tasks" in f.message and "backend=\"pread\"" in f.recommendation
+    m = a.streams[a.streams["kind"] == "ofd"]
+    assert len(m) == 1  # the forked child's faults belong to the parent's mapping
+    assert m.iloc[0]["faults"] == 3 * 4096 and m.iloc[0]["min_task_consecutive_fraction"] == 1.0
+    storm = only(a, "MMAP_FAULT_STORM")
+    assert storm.severity == "high" and "12288 page faults by 3 task(s)" in storm.message
+    assert a.summary["page_faults"] == 12288 and a.summary["mmap_bytes"] == 12288 * 4096
+
+
+def test_mmap_parts_closer_than_the_seek_window_are_not_interleave():
+    # 8 MiB parts: every jump forward stays inside gcsfuse's 8 MiB window; only the wrap-arounds seek
+    a = analyze(_mmap_case(pages=2048))
+    assert "SHARED_FD_INTERLEAVE" not in codes(a)
+    assert a.streams[a.streams["kind"] == "ofd"].iloc[0]["seek_count_fraction"] == pytest.approx(2047 / 6144)
+
+
+def test_mmap_faults_below_threshold_and_local_fs():
+    a = analyze(_mmap_case(pages=50, fstype="ext4"))
+    assert "MMAP_FAULT_STORM" not in codes(a)
+    b = analyze(_mmap_case(pages=100, fstype="ext4"))
+    assert only(b, "MMAP_FAULT_STORM").severity == "info"
+
+
+def _cached_read(miss_ranges, total=4 * MiB, page_view=True):
+    ev = pd.DataFrame({"ts_ns": [100], "pid": [7], "tid": [7], "op": ["read"], "fd": [3], "ofd": [-9],
+                       "path": ["/d/f"], "offset": [0], "size": [total], "ret": [total]})
+    rows = [{"ts_ns": 50 + i, "pid": 7, "tid": 7, "op": "miss", "dev": 8 << 20, "ino": 5, "offset": o,
+             "size": s} for i, (o, s) in enumerate(miss_ranges)]
+    if page_view:
+        rows.append({"ts_ns": 40, "pid": 7, "tid": 7, "op": "get_pages", "dev": 8 << 20, "ino": 5, "offset": 0,
+                     "size": total})
+    return make_trace(events=ev, pages=rows, files=files_frame("/d/f", total, "ext4", dev=8 << 20, ino=5))
+
+
+def test_cold_cache_and_warm_cache():
+    cold = analyze(_cached_read([(0, 4 * MiB)]))
+    f = only(cold, "COLD_CACHE")
+    assert "4 MiB of 4 MiB read from 1 file(s) (100%)" in f.message
+    assert cold.summary["cache_miss_bytes"] == 4 * MiB
+    warm = analyze(_cached_read([]))
+    assert "COLD_CACHE" not in codes(warm) and warm.summary["cache_miss_bytes"] == 0
+    half = analyze(_cached_read([(0, 1 * MiB)]))  # 25 % missed: not cold
+    assert "COLD_CACHE" not in codes(half)
+    none = analyze(_cached_read([], page_view=False))  # no page-cache view recorded: unknown, not zero
+    assert none.summary["cache_miss_bytes"] is None
+
+
+def test_cold_model_file_is_not_diluted_by_warm_libraries():
+    cold = _cached_read([(0, 4 * MiB)])
+    lib = pd.DataFrame({"ts_ns": [10], "pid": [7], "tid": [7], "op": ["read"], "fd": [4], "ofd": [-10],
+                        "path": ["/usr/lib/libbig.so"], "offset": [0], "size": [64 * MiB], "ret": [64 * MiB]})
+    trace = make_trace(events=pd.concat([cold.events, lib]), pages=cold.pages,
+                       files=pd.concat([cold.files, files_frame("/usr/lib/libbig.so", 64 * MiB, "ext4",
+                                                                dev=8 << 20, ino=6)]))
+    a = analyze(trace)
+    assert a.summary["cache_miss_bytes"] / a.summary["bytes_read"] < 0.1
+    f = only(a, "COLD_CACHE")
+    assert f.file == "/d/f" and f.evidence == ["/d/f: 4 MiB fetched of 4 MiB read"]
+
+
+def test_cache_evicted_reread():
+    a = analyze(_cached_read([(0, 2 * MiB), (2 * MiB, 2 * MiB), (0, 2 * MiB)]))
+    f = only(a, "CACHE_EVICTED_REREAD")
+    assert "2 MiB of /d/f entered the page cache more than once" in f.message
+    assert a.files["cache_refetched_bytes"].iloc[0] == 2 * MiB
+    b = analyze(_cached_read([(0, 2 * MiB), (2 * MiB, 2 * MiB)]))
+    assert "CACHE_EVICTED_REREAD" not in codes(b)
+    # 1 MiB fetched twice out of 64 MiB: under 5 % of the file, not a finding
+    small = analyze(_cached_read([(0, 64 * MiB), (0, 1 * MiB)], total=64 * MiB))
+    assert "CACHE_EVICTED_REREAD" not in codes(small)
+
+
+def _fuse_reads(size, count, fstype="fuse.readtrace-simfs"):
+    fuse = pd.DataFrame({"ts_ns": 1000 * np.arange(count), "pid": 9, "tid": 9, "connection": FUSE_CONN,
+                         "unique": np.arange(count), "opcode": FUSE_READ, "nodeid": NODE, "fh": 3,
+                         "offset": size * np.arange(count), "size": size, "reply_bytes": size})
+    return make_trace(fuse=fuse, files=files_frame("/mnt/sim/m", size * count, fstype))
+
+
+def test_small_fuse_readahead():
+    f = only(analyze(_fuse_reads(128 * 1024, 32)), "SMALL_FUSE_READAHEAD")
+    assert "32 FUSE READ requests" in f.message and "median size 128 KiB" in f.message
+    assert "echo 1024 > /sys/class/bdi/0:40/read_ahead_kb" in f.recommendation
+    assert "SMALL_FUSE_READAHEAD" not in codes(analyze(_fuse_reads(1 * MiB, 32)))
+    assert "SMALL_FUSE_READAHEAD" not in codes(analyze(_fuse_reads(128 * 1024, 8)))
+
+
+def test_random_on_fuse_handle():
+    k = 256 * 1024
+    offsets = (np.random.default_rng(1).permutation(64) * 16 * MiB)
+    fuse = pd.DataFrame({"ts_ns": 1000 * np.arange(64), "pid": 9, "tid": 9, "connection": FUSE_CONN,
+                         "unique": np.arange(64), "opcode": FUSE_READ, "nodeid": NODE, "fh": 3,
+                         "offset": offsets, "size": k, "reply_bytes": k})
+    a = analyze(make_trace(fuse=fuse, files=files_frame("/mnt/g/m", 1 << 34, "fuse.gcsfuse")))
+    f = only(a, "RANDOM_ON_FUSE_HANDLE")
+    assert f.severity == "high" and "handle 3" in f.message and "64 backend requests" in f.message
+    assert "SHARED_FD_INTERLEAVE" not in codes(a)
+    assert "RANDOM_ON_FUSE_HANDLE" not in codes(analyze(make_trace(**load_case("sequential"))))
+
+
+def test_small_requests():
+    def trace(size, n=20, fstype="nfs4"):
+        ev = pd.DataFrame({"ts_ns": np.arange(n), "pid": 1, "tid": 1, "op": "read", "fd": 3, "ofd": -1,
+                           "path": "/n/f", "offset": size * np.arange(n), "size": size, "ret": size})
+        return make_trace(events=ev, files=files_frame("/n/f", size * n, fstype, dev=50, ino=9))
+    f = only(analyze(trace(4096)), "SMALL_REQUESTS")
+    assert f.severity == "warn" and "20 of 20 reads" in f.message and "median 4 KiB" in f.message
+    assert only(analyze(trace(4096, fstype="ext4")), "SMALL_REQUESTS").severity == "info"
+    assert "SMALL_REQUESTS" not in codes(analyze(trace(2 * MiB)))
+    assert "SMALL_REQUESTS" not in codes(analyze(trace(4096, n=10)))
+    th = Thresholds().override(["small_request_min_count=5"])
+    assert "SMALL_REQUESTS" in codes(analyze(trace(4096, n=10), th))
+
+
+def test_lost_events():
+    a = analyze(make_trace(**{**load_case("sequential"), "meta": {"lost_events": {"events": 3, "pages": 2}}}))
+    f = a.findings[0]
+    assert f.code == "LOST_EVENTS" and f.severity == "high" and f.message.startswith("5 events were lost")
+    assert a.summary["lost_events"] == 5
+    # the recorder's shape: a total plus the detail per source
+    b = analyze(make_trace(**{**load_case("sequential"), "meta": {"lost_events": 7, "lost_detail": {"app": 7}}}))
+    assert b.findings[0].message.startswith("7 events were lost") and "'app': 7" in b.findings[0].evidence[0]
+    assert "LOST_EVENTS" not in codes(analyze(make_trace(**load_case("sequential"))))
+
+
+def test_findings_sorted_by_severity():
+    a = analyze(make_trace(**load_case("shared")))
+    order = [f.severity for f in a.findings]
+    assert order == sorted(order, key=["high", "warn", "info"].index)

@@ -1,0 +1,181 @@
+"""Stream classification, counters and edge cases on tiny synthetic traces with hand-checked answers."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from readtrace.analyze import Thresholds, analyze
+from readtrace.analyze.synthetic import FUSE_CONN, files_frame
+from readtrace.trace import FUSE_READ, load_trace, make_trace, write_trace
+
+PATH = "/data/m.bin"
+FILES = files_frame(PATH, 1 << 30, "ext4", dev=(8 << 20) | 1, ino=77)
+MiB = 1 << 20
+
+
+def reads(rows, *, pid=10, tid=None, fd=3, ofd=-1000, op="pread", path=PATH, t0=1000, lat=1000):
+    """Read events from (offset, ret) pairs, one every microsecond."""
+    n = len(rows)
+    return pd.DataFrame({
+        "ts_ns": t0 + 1000 * np.arange(n), "pid": pid, "tid": tid or pid, "op": op, "fd": fd, "ofd": ofd,
+        "path": path, "offset": [r[0] for r in rows], "size": [r[1] for r in rows],
+        "ret": [r[1] for r in rows], "latency_ns": lat})
+
+
+def stream(a, kind):
+    s = a.streams[a.streams["kind"] == kind]
+    assert len(s) == 1, s
+    return s.iloc[0]
+
+
+def test_classification_rules_count_and_byte_weighted():
+    # (0,100) first; (100,100) consecutive; (300,100) forward gap; (50,100) backward+overlap; (150,50) consecutive
+    a = analyze(make_trace(events=reads([(0, 100), (100, 100), (300, 100), (50, 100), (150, 50)]), files=FILES))
+    s = stream(a, "task")
+    assert s["accesses"] == 5 and s["bytes"] == 450
+    assert s["consecutive_count_fraction"] == pytest.approx(3 / 5)
+    assert s["sequential_count_fraction"] == pytest.approx(4 / 5)
+    assert s["random_count_fraction"] == pytest.approx(1 / 5)
+    assert s["consecutive_fraction"] == pytest.approx(250 / 450)
+    assert s["sequential_fraction"] == pytest.approx(350 / 450)
+    assert s["random_fraction"] == pytest.approx(100 / 450)
+    assert s["unique_bytes"] == 300  # [0,200) and [300,400)
+    assert s["reread_amplification"] == pytest.approx(1.5)
+    assert s["top_sizes"] == [[100, 4], [50, 1]]
+    assert s["top_strides"] == [[0, 3], [-350, 1], [100, 1]]
+    assert s["size_hist"]["0-100"] == 1 and s["size_hist"]["100-1K"] == 4
+    assert sum(s["size_hist"].values()) == 5
+    # every kind sees the same single stream here
+    for kind in ("process", "ofd", "file"):
+        assert stream(a, kind)["consecutive_fraction"] == pytest.approx(250 / 450)
+    f = a.files.iloc[0]
+    assert f["path"] == PATH and f["fstype"] == "ext4" and f["bytes_read"] == 450
+
+
+def test_seek_rule_is_gcsfuse_window():
+    # forward by exactly 8 MiB is not a seek, by 8 MiB + 1 it is; backward always is
+    rows = [(0, 10), (10 + 8 * MiB, 10), (20 + 16 * MiB + 1, 10), (0, 10)]
+    s = stream(analyze(make_trace(events=reads(rows), files=FILES)), "task")
+    assert s["seek_count_fraction"] == pytest.approx(2 / 4)
+    assert s["sequential_count_fraction"] == pytest.approx(3 / 4)
+
+
+def test_edge_cases_zero_length_eof_short_failed_and_unknown_offset():
+    ev = reads([(0, 4096), (4096, 1 * MiB), (4196, 0), (0, -1), (-1, 512)])
+    ev.loc[1, "size"] = 1 * MiB
+    ev.loc[1, "ret"] = 100  # EOF short read: requested 1 MiB, got 100 bytes
+    ev.loc[2, "size"] = 1 * MiB  # at EOF: returns 0
+    ev.loc[3, "size"] = 4096  # failed read: -1
+    a = analyze(make_trace(events=ev, files=FILES))
+    s = stream(a, "task")
+    assert s["accesses"] == 2 and s["bytes"] == 4196  # only reads that moved bytes at a known offset
+    assert s["consecutive_fraction"] == 1.0
+    f = a.files.iloc[0]
+    assert f["empty_reads"] == 1 and f["failed_reads"] == 1
+    assert a.summary["bytes_read"] == 4196
+
+
+def test_single_event_and_empty_trace():
+    a = analyze(make_trace(events=reads([(0, 4096)]), files=FILES))
+    s = stream(a, "ofd")
+    assert s["consecutive_fraction"] == 1.0 and s["seek_fraction"] == 0.0 and s["tasks"] == 1
+    assert a.findings == []
+    empty = analyze(make_trace())
+    assert len(empty.files) == 0 and len(empty.streams) == 0 and empty.findings == []
+    assert empty.summary["bytes_read"] == 0 and empty.summary["handle_consecutive_fraction"] is None
+    assert empty.summary["wall_s"] is None
+
+
+def test_overlapping_reads_count_as_random_and_amplify():
+    a = analyze(make_trace(events=reads([(0, 1000), (500, 1000), (0, 1500)]), files=FILES))
+    s = stream(a, "task")
+    assert s["random_count_fraction"] == pytest.approx(2 / 3)
+    assert s["unique_bytes"] == 1500 and s["reread_amplification"] == pytest.approx(3500 / 1500)
+
+
+def test_latency_percentiles_and_concurrency():
+    a1 = reads([(0, 100), (100, 100)], tid=11, lat=10_000, t0=0)
+    a2 = reads([(1000, 100), (1100, 100)], tid=12, lat=30_000, t0=500)
+    a2.loc[1, "latency_ns"] = 40_000
+    a1.loc[1, "latency_ns"] = 20_000
+    a = analyze(make_trace(events=pd.concat([a1, a2]), files=FILES))
+    ofd = stream(a, "ofd")
+    assert ofd["latency_p50_us"] == pytest.approx(25.0)
+    assert ofd["latency_p99_us"] == pytest.approx(np.percentile([10, 20, 30, 40], 99))
+    assert ofd["tasks"] == 2 and ofd["concurrency"] == 2
+    later = reads([(1000, 100)], tid=12, t0=10_000_000)
+    b = analyze(make_trace(events=pd.concat([a1, later]), files=FILES))
+    assert stream(b, "ofd")["concurrency"] == 1
+
+
+def test_streams_split_by_task_process_ofd():
+    t1 = reads([(0, 100), (100, 100)], pid=20, tid=21, ofd=-5)
+    t2 = reads([(0, 100)], pid=20, tid=22, ofd=-5, t0=5000)
+    t3 = reads([(500, 100)], pid=30, tid=30, ofd=-6, t0=9000)
+    a = analyze(make_trace(events=pd.concat([t1, t2, t3]), files=FILES))
+    kinds = a.streams["kind"].value_counts().to_dict()
+    assert kinds == {"task": 3, "process": 2, "ofd": 2, "file": 1}
+    proc20 = a.streams[(a.streams["kind"] == "process") & (a.streams["pid"] == 20)].iloc[0]
+    assert proc20["accesses"] == 3 and proc20["tasks"] == 2
+
+
+def test_file_resolved_through_open_ofd_and_pid_fd():
+    op_ofd = pd.DataFrame({"ts_ns": [1], "pid": [10], "tid": [10], "op": ["open"], "fd": [3], "ofd": [-1000],
+                           "path": [PATH], "ret": [3]})
+    r = reads([(0, 100), (100, 100)], path=None)  # reads carry only fd + ofd, as the recorder writes them
+    a = analyze(make_trace(events=pd.concat([op_ofd, r]), files=FILES))
+    assert a.files["path"].tolist() == [PATH] and a.files["bytes_read"].iloc[0] == 200
+    op_fd = op_ofd.assign(ofd=0)
+    r0 = reads([(0, 100)], path=None, ofd=0)
+    b = analyze(make_trace(events=pd.concat([op_fd, r0]), files=FILES))
+    assert b.files["path"].tolist() == [PATH]
+    assert stream(b, "ofd")["stream"].startswith("ofd ")
+
+
+def test_gcsfuse_replay_sequential_and_random():
+    seq = _fuse_only([(i * MiB, MiB) for i in range(300)])
+    h = stream(analyze(seq), "fuse_handle")
+    assert h["gcsfuse_seeks"] == 0 and h["gcsfuse_requests"] == 2  # 300 MiB in 200 MiB requests
+    assert h["gcsfuse_read_type"] == "sequential" and h["gcsfuse_random_after"] == 0
+    k = 256 * 1024
+    rnd = _fuse_only([(0, k), (100 * MiB, k), (10 * MiB, k), (200 * MiB, k), (50 * MiB, k)])
+    h = stream(analyze(rnd), "fuse_handle")
+    # seeks at reads 2..5; random from read 3 (2 seeks, 512 KiB read / 2 < 8 MiB); one request per run
+    assert h["gcsfuse_seeks"] == 4 and h["gcsfuse_random_after"] == 3
+    assert h["gcsfuse_requests"] == 5 and h["gcsfuse_read_type"] == "random"
+    assert h["gcsfuse_sequential_requests"] == 1
+
+
+def _fuse_only(rows, fh=1, tid=50):
+    n = len(rows)
+    fuse = pd.DataFrame({"ts_ns": 1000 * np.arange(n), "pid": tid, "tid": tid, "connection": FUSE_CONN,
+                         "unique": np.arange(n), "opcode": FUSE_READ, "nodeid": 2, "fh": fh,
+                         "offset": [r[0] for r in rows], "size": [r[1] for r in rows],
+                         "reply_bytes": [r[1] for r in rows], "latency_ns": 1000})
+    return make_trace(fuse=fuse, files=files_frame("/mnt/g/m", 1 << 34, "fuse.gcsfuse"))
+
+
+def test_fuse_requests_map_to_file_by_connection_and_nodeid():
+    a = analyze(_fuse_only([(0, MiB)]))
+    assert a.files["path"].tolist() == ["/mnt/g/m"]
+    assert a.files["fuse_read_requests"].iloc[0] == 1
+    assert a.summary["fuse_read_requests"] == 1 and a.summary["handle_consecutive_fraction"] == 1.0
+
+
+def test_thresholds_override_and_errors():
+    th = Thresholds().override(["small_request_fraction=0.5", "evidence_lines=3"])
+    assert th.small_request_fraction == 0.5 and th.evidence_lines == 3
+    from readtrace.errors import ReadtraceError
+    for bad in (["nope=1"], ["evidence_lines"], ["evidence_lines=x"]):
+        with pytest.raises(ReadtraceError) as e:
+            Thresholds().override(bad)
+        assert e.value.exit_code == 2
+
+
+def test_round_trip_through_disk(tmp_path):
+    path = write_trace(tmp_path / "t.rtrace", events=reads([(0, 100), (100, 100)]), files=FILES,
+                       meta={"lost_events": 0})
+    a = analyze(load_trace(path))
+    assert a.summary["bytes_read"] == 200 and not math.isnan(a.files["consecutive_fraction"].iloc[0])

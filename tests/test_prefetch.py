@@ -1,0 +1,164 @@
+"""Prefetch really fills the page cache; evict empties exactly the given files; shares cover every byte."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.fix.evict import evict
+from readtrace.fix.fileio import MiB, open_fd
+from readtrace.fix.fsinfo import cold_cache_caveat, mount_of
+from readtrace.fix.prefetch import prefetch
+from readtrace.fix.residency import _cachestat, _mincore, resident_fraction
+from readtrace.fix.spans import split_pieces, split_spans
+
+
+def make_file(directory, name: str, size: int) -> str:
+    path = os.path.join(directory, name)
+    with open(path, "wb") as f:
+        f.write(os.urandom(size))
+    return path
+
+
+def warm(path: str) -> None:
+    with open(path, "rb") as f:
+        while f.read(8 * MiB):
+            pass
+
+
+@pytest.fixture
+def disk_dir():
+    """A directory on a disk-backed file system (tmp_path may be tmpfs elsewhere)."""
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
+        fstype = mount_of(d).fstype
+        if cold_cache_caveat(fstype):
+            pytest.skip(f"/var/tmp is on {fstype}: files there cannot be made cold")
+        yield d
+
+
+def test_evict_then_prefetch_fills_the_page_cache(disk_dir):
+    path = make_file(disk_dir, "ckpt.bin", 48 * MiB + 12345)
+    [ev] = evict([path])
+    assert ev.before > 0.99 and ev.after < 0.02 and ev.note is None
+    assert resident_fraction(path) < 0.02
+    result = prefetch([path], chunk_bytes=4 * MiB, threads=3)
+    assert result.bytes_read == os.path.getsize(path)
+    assert resident_fraction(path) > 0.99
+
+
+def test_evict_touches_only_the_given_files(disk_dir):
+    mine = make_file(disk_dir, "mine.bin", 8 * MiB)
+    other = make_file(disk_dir, "other.bin", 8 * MiB)
+    warm(mine)
+    warm(other)
+    evict([mine])
+    assert resident_fraction(mine) < 0.02
+    assert resident_fraction(other) > 0.99
+
+
+def test_prefetch_several_files_with_more_threads_than_files(disk_dir):
+    paths = [make_file(disk_dir, f"shard{i}.bin", size) for i, size in enumerate([3 * MiB + 1, 0, 5 * MiB, 17])]
+    evict(paths)
+    result = prefetch(paths, chunk_bytes=MiB, threads=4, progress=True)
+    assert (result.files, result.bytes_read) == (4, sum(os.path.getsize(p) for p in paths))
+    assert all(resident_fraction(p) > 0.99 for p in paths)
+
+
+def test_cachestat_and_mincore_agree_on_a_half_cached_file(disk_dir):
+    path = make_file(disk_dir, "half.bin", 16 * MiB)
+    evict([path])
+    with open_fd(path, sequential=False) as fd:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no readahead: exactly the pages read
+        assert len(os.pread(fd, 8 * MiB, 0)) == 8 * MiB
+        by_mincore = _mincore(fd, os.fstat(fd).st_size)
+        by_cachestat = _cachestat(fd)
+    assert by_mincore == 8 * MiB // 4096
+    assert by_cachestat in (None, by_mincore)
+
+
+def test_tmpfs_and_fuse_are_named_as_not_evictable(tmp_path):
+    if os.path.isdir("/dev/shm") and mount_of("/dev/shm").fstype == "tmpfs":
+        path = make_file("/dev/shm", f"readtrace-test-{os.getpid()}", MiB)
+        try:
+            [ev] = evict([path])
+            assert ev.fstype == "tmpfs" and "cannot be made cold" in ev.note
+        finally:
+            os.unlink(path)
+    assert "own cache" in cold_cache_caveat("fuse.gcsfuse")
+    assert "server-side" in cold_cache_caveat("nfs4")
+    assert cold_cache_caveat("ext4") is None
+
+
+def test_mount_of_reads_escaped_mount_points(tmp_path):
+    st = os.stat(tmp_path)
+    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    info = tmp_path / "mountinfo"
+    info.write_text(f"22 1 {dev} / / rw - ext4 /dev/vda rw\n"
+                    f"40 22 {dev} / {str(tmp_path).replace(' ', chr(92) + '040')} rw - fuse.gcsfuse my\\040bucket rw\n"
+                    f"41 22 0:99 / {tmp_path}/x rw - nfs4 srv:/e rw\n")
+    mount = mount_of(tmp_path, mountinfo=str(info))
+    assert (mount.mount_point, mount.fstype, mount.source) == (str(tmp_path), "fuse.gcsfuse", "my bucket")
+
+
+def test_missing_file_is_bad_input(tmp_path):
+    for call in (lambda: prefetch([tmp_path / "nope"]), lambda: evict([tmp_path / "nope"])):
+        with pytest.raises(ReadtraceError) as err:
+            call()
+        assert err.value.exit_code == ExitStatus.BAD_INPUT
+
+
+@pytest.mark.parametrize("length,parts", [(1, 4), (10 * MiB + 3, 3), (4 * MiB, 4), (5, 1), (3 * MiB, 8)])
+def test_split_spans_cover_every_byte_once(length, parts):
+    spans = split_spans(length, parts)
+    assert len(spans) <= parts and spans[0][0] == 0 and spans[-1][1] == length
+    assert all(a < b for a, b in spans)
+    assert all(prev[1] == nxt[0] and nxt[0] % MiB == 0 for prev, nxt in zip(spans, spans[1:], strict=False))
+
+
+def test_split_pieces_over_several_files():
+    pieces = [("a", 0, 3 * MiB), ("b", 0, 0), ("c", MiB, 4 * MiB)]
+    shares = split_pieces(pieces, 2)
+    assert shares == [[("a", 0, 3 * MiB)], [("c", MiB, 4 * MiB)]]
+    shares = split_pieces(pieces, 4)
+    flat = [p for share in shares for p in share]
+    assert sum(e - s for _, s, e in flat) == 6 * MiB
+    assert [p for p in flat if p[0] == "a"] == [("a", 0, 2 * MiB), ("a", 2 * MiB, 3 * MiB)]
+
+
+RANK_SCRIPT = """
+import json, os, sys
+import torch.distributed as dist
+from readtrace.fix.prefetch import prefetch
+dist.init_process_group("gloo")
+r = prefetch(sys.argv[2:], chunk_bytes=1 << 20, threads=2)
+with open(os.path.join(sys.argv[1], f"rank{r.local_rank}.json"), "w") as f:
+    json.dump({"bytes": r.bytes_read, "rank": r.local_rank, "world": r.local_world_size}, f)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_torchrun_local_ranks_split_the_bytes(disk_dir):
+    """Two local ranks under torchrun each read about half, together every byte once."""
+    paths = [make_file(disk_dir, "s1.bin", 6 * MiB), make_file(disk_dir, "s2.bin", 3 * MiB + 7)]
+    script = os.path.join(disk_dir, "rank.py")
+    with open(script, "w") as f:
+        f.write(RANK_SCRIPT)
+    evict(paths)
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    subprocess.run([torchrun, "--standalone", "--nproc-per-node=2", script, disk_dir, *paths],
+                   check=True, timeout=120, capture_output=True)
+    ranks = []
+    for i in range(2):
+        with open(os.path.join(disk_dir, f"rank{i}.json")) as f:
+            ranks.append(json.load(f))
+    assert [(r["rank"], r["world"]) for r in ranks] == [(0, 2), (1, 2)]
+    assert sum(r["bytes"] for r in ranks) == 9 * MiB + 7
+    assert all(r["bytes"] >= 4 * MiB for r in ranks)
+    assert all(resident_fraction(p) > 0.99 for p in paths)

@@ -1,0 +1,121 @@
+"""`readtrace record` on real workloads with known answers (one recording for the whole module).
+
+The workloads (tests/workloads/) do I/O at fixed offsets and write their pids/tids/fds to JSON; the
+trace must show exactly those. They run in one `sh -c`, which also exercises following the tree.
+"""
+
+import json
+
+import pytest
+from conftest import require
+from workloads import ebpf_ready, make_data_file, shell_cmd, workload_cmd
+
+from readtrace.trace import load_trace
+
+pytestmark = pytest.mark.ebpf
+MIB = 1 << 20
+PAGE = 4096
+NAMES = ("pread_threads", "fork_shared", "dup_lseek", "mmap_threads")
+SIZES = {"mmap_threads": 64 * MIB}
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    ok, why = ebpf_ready()
+    require(ok, why)
+    from readtrace.record import record_command
+
+    tmp = tmp_path_factory.mktemp("record")
+    cmds, files = [], {}
+    for name in NAMES:
+        files[name] = make_data_file(tmp / f"{name}.bin", SIZES.get(name, 4 * MIB))
+        cmds.append(workload_cmd(name, files[name], tmp / f"{name}.json"))
+    result = record_command(shell_cmd(cmds), tmp / "t.rtrace", quiet=True)
+    truth = {name: json.loads((tmp / f"{name}.json").read_text()) for name in NAMES}
+    return result, load_trace(result.trace_path), truth, files
+
+
+def reads_of(trace, path):
+    e = trace.events
+    return e[(e.path == str(path)) & e.op.isin(["read", "pread", "readv", "preadv"])]
+
+
+def test_result_and_meta(recorded):
+    result, trace, _truth, _files = recorded
+    assert result.exit_code == 0
+    assert result.lost_events == 0 and trace.meta["lost_events"] == 0
+    assert result.events > 0 and result.wall_s > 0
+    assert trace.meta["exit_code"] == 0 and trace.meta["command"][0] == "sh"
+
+
+def test_preads_main_thread_and_second_thread(recorded):
+    _result, trace, truth, files = recorded
+    t = truth["pread_threads"]
+    reads = reads_of(trace, files["pread_threads"])
+    assert set(reads.pid) == {t["pid"]}
+    by_tid = {tid: sorted(zip(g.offset, g["size"], g["count"], strict=True)) for tid, g in reads.groupby("tid")}
+    assert t["thread_tid"] != t["main_tid"]
+    assert by_tid[t["thread_tid"]] == [(o, s, 1) for o, s in t["thread_reads"]]
+    run_start = t["run"][0][0]
+    expected_main = sorted([(o, s, 1) for o, s in t["main_reads"] + t["fd2_reads"]]
+                           + [(run_start, 4 * 4096, 4)])  # 4 consecutive 4 KiB preads, merged in kernel
+    assert by_tid[t["main_tid"]] == expected_main
+    assert (reads.ret == reads["size"]).all() and (reads.latency_ns > 0).all()
+    shared = reads[reads.fd == t["fd"]]
+    own = reads[reads.fd == t["fd2"]]
+    assert shared.ofd.nunique() == 1 and own.ofd.nunique() == 1
+    assert shared.ofd.iloc[0] != own.ofd.iloc[0] and shared.ofd.iloc[0] != 0
+    assert set(shared.tid) == {t["main_tid"], t["thread_tid"]}
+
+
+def test_forked_child_shares_the_open_file_description(recorded):
+    _result, trace, truth, files = recorded
+    t = truth["fork_shared"]
+    reads = reads_of(trace, files["fork_shared"])
+    assert set(reads.pid) == {t["pid"], t["child_pid"]}
+    assert reads.ofd.nunique() == 1
+    parent = reads[reads.pid == t["pid"]].sort_values("ts_ns")
+    child = reads[reads.pid == t["child_pid"]].sort_values("ts_ns")
+    assert list(zip(parent.op, parent.offset, parent["size"], strict=True)) == [("pread", 0, 4096), ("pread", 8192, 4096)]
+    assert list(zip(child.op, child.offset, child["size"], strict=True)) == [("pread", 65536, 4096), ("read", 40960, 100)]
+    forks = trace.events[(trace.events.op == "fork") & (trace.events.pid == t["pid"])]
+    assert t["child_pid"] in set(forks.arg)
+
+
+def test_dup_shares_ofd_and_read_offsets_follow_lseek(recorded):
+    _result, trace, truth, files = recorded
+    t = truth["dup_lseek"]
+    e = trace.events[trace.events.path == str(files["dup_lseek"])].sort_values("ts_ns")
+    dup = e[e.op == "dup"]
+    assert list(zip(dup.fd, dup.arg, strict=True)) == [(t["dup"], t["fd"])]
+    reads = e[e.op == "read"]
+    assert [list(r) for r in zip(reads.fd, reads.offset, reads["size"], strict=True)] == t["reads"]
+    assert e[e.fd.isin([t["fd"], t["dup"]]) & (e.op != "open")].ofd.nunique() == 1
+    seeks = e[e.op == "lseek"]
+    assert list(zip(seeks.offset, seeks.arg, seeks.ret, strict=True)) == [(12288, 0, 12288), (100, 1, 13888)]
+
+
+def test_mmap_of_cold_file_faults_per_thread(recorded):
+    _result, trace, truth, files = recorded
+    t = truth["mmap_threads"]
+    mmaps = trace.events[(trace.events.path == str(files["mmap_threads"])) & (trace.events.op == "mmap")]
+    assert len(mmaps) == 1 and mmaps.iloc[0]["size"] == 64 * MIB and mmaps.iloc[0].offset == 0
+    p = trace.pages[trace.pages.path == str(files["mmap_threads"])]
+    for who in ("a", "b"):
+        first, stop = t[f"{who}_pages"]
+        mine = p[p.tid == t[f"{who}_tid"]]
+        faults = mine[mine.op == "fault"]
+        assert first * PAGE in set(faults.offset), f"thread {who}: no fault on its first page"
+        assert (faults.offset >= first * PAGE).all() and (faults.offset + faults["size"] <= stop * PAGE).all()
+        misses = mine[mine.op == "miss"]
+        assert misses.offset.min() <= first * PAGE < (misses.offset + misses["size"]).max(), \
+            f"thread {who}: its first page was not read in (file not cold?)"
+    assert set(p.pid) == {t["pid"]}
+
+
+def test_files_table(recorded):
+    _result, trace, _truth, files = recorded
+    f = trace.files.set_index("path")
+    for path in files.values():
+        row = f.loc[str(path)]
+        assert row["size"] == path.stat().st_size and row.fstype and row.mountpoint and row.ino > 0

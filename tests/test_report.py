@@ -1,0 +1,123 @@
+"""`readtrace report`: terminal, JSON, HTML and Perfetto outputs, rendered into strings and files."""
+
+import base64
+import io
+import json
+import re
+
+import pytest
+
+from readtrace.analyze import analyze
+from readtrace.analyze.synthetic import load_case
+from readtrace.cli import main
+from readtrace.report import report_json
+from readtrace.report.html import render_html
+from readtrace.report.perfetto import chrome_trace
+from readtrace.report.terminal import TerminalReport
+from readtrace.trace import make_trace, write_trace
+
+
+@pytest.fixture
+def seed_trace(tmp_path):
+    return write_trace(tmp_path / "seed.rtrace", **load_case("shared"))
+
+
+def test_terminal_report_lines():
+    a = analyze(make_trace(**load_case("shared")))
+    out = io.StringIO()
+    TerminalReport(a).render(out, width=200, color=False)
+    text = out.getvalue()
+    lines = text.splitlines()
+    assert lines[0].startswith("readtrace report")
+    assert "read 64 MiB from 1 file(s) by 4 task(s) in 4 process(es): 256 reads" in lines[2]
+    assert any(line.startswith("[HIGH] SHARED_FD_INTERLEAVE  4 tasks read /mnt/model/model.safetensors")
+               for line in lines)
+    assert "    ReadFile (inode 2, PID 101, handle 1, offset 0, 262144 bytes)" in lines
+    assert any("/mnt/model/model.safetensors" in line and "fuse.gcsfuse" in line and "64 MiB" in line
+               for line in lines)
+    assert lines[-2] == "next: readtrace fix --compare TRACE"
+    assert "\x1b[" not in text  # no colour codes when asked for none
+
+
+def test_json_keys_are_stable_and_strict():
+    d = report_json(analyze(make_trace(**load_case("shared"))))
+    json.dumps(d, allow_nan=False)
+    f = d["files"][0]
+    for key in ("path", "fstype", "bytes_read", "consecutive_fraction", "sequential_fraction", "random_fraction"):
+        assert key in f
+    assert f["path"] == "/mnt/model/model.safetensors" and f["bytes_read"] == 64 << 20
+    for key in ("bytes_read", "cache_miss_bytes", "fuse_requests", "fuse_read_requests",
+                "handle_consecutive_fraction", "lost_events", "wall_s"):
+        assert key in d["summary"]
+    assert d["summary"]["fuse_read_requests"] == 256 and d["summary"]["cache_miss_bytes"] is None
+    assert {s["kind"] for s in d["streams"]} == {"task", "process", "ofd", "fuse_handle", "file"}
+    task = next(s for s in d["streams"] if s["kind"] == "task")
+    assert task["interleave_score"] is None and task["ofd"] is None
+    ofd = next(s for s in d["streams"] if s["kind"] == "ofd")
+    assert re.fullmatch(r"0x[0-9a-f]+", ofd["ofd"]) and ofd["interleaved"] is True
+    code = d["findings"][0]
+    assert code["code"] == "SHARED_FD_INTERLEAVE" and code["severity"] == "high" and code["evidence"]
+
+
+def test_empty_trace_reports_everywhere():
+    a = analyze(make_trace())
+    out = io.StringIO()
+    TerminalReport(a).render(out, width=120, color=False)
+    assert "No findings" in out.getvalue()
+    json.dumps(report_json(a), allow_nan=False)
+    html = render_html(a)
+    assert html.count("Not shown:") == 4
+    assert chrome_trace(a)["traceEvents"] == []
+
+
+def test_cli_json_default_trace_and_errors(seed_trace, tmp_path, monkeypatch, capsys):
+    assert main(["report", str(seed_trace), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["trace"] == str(seed_trace) and d["findings"][0]["code"] == "SHARED_FD_INTERLEAVE"
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "--json"]) == 0  # newest *.rtrace in the current directory
+    assert json.loads(capsys.readouterr().out)["trace"] == "seed.rtrace"
+    assert main(["report", "--json", "--threshold", "interleave_min_score=1.5"]) == 0
+    assert "SHARED_FD_INTERLEAVE" not in {f["code"] for f in json.loads(capsys.readouterr().out)["findings"]}
+
+    assert main(["report", str(tmp_path / "nope.rtrace")]) == 4
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such trace" in err
+    (tmp_path / "bad.rtrace").mkdir()
+    assert main(["report", str(tmp_path / "bad.rtrace")]) == 4
+    assert "incomplete trace" in capsys.readouterr().err
+    assert main(["report", str(seed_trace), "--threshold", "bogus=1"]) == 2
+    assert capsys.readouterr().err.startswith("readtrace: --threshold 'bogus=1'")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    assert main(["report"]) == 4
+    assert "record one with" in capsys.readouterr().err
+
+
+def test_cli_html_and_perfetto_files(seed_trace, tmp_path, capsys):
+    html, perf = tmp_path / "r.html", tmp_path / "p.json"
+    assert main(["report", str(seed_trace), "--html", str(html), "--perfetto", str(perf)]) == 0
+    out = capsys.readouterr().out
+    assert f"HTML report: {html}" in out and "SHARED_FD_INTERLEAVE" in out
+    page = html.read_text()
+    pngs = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", page)
+    assert len(pngs) == 3 and all(base64.b64decode(p)[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    assert "Not shown: no page-cache view in this trace" in page
+    assert not re.search(r"(src|href)=['\"]https?:", page)  # offline: nothing fetched
+    trace = json.loads(perf.read_text())
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(slices) == 256 + 256 and trace["metadata"]["slices_left_out"] == 0
+    assert {e["name"] for e in slices} == {"read", "FUSE READ"}
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M"}
+    assert "pid 101" in names and "FUSE handle 1 (node 2)" in names
+    # never overwrite silently
+    assert main(["report", str(seed_trace), "--html", str(html)]) == 2
+    assert "use --force" in capsys.readouterr().err
+    assert main(["report", str(seed_trace), "--html", str(html), "--force"]) == 0
+
+
+def test_perfetto_caps_slices():
+    t = chrome_trace(analyze(make_trace(**load_case("shared"))), max_events=100)
+    assert sum(e["ph"] == "X" for e in t["traceEvents"]) == 100
+    assert t["metadata"]["slices_left_out"] == 412

@@ -1,0 +1,211 @@
+"""The shim routes an unchanged script's safetensors loads, and both runs record identical manifests."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from readtrace.errors import ReadtraceError
+from readtrace.fix.inject import shim_environment
+from readtrace.fix.manifest import compare_manifests, fill_file_digests, read_manifest, tensor_digest
+
+# An ordinary user script: knows nothing of readtrace.
+SCRIPT = """
+import sys
+import safetensors.torch
+from safetensors import safe_open
+
+state = safetensors.torch.load_file(sys.argv[1])
+storages = len({t.untyped_storage().data_ptr() for t in state.values() if t.numel()})
+with safe_open(sys.argv[2], framework="pt") as f:
+    names = list(f.keys())
+    first = f.get_tensor(names[0])
+    part = f.get_slice(names[1])[1:3]
+    meta = f.metadata()
+try:
+    safetensors.torch.load_file(sys.argv[3])
+    bad = "loaded"
+except Exception as e:
+    bad = type(e).__name__
+print(f"storages={storages} names={names} first={first.shape} part={tuple(part.shape)} meta={meta} bad={bad}")
+"""
+
+
+@pytest.fixture
+def workload(tmp_path):
+    torch.manual_seed(0)
+    a = {"w1": torch.randn(256, 64), "b1": torch.randn(64).to(torch.bfloat16), "s": torch.tensor(7),
+         "mask": torch.ones(5, dtype=torch.bool), "empty": torch.zeros(0, 3)}
+    b = {"emb": torch.randn(10, 4), "head": torch.randn(6, 4).half()}
+    save_file(a, tmp_path / "a.safetensors")
+    save_file(b, tmp_path / "b.safetensors", metadata={"format": "pt"})
+    (tmp_path / "bad.safetensors").write_bytes(b"\x05" + bytes(7) + b"{oops")
+    (tmp_path / "load.py").write_text(SCRIPT)
+    return tmp_path
+
+
+def run_script(workload, strategy: str, *, base_env=None):
+    manifest = workload / f"manifest-{strategy}.jsonl"
+    args = [sys.executable, str(workload / "load.py")] + [
+        str(workload / n) for n in ("a.safetensors", "b.safetensors", "bad.safetensors")]
+    with shim_environment(strategy, manifest, base_env=base_env) as env:
+        out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    fill_file_digests(manifest)
+    return out.stdout.strip(), read_manifest(manifest)
+
+
+def test_own_fd_run_loads_identical_tensors_through_the_loader(workload):
+    base_out, base = run_script(workload, "none")
+    fixed_out, fixed = run_script(workload, "both")
+    # The script sees the same names, shapes, metadata and error; only storage sharing differs:
+    # the own-fd loader reads the data section into one allocation.
+    assert "storages=4 " in base_out and "storages=1 " in fixed_out
+    assert base_out.split(" ", 1)[1] == fixed_out.split(" ", 1)[1]
+    assert "bad=SafetensorError" in fixed_out  # a broken file fails exactly as without the shim
+    diff = compare_manifests(base, fixed)
+    assert diff.all_identical and diff.count == 5 + 1 + 1 == diff.identical
+    names = sorted(t["name"] for t in fixed.tensors)
+    assert names == ["b1", "emb", "empty", "head[1:3]", "mask", "s", "w1"]
+    calls = {(os.path.basename(c["file"]), c["call"]): c for c in fixed.calls}
+    assert calls["a.safetensors", "load_file"]["strategy"] == "both"
+    assert "fallback" not in calls["a.safetensors", "load_file"]
+    assert "not a valid safetensors file" in calls["bad.safetensors", "load_file"]["fallback"]
+    assert all(c["seconds"] > 0 for c in fixed.calls)
+    assert {c["strategy"] for c in base.calls} == {"none"}
+
+
+def test_baseline_recording_reads_nothing_the_script_does_not(workload):
+    """The baseline shim records names/dtypes/shapes only (digests come later, from the file): the
+    pages a script leaves unread stay unread, exactly as without the shim."""
+    from readtrace.fix.evict import evict
+    from readtrace.fix.residency import cached_pages
+
+    torch.manual_seed(2)
+    big = workload / "big.safetensors"
+    save_file({f"w{i}": torch.randn(256, 1024) for i in range(16)}, big)  # 16 x 1 MiB
+    code = ("import sys; from safetensors import safe_open\n"
+            "with safe_open(sys.argv[1], 'pt') as f: print(f.get_slice('w3')[:2].shape)")
+    manifest = workload / "lazy.jsonl"
+    residency = {}
+    for shimmed in (False, True):
+        evict([big])
+        if shimmed:
+            with shim_environment("none", manifest) as env:
+                out = subprocess.run([sys.executable, "-c", code, str(big)], env=env, capture_output=True,
+                                     text=True, timeout=120)
+        else:
+            out = subprocess.run([sys.executable, "-c", code, str(big)], capture_output=True, text=True,
+                                 timeout=120)
+        assert out.stdout.strip() == "torch.Size([2, 1024])", out.stderr
+        residency[shimmed] = cached_pages(big)[0]
+    # (safetensors 0.8 itself maps the whole file eagerly; older versions read lazily)
+    assert residency[True] <= residency[False] + 16
+    [record] = read_manifest(manifest).tensors
+    assert (record["name"], record["shape"], record["sha256"]) == ("w3[:2]", [2, 1024], None)
+    assert fill_file_digests(manifest) == 1
+    [record] = read_manifest(manifest).tensors
+    with safe_open(big, "pt") as f:
+        assert record["sha256"] == tensor_digest(f.get_tensor("w3")[:2])
+
+
+def test_manifest_difference_names_the_tensor(workload):
+    _, base = run_script(workload, "none")
+    save_file({"emb": torch.randn(10, 4), "head": torch.randn(6, 4).half()}, workload / "b.safetensors",
+              metadata={"format": "pt"})
+    _, changed = run_script(workload, "own-fd")
+    diff = compare_manifests(base, changed)
+    assert not diff.all_identical
+    assert diff.differing == ["emb (b.safetensors)", "head[1:3] (b.safetensors)"]
+
+
+def test_existing_sitecustomize_still_runs(workload, tmp_path_factory):
+    user_site = tmp_path_factory.mktemp("user_site")
+    marker = user_site / "ran"
+    (user_site / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').write('yes')\n")
+    env = dict(os.environ, PYTHONPATH=str(user_site))
+    out, manifest = run_script(workload, "own-fd", base_env=env)
+    assert marker.read_text() == "yes"
+    assert "storages=1 " in out and len(manifest.tensors) == 7
+
+
+def test_unknown_strategy_is_a_usage_error():
+    with pytest.raises(ReadtraceError, match="unknown fix strategy"), shim_environment("fast", None):
+        pass
+
+
+def test_script_without_safetensors_pays_nothing(tmp_path):
+    """The hook imports nothing until safetensors is imported."""
+    with shim_environment("both", tmp_path / "m.jsonl") as env:
+        out = subprocess.run([sys.executable, "-c", "import sys; print(sorted(m for m in sys.modules "
+                              "if m.startswith(('readtrace', 'torch'))))"],
+                             env=env, capture_output=True, text=True, timeout=60)
+    assert json.loads(out.stdout.replace("'", '"')) == []
+
+
+def test_auto_strategy_follows_the_file_system(workload, monkeypatch):
+    from readtrace.fix import shim
+
+    monkeypatch.setattr(shim._STATE, "config", shim.Config(strategy="auto"))
+    local = str(workload / "a.safetensors")  # on a local disk: mmap for CPU, own-fd for CUDA
+    assert (shim.strategy_for(local, "cpu"), shim.strategy_for(local, "cuda:0")) == ("none", "own-fd")
+    monkeypatch.setattr(shim, "mount_of", lambda p: shim.Mount("/mnt", "fuse.gcsfuse", "bucket"))
+    assert shim.strategy_for(local, "cpu") == "both"
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_device_override_loads_straight_to_cuda(workload):
+    code = ("import sys, safetensors.torch as st; d = st.load_file(sys.argv[1]); "
+            "print({t.device.type for t in d.values()})")
+    manifest = workload / "cuda.jsonl"
+    with shim_environment("own-fd", manifest, device="cuda") as env:
+        out = subprocess.run([sys.executable, "-c", code, str(workload / "a.safetensors")], env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "{'cuda'}", out.stderr
+    _, base = run_script(workload, "none")
+    fixed = read_manifest(manifest)
+    assert {(t["name"], t["sha256"]) for t in fixed.tensors} <= {(t["name"], t["sha256"]) for t in base.tensors}
+
+
+TRANSFORMERS_SCRIPT = """
+import hashlib, sys, torch
+from transformers import AutoModelForCausalLM
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1])
+h = hashlib.sha256()
+for name, value in sorted(model.state_dict().items()):
+    h.update(name.encode())
+    h.update(value.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+print(h.hexdigest())
+"""
+
+
+def test_unchanged_transformers_from_pretrained(tmp_path):
+    """transformers loads through safe_open/get_slice: the shim serves it, the model is bit-identical."""
+    transformers = pytest.importorskip("transformers")  # optional: not a readtrace dependency
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=500, n_positions=64,
+                                     bos_token_id=0, eos_token_id=0)
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path / "tiny")
+    (tmp_path / "load.py").write_text(TRANSFORMERS_SCRIPT)
+    results = {}
+    for strategy in ("none", "both"):
+        manifest = tmp_path / f"{strategy}.jsonl"
+        with shim_environment(strategy, manifest) as env:
+            out = subprocess.run([sys.executable, str(tmp_path / "load.py"), str(tmp_path / "tiny")], env=env,
+                                 capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        fill_file_digests(manifest)
+        results[strategy] = (out.stdout.strip(), read_manifest(manifest))
+    assert results["none"][0] == results["both"][0]
+    diff = compare_manifests(results["none"][1], results["both"][1])
+    assert diff.all_identical and diff.count > 10
+    assert {c["strategy"] for c in results["both"][1].calls} == {"both"}
+    assert not any("fallback" in c for c in results["both"][1].calls)
