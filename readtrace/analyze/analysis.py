@@ -58,7 +58,7 @@ def _streams(app: Accesses, fuse: Accesses, handles: pd.DataFrame, th: Threshold
     """
     orders = BaseOrders(app)
     task = dense_codes(app.tid, app.file)
-    ofd = dense_codes(app.ofd, app.file)
+    ofd = dense_codes(app.ofd, app.opened, app.file)
     plan = (("ofd", ofd, None), ("task", task, None), ("process", dense_codes(app.pid, app.file), task),
             ("file", dense_codes(app.file), task))
     done: list[tuple[tuple[np.ndarray, int], pd.DataFrame]] = []
@@ -94,7 +94,8 @@ def _relabel(twin: pd.DataFrame, kind: str, acc: Accesses, codes: np.ndarray, n:
     first[codes[::-1]] = np.arange(len(codes))[::-1]  # the first row of each group
     df = twin.copy()
     df["kind"] = kind
-    for col, values in (("pid", acc.pid), ("tid", acc.tid), ("ofd", acc.ofd), ("file_id", acc.file)):
+    for col, values in (("pid", acc.pid), ("tid", acc.tid), ("ofd", acc.ofd), ("opened", acc.opened),
+                        ("file_id", acc.file)):
         df[col] = values[first]
     return df.drop(columns=[c for c in df.columns if c.startswith(_SHARED_ONLY_PREFIXES) or c == "interleaved"])
 

@@ -52,7 +52,7 @@ def shared_fd_interleave(a: Analysis) -> list[Finding]:
         handle = int(row["fh"]) if row["kind"] == "fuse_handle" else int(row["code"])
         acc = a.fuse if row["kind"] == "fuse_handle" else a.app
         rows = interleave.stream_rows(acc, int(row["code"]) if row["kind"] == "fuse_handle" else int(row["ofd"]),
-                                      int(file_id))
+                                      int(row["opened"]), int(file_id))
         message = (f"{int(row['tasks'])} tasks read {row['path']} through one {what} on {_fs_note(row['fstype'])}: "
                    f"every task >= {fmt_pct(row['min_task_consecutive_fraction'])} consecutive on its own, "
                    "the merged "

@@ -56,9 +56,9 @@ def per_task(acc: Accesses, codes: np.ndarray, n: int, sub: tuple[np.ndarray, in
     return out, tasks
 
 
-def stream_rows(acc: Accesses, ofd_key: int, file_id: int) -> np.ndarray:
-    """Rows of one open file / FUSE handle (``acc.ofd`` key) on one file, in time order."""
-    rows = np.flatnonzero((acc.ofd == ofd_key) & (acc.file == file_id))
+def stream_rows(acc: Accesses, ofd_key: int, opened: int, file_id: int) -> np.ndarray:
+    """Rows of one open file / FUSE handle (``acc.ofd`` key, ``acc.opened``) on one file, in time order."""
+    rows = np.flatnonzero((acc.ofd == ofd_key) & (acc.opened == opened) & (acc.file == file_id))
     return rows[np.argsort(acc.ts[rows], kind="stable")]
 
 

@@ -135,7 +135,7 @@ def summarize(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: 
     last_rows = cl.order[starts + counts - 1]
     df = pd.DataFrame({
         "kind": kind, "file_id": acc.file[first_rows], "pid": acc.pid[first_rows], "tid": acc.tid[first_rows],
-        "ofd": acc.ofd[first_rows], "accesses": counts,
+        "ofd": acc.ofd[first_rows], "opened": acc.opened[first_rows], "accesses": counts,
         "faults": sorted_sum(starts, acc.source[cl.order] == SOURCE_FAULT), "bytes": nbytes,
         **fractions(cl, starts, nb, counts, nbytes, th.gcsfuse_seek_window),
         "first_ts_ns": acc.ts[first_rows], "last_ts_ns": acc.ts[last_rows],
