@@ -72,7 +72,8 @@ def test_shared_handle_patterns_open_many_backend_streams(gcs_runs):
     assert backend["fork-own-fd"] <= 24
     for slow in ("fork-shared-fd", "mmap-threads"):
         assert backend[slow] >= 100
-        assert backend[slow] >= 10 * max(backend["sequential"], backend["fork-own-fd"])
+        # ~220 backend requests for 32 MiB through one handle vs <= 24 for own fds (4 workers)
+        assert backend[slow] >= 8 * max(backend["sequential"], backend["fork-own-fd"])
 
 
 def test_shared_handle_patterns_are_slower_by_the_modelled_latency(gcs_runs):

@@ -21,9 +21,7 @@ import subprocess
 import sys
 
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.fix.compare import FIX_STRATEGIES, command_from_trace, compare, default_recorder
-from readtrace.fix.compare_report import render_table, to_json
-from readtrace.fix.inject import shim_environment
+from readtrace.fix.strategies import FIX_STRATEGIES
 
 
 def add_arguments(parser) -> None:
@@ -41,6 +39,10 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from readtrace.fix.compare import compare, default_recorder  # imports torch: only when running
+    from readtrace.fix.compare_report import render_table, to_json
+    from readtrace.fix.inject import shim_environment
+
     command, cwd, files = _target(args.target)
     if not args.compare:
         with shim_environment(args.strategy, None, device=args.device) as env:
@@ -72,6 +74,8 @@ def _target(target: list[str]) -> tuple[list[str], str | None, list[str] | None]
         return target, None, None
     if len(target) > 1:
         raise ReadtraceError("give one trace, or a command after --", ExitStatus.USAGE)
+    from readtrace.fix.compare import command_from_trace
+
     if target:
         return command_from_trace(target[0])
     from readtrace.trace import newest_trace

@@ -166,8 +166,8 @@ class _StagingPool:
     def take(self, count: int, size: int, pinned: bool) -> list[torch.Tensor]:
         with self._lock:
             fits = [b for b in self._free if b.numel() >= size and b.is_pinned() == pinned][:count]
-            for b in fits:
-                self._free.remove(b)
+            taken = {id(b) for b in fits}  # by identity: list.remove() would compare tensor values
+            self._free = [b for b in self._free if id(b) not in taken]
         fits += [torch.empty(size, dtype=torch.uint8, pin_memory=pinned) for _ in range(count - len(fits))]
         return fits
 

@@ -13,11 +13,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.record.btf import BTFError
 from readtrace.record.decode import Decoder
 from readtrace.record.launch import HeldChild, resolve_command, sudo_credentials
 from readtrace.record.mounts import fuse_connections, fuse_daemons, read_mounts
 from readtrace.record.prereq import fuse_view_available, require_prerequisites
-from readtrace.record.program import build_source, compile_program
+from readtrace.record.program import build_source, compile_program, detach, detach_in_background
 from readtrace.record.session import Session
 from readtrace.trace import TraceWriter, default_trace_name
 
@@ -77,12 +78,16 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
     creds = sudo_credentials()
     mounts = read_mounts()
     connections = fuse_connections(mounts) if fuse_view_available() else set()
-    source = build_source(with_fuse=bool(connections), coalesce=coalesce)
+    try:
+        source = build_source(with_fuse=bool(connections), coalesce=coalesce)
+    except BTFError as e:
+        raise ReadtraceError(f"kernel BTF: {e}", ExitStatus.PREREQUISITE) from e
     run_cwd = os.path.abspath(cwd or os.getcwd())
     child = HeldChild(exe, cmd, env, cwd, creds)
     path = _output_path(output, cmd, child.pid)
     writer = None
     bpf = None
+    detaching = None
     try:
         writer = TraceWriter(path, force=force)
         bpf = compile_program(source)
@@ -95,8 +100,9 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
             child.release()
             code = _run_until_exit(child, session, stop)
             end_ns = time.monotonic_ns()
-            session.finish(read_mounts(child.pid) if _alive(child.pid) else mounts)
-        lost = session.lost()
+            lost = session.stop()
+            detaching = detach_in_background(bpf)
+            session.write(read_mounts(child.pid) if _alive(child.pid) else mounts)
         meta = {
             "command": list(cmd), "exit_code": code, "interrupted": stop.received is not None,
             "start_time": start_wall.isoformat(), "end_time": datetime.now(UTC).isoformat(),
@@ -118,7 +124,7 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
         raise
     finally:
         if bpf is not None:
-            bpf.cleanup()
+            detach(bpf, detaching)
     result = RecordResult(exit_code=ExitStatus.INTERRUPTED if stop.received else code, trace_path=path,
                           lost_events=meta["lost_events"], wall_s=meta["wall_s"], events=session.records)
     if not quiet:

@@ -74,9 +74,16 @@ def mmap_threads(layout: list[TensorInfo], workers: int) -> Tensors:
                     got[t.name] = dst
                 return got
 
-            with ThreadPoolExecutor(workers) as pool:
-                for got in pool.map(copy_run, split_contiguous(tensors, workers)):
-                    out.update(got)
+            # One intra-op thread: each worker's copies stay in that worker's task, as in a loader
+            # whose N threads each walk their own stretch of the mapping.
+            intra_op = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                with ThreadPoolExecutor(workers) as pool:
+                    for got in pool.map(copy_run, split_contiguous(tensors, workers)):
+                        out.update(got)
+            finally:
+                torch.set_num_threads(intra_op)
             del copy_run  # drop the closure's reference before the mapping closes
     return out
 
