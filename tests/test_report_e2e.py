@@ -25,7 +25,7 @@ def checkpoint(tmp_path_factory):
     from readtrace.workloads import make_checkpoint
 
     require(os.geteuid() == 0, "recording needs root")
-    return make_checkpoint(tmp_path_factory.mktemp("src"), 32)[0]
+    return make_checkpoint(tmp_path_factory.mktemp("src"), 64)[0]
 
 
 @pytest.fixture(scope="module")

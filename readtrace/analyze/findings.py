@@ -57,7 +57,8 @@ def shared_fd_interleave(a: Analysis) -> list[Finding]:
                    f"every task >= {fmt_pct(row['min_task_consecutive_fraction'])} consecutive on its own, "
                    "the merged "
                    f"stream {fmt_pct(row['consecutive_fraction'])} consecutive "
-                   f"({fmt_pct(row['seek_fraction'])} of bytes after a seek), score {row['interleave_score']:.2f}")
+                   f"({fmt_pct(1 - row['in_order_fraction'])} of bytes out of order), "
+                   f"score {row['interleave_score']:.2f}")
         if prof.per_handle_stream:
             message += (f"; gcsfuse replay: {int(row['gcsfuse_requests'])} backend requests vs "
                         f"{int(row['gcsfuse_sequential_requests'])} for one sequential reader")
