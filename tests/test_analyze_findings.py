@@ -232,3 +232,22 @@ def test_findings_sorted_by_severity():
     a = analyze(make_trace(**load_case("shared")))
     order = [f.severity for f in a.findings]
     assert order == sorted(order, key=["high", "warn", "info"].index)
+
+
+def test_misses_and_readahead_attributed_to_tasks_and_open_files():
+    frames = load_case("own", cold=True)
+    pages = frames["pages"]
+    ra = pages[(pages["offset"] // (256 * 1024)) % 8 == 0].assign(op="async_ra", size=1 * MiB)  # 8 per task
+    frames["pages"] = pd.concat([frames["pages"], ra], ignore_index=True)
+    a = analyze(make_trace(**frames))
+    s = a.streams
+    quarter = 16 * MiB
+    for kind in ("task", "process", "ofd"):
+        part = s[s["kind"] == kind]
+        assert len(part) == 4 and (part["cache_miss_bytes"] == quarter).all(), part
+        assert (part["readahead_windows"] == 8).all() and (part["readahead_bytes"] == 8 * MiB).all()
+    assert s[s["kind"] == "file"]["cache_miss_bytes"].iloc[0] == 4 * quarter
+    assert s[s["kind"] == "fuse_handle"]["cache_miss_bytes"].isna().all()
+    # without a page-cache view the figures are unknown, not zero
+    b = analyze(make_trace(**load_case("own")))
+    assert b.streams["cache_miss_bytes"].isna().all()

@@ -236,6 +236,7 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     files = index.finish()
     streams, stream_tasks = _streams(app, fuse, handles, th)
     _label_streams(streams, files, handles)
+    pagecache.add_to_streams(streams, pagecache.attribute(pages, app), page_view=len(trace.pages) > 0)
     file_table = _files_table(files, streams, pagecache.per_file(pages, len(files)), idle, app,
                               page_view=len(trace.pages) > 0)
     summary = _summary(trace, file_table, streams, app, fuse, pages)
