@@ -171,7 +171,8 @@ def _files_table(files: pd.DataFrame, streams: pd.DataFrame, page_stats: pd.Data
     with np.errstate(invalid="ignore", divide="ignore"):
         out["cache_miss_fraction"] = (out["cache_miss_bytes"] / out["bytes_read"]).clip(upper=1.0)
     used = (out["bytes_read"] > 0) | (out["fuse_read_bytes"] > 0) | (out["cache_miss_bytes"].fillna(0) > 0)
-    return out[used].sort_values("bytes_read", ascending=False)
+    # remote files (FUSE, network) first: that is where a read pattern costs; then the most read
+    return out[used].sort_values(["remote", "bytes_read"], ascending=False, kind="stable")
 
 
 def _wall_s(trace: Trace, app: Accesses, fuse: Accesses) -> float | None:
