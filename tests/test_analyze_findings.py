@@ -104,11 +104,19 @@ def test_mmap_mapping_faulted_by_several_tasks():
     assert a.summary["page_faults"] == 12288 and a.summary["mmap_bytes"] == 12288 * 4096
 
 
-def test_mmap_parts_closer_than_the_seek_window_are_not_interleave():
-    # 8 MiB parts: every jump forward stays inside gcsfuse's 8 MiB window; only the wrap-arounds seek
+def test_parts_inside_gcsfuse_window_still_interleave_but_tiny_parts_do_not():
+    # 8 MiB parts: gcsfuse's 8 MiB window only sees the wrap-arounds as seeks, yet every switch of task
+    # leaves the stream: an interleave all the same (small files hide it from the seek count)
     a = analyze(_mmap_case(pages=2048))
-    assert "SHARED_FD_INTERLEAVE" not in codes(a)
-    assert a.streams[a.streams["kind"] == "ofd"].iloc[0]["seek_count_fraction"] == pytest.approx(2047 / 6144)
+    m = a.streams[a.streams["kind"] == "ofd"].iloc[0]
+    assert m["seek_count_fraction"] == pytest.approx(2047 / 6144)
+    assert m["in_order_count_fraction"] == pytest.approx(1 / 6144)  # only the first access
+    assert "SHARED_FD_INTERLEAVE" in codes(a)
+    # 512 KiB parts: a switch of task stays within the 1 MiB gap; only wrap-arounds leave the order
+    b = analyze(_mmap_case(pages=128))
+    assert "SHARED_FD_INTERLEAVE" not in codes(b)
+    m = b.streams[b.streams["kind"] == "ofd"].iloc[0]
+    assert m["in_order_count_fraction"] == pytest.approx((384 - 127) / 384)
 
 
 def test_mmap_faults_below_threshold_and_local_fs():
@@ -224,3 +232,22 @@ def test_findings_sorted_by_severity():
     a = analyze(make_trace(**load_case("shared")))
     order = [f.severity for f in a.findings]
     assert order == sorted(order, key=["high", "warn", "info"].index)
+
+
+def test_misses_and_readahead_attributed_to_tasks_and_open_files():
+    frames = load_case("own", cold=True)
+    pages = frames["pages"]
+    ra = pages[(pages["offset"] // (256 * 1024)) % 8 == 0].assign(op="async_ra", size=1 * MiB)  # 8 per task
+    frames["pages"] = pd.concat([frames["pages"], ra], ignore_index=True)
+    a = analyze(make_trace(**frames))
+    s = a.streams
+    quarter = 16 * MiB
+    for kind in ("task", "process", "ofd"):
+        part = s[s["kind"] == kind]
+        assert len(part) == 4 and (part["cache_miss_bytes"] == quarter).all(), part
+        assert (part["readahead_windows"] == 8).all() and (part["readahead_bytes"] == 8 * MiB).all()
+    assert s[s["kind"] == "file"]["cache_miss_bytes"].iloc[0] == 4 * quarter
+    assert s[s["kind"] == "fuse_handle"]["cache_miss_bytes"].isna().all()
+    # without a page-cache view the figures are unknown, not zero
+    b = analyze(make_trace(**load_case("own")))
+    assert b.streams["cache_miss_bytes"].isna().all()

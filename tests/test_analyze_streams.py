@@ -179,3 +179,20 @@ def test_round_trip_through_disk(tmp_path):
                        meta={"lost_events": 0})
     a = analyze(load_trace(path))
     assert a.summary["bytes_read"] == 200 and not math.isnan(a.files["consecutive_fraction"].iloc[0])
+
+
+def test_recycled_open_file_ids_are_different_open_files():
+    """The kernel reuses a freed struct file's address (and fd numbers): a new open of the same key is
+    a new open file, so the parent's header read and a worker's later reads are not one stream."""
+    def open_ev(ts, pid):
+        return {"ts_ns": ts, "pid": pid, "tid": pid, "op": "open", "fd": 3, "ofd": -777, "path": PATH, "ret": 3}
+    header = reads([(0, 100)], pid=10, ofd=-777, t0=2000)
+    worker = reads([(50 * MiB + i * MiB, MiB) for i in range(8)], pid=11, ofd=-777, t0=10_000)
+    a = analyze(make_trace(events=pd.concat([pd.DataFrame([open_ev(1000, 10), open_ev(9000, 11)]), header,
+                                             worker]), files=FILES))
+    ofd = a.streams[a.streams["kind"] == "ofd"]
+    assert len(ofd) == 2 and (ofd["tasks"] == 1).all() and not ofd["interleaved"].any()
+    assert sorted(ofd["accesses"]) == [1, 8]
+    # without the reopen the same rows are one open file read by two tasks
+    b = analyze(make_trace(events=pd.concat([pd.DataFrame([open_ev(1000, 10)]), header, worker]), files=FILES))
+    assert stream(b, "ofd")["tasks"] == 2

@@ -58,7 +58,7 @@ def _streams(app: Accesses, fuse: Accesses, handles: pd.DataFrame, th: Threshold
     """
     orders = BaseOrders(app)
     task = dense_codes(app.tid, app.file)
-    ofd = dense_codes(app.ofd, app.file)
+    ofd = dense_codes(app.ofd, app.opened, app.file)
     plan = (("ofd", ofd, None), ("task", task, None), ("process", dense_codes(app.pid, app.file), task),
             ("file", dense_codes(app.file), task))
     done: list[tuple[tuple[np.ndarray, int], pd.DataFrame]] = []
@@ -94,7 +94,8 @@ def _relabel(twin: pd.DataFrame, kind: str, acc: Accesses, codes: np.ndarray, n:
     first[codes[::-1]] = np.arange(len(codes))[::-1]  # the first row of each group
     df = twin.copy()
     df["kind"] = kind
-    for col, values in (("pid", acc.pid), ("tid", acc.tid), ("ofd", acc.ofd), ("file_id", acc.file)):
+    for col, values in (("pid", acc.pid), ("tid", acc.tid), ("ofd", acc.ofd), ("opened", acc.opened),
+                        ("file_id", acc.file)):
         df[col] = values[first]
     return df.drop(columns=[c for c in df.columns if c.startswith(_SHARED_ONLY_PREFIXES) or c == "interleaved"])
 
@@ -170,7 +171,8 @@ def _files_table(files: pd.DataFrame, streams: pd.DataFrame, page_stats: pd.Data
     with np.errstate(invalid="ignore", divide="ignore"):
         out["cache_miss_fraction"] = (out["cache_miss_bytes"] / out["bytes_read"]).clip(upper=1.0)
     used = (out["bytes_read"] > 0) | (out["fuse_read_bytes"] > 0) | (out["cache_miss_bytes"].fillna(0) > 0)
-    return out[used].sort_values("bytes_read", ascending=False)
+    # remote files (FUSE, network) first: that is where a read pattern costs; then the most read
+    return out[used].sort_values(["remote", "bytes_read"], ascending=False, kind="stable")
 
 
 def _wall_s(trace: Trace, app: Accesses, fuse: Accesses) -> float | None:
@@ -235,6 +237,7 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     files = index.finish()
     streams, stream_tasks = _streams(app, fuse, handles, th)
     _label_streams(streams, files, handles)
+    pagecache.add_to_streams(streams, pagecache.attribute(pages, app), page_view=len(trace.pages) > 0)
     file_table = _files_table(files, streams, pagecache.per_file(pages, len(files)), idle, app,
                               page_view=len(trace.pages) > 0)
     summary = _summary(trace, file_table, streams, app, fuse, pages)

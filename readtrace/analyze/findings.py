@@ -52,12 +52,13 @@ def shared_fd_interleave(a: Analysis) -> list[Finding]:
         handle = int(row["fh"]) if row["kind"] == "fuse_handle" else int(row["code"])
         acc = a.fuse if row["kind"] == "fuse_handle" else a.app
         rows = interleave.stream_rows(acc, int(row["code"]) if row["kind"] == "fuse_handle" else int(row["ofd"]),
-                                      int(file_id))
+                                      int(row["opened"]), int(file_id))
         message = (f"{int(row['tasks'])} tasks read {row['path']} through one {what} on {_fs_note(row['fstype'])}: "
                    f"every task >= {fmt_pct(row['min_task_consecutive_fraction'])} consecutive on its own, "
                    "the merged "
                    f"stream {fmt_pct(row['consecutive_fraction'])} consecutive "
-                   f"({fmt_pct(row['seek_fraction'])} of bytes after a seek), score {row['interleave_score']:.2f}")
+                   f"({fmt_pct(1 - row['in_order_fraction'])} of bytes out of order), "
+                   f"score {row['interleave_score']:.2f}")
         if prof.per_handle_stream:
             message += (f"; gcsfuse replay: {int(row['gcsfuse_requests'])} backend requests vs "
                         f"{int(row['gcsfuse_sequential_requests'])} for one sequential reader")

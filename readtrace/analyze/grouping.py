@@ -78,8 +78,8 @@ def sorted_sum(starts: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 def running_max_in_group(sorted_codes: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Running maximum of ``values`` restarting at each group (codes ascending)."""
-    if len(values) == 0:
-        return values.copy()
+    if len(values) == 0 or sorted_codes[0] == sorted_codes[-1]:  # one group: a plain running max
+        return np.maximum.accumulate(values)
     sorted_codes = sorted_codes.astype(np.int64, copy=False)
     lo = values.min()
     span = int(values.max() - lo) + 1
@@ -91,14 +91,17 @@ def running_max_in_group(sorted_codes: np.ndarray, values: np.ndarray) -> np.nda
 
 def union_length(sorted_codes: np.ndarray, n_groups: int, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Bytes covered by the union of [start, end) per group; rows sorted by (code, start)."""
+    if len(start) == 0:
+        return np.zeros(n_groups)
+    # in place where possible: this runs on every access of the trace
     reach = running_max_in_group(sorted_codes, end)
-    prev_reach = np.empty_like(reach)
-    if len(reach):
-        prev_reach[0] = start[0]
-        prev_reach[1:] = reach[:-1]
-    prev_reach = np.where(first_in_group(sorted_codes), start, prev_reach)
-    new = np.clip(end - np.maximum(start, prev_reach), 0, None)
-    return group_sum(sorted_codes, n_groups, new)
+    reach[1:] = reach[:-1].copy()
+    first = first_in_group(sorted_codes)
+    np.copyto(reach, start, where=first)  # a group's first interval continues nothing
+    np.maximum(reach, start, out=reach)
+    np.subtract(end, reach, out=reach)
+    np.clip(reach, 0, None, out=reach)
+    return group_sum(sorted_codes, n_groups, reach)
 
 
 def quantiles(sorted_codes: np.ndarray, n_groups: int, values: np.ndarray, q: float) -> np.ndarray:
@@ -142,14 +145,15 @@ def top_values(codes: np.ndarray, n_groups: int, values: np.ndarray, k: int = 4,
 
 
 def max_overlap(groups: np.ndarray, n_groups: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Per group, the most intervals [start, end] open at one instant (end before start on ties)."""
+    """Per group, the most closed intervals [start, end] open at one instant (starts before ends on
+    ties: an access of zero duration still counts)."""
     out = np.zeros(n_groups, dtype=np.int64)
     if len(groups) == 0:
         return out
     g = np.concatenate([groups, groups])
     t = np.concatenate([starts, ends])
     d = np.concatenate([np.ones(len(groups), np.int64), -np.ones(len(groups), np.int64)])
-    order = np.lexsort((d, t, g))
+    order = np.lexsort((-d, t, g))
     # Each group's +1/-1 sum to zero, so the running level restarts at 0 at every group.
     np.maximum.at(out, g[order], np.cumsum(d[order]))
     return out

@@ -1,8 +1,9 @@
 """Shared-fd interleave: one open file (or FUSE handle, or mapping) read by several tasks, each of
 them sequential on its own while the merged stream on the handle jumps around.
 
-"In order" = not a seek (gcsfuse's rule: backward, or more than 8 MiB forward). Darshan's "sequential"
-misses the case: tasks taking turns over their own quarters only ever jump forward within a round.
+"In order" = forward from the previous end by at most ``interleave_max_gap`` (1 MiB). Darshan's
+"sequential" misses the case (tasks taking turns over their own parts only jump forward within a
+round), and gcsfuse's 8 MiB seek window hides it on small files although every wrap-around is a seek.
 score = (byte-weighted in-order fraction of the tasks' own streams) - (that of the merged stream).
 """
 
@@ -32,7 +33,7 @@ def per_task(acc: Accesses, codes: np.ndarray, n: int, sub: tuple[np.ndarray, in
         weight = group_sum(parent, n, sub_bytes)
         fractions = {}
         for name, flag in (("consecutive", cl.consecutive), ("sequential", cl.sequential),
-                           ("in_order", ~cl.seek(th.gcsfuse_seek_window))):
+                           ("in_order", cl.in_order(th.interleave_max_gap))):
             own = sorted_sum(starts, nb * flag) / sub_bytes
             fractions[name] = own
             fractions[f"task_{name}_fraction"] = group_sum(parent, n, own * sub_bytes) / weight
@@ -45,7 +46,7 @@ def per_task(acc: Accesses, codes: np.ndarray, n: int, sub: tuple[np.ndarray, in
         "in_order_fraction": fractions["in_order"], "first_offset": np.minimum.reduceat(cl.offset, starts)
         if len(starts) else np.zeros(0, np.int64),
         "last_end": np.maximum.reduceat(cl.offset + nb, starts) if len(starts) else np.zeros(0, np.int64)})
-    merged_in_order = 1 - streams["seek_fraction"].to_numpy()
+    merged_in_order = streams["in_order_fraction"].to_numpy()
     out["interleave_score"] = out["task_in_order_fraction"].to_numpy() - merged_in_order
     out["interleaved"] = (
         (streams["tasks"].to_numpy() >= th.interleave_min_tasks)
@@ -56,9 +57,9 @@ def per_task(acc: Accesses, codes: np.ndarray, n: int, sub: tuple[np.ndarray, in
     return out, tasks
 
 
-def stream_rows(acc: Accesses, ofd_key: int, file_id: int) -> np.ndarray:
-    """Rows of one open file / FUSE handle (``acc.ofd`` key) on one file, in time order."""
-    rows = np.flatnonzero((acc.ofd == ofd_key) & (acc.file == file_id))
+def stream_rows(acc: Accesses, ofd_key: int, opened: int, file_id: int) -> np.ndarray:
+    """Rows of one open file / FUSE handle (``acc.ofd`` key, ``acc.opened``) on one file, in time order."""
+    rows = np.flatnonzero((acc.ofd == ofd_key) & (acc.opened == opened) & (acc.file == file_id))
     return rows[np.argsort(acc.ts[rows], kind="stable")]
 
 

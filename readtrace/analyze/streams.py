@@ -5,8 +5,10 @@ Classification (DESIGN.md words; Darshan's counters):
 - sequential: offset >= previous end, i.e. forward, gaps allowed (POSIX_SEQ_READS; includes consecutive)
 - random: the rest, backward or overlapping (Drishti: total - sequential)
 - seek (gcsfuse's word): starts before the previous end or more than ``gcsfuse_seek_window`` (8 MiB)
-  past it; ``seek_fraction`` is what a per-handle daemon treats as a jump. Interleaved quarters are
-  "sequential" to Darshan (every jump is forward) but seeks to gcsfuse.
+  past it; ``seek_fraction`` is what gcsfuse treats as a jump.
+- in order: forward from the previous end by at most ``interleave_max_gap`` (1 MiB): what the
+  interleave test uses. Tasks taking turns over their own parts are "sequential" to Darshan (within a
+  round every jump is forward) but out of order here.
 A stream's first access continues nothing and jumps nowhere: it counts as consecutive, not a seek.
 Fractions come count-weighted (``*_count_fraction``) and byte-weighted (``*_fraction``).
 Strides are the gap from the previous end (0 = consecutive).
@@ -93,6 +95,10 @@ class Classified:
     def seek(self, window: int) -> np.ndarray:
         return (self.offset < self.prev_end) | (self.offset > self.prev_end + window)
 
+    def in_order(self, max_gap: int) -> np.ndarray:
+        """Forward from the previous end by at most ``max_gap`` bytes."""
+        return (self.offset >= self.prev_end) & (self.offset <= self.prev_end + max_gap)
+
 
 def classify(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders) -> Classified:
     order = stable_by_group(codes, n, orders.by_time)
@@ -108,12 +114,12 @@ def classify(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders) -> Cl
 
 
 def fractions(cl: Classified, starts: np.ndarray, nb: np.ndarray, counts: np.ndarray, nbytes: np.ndarray,
-              window: int) -> dict[str, np.ndarray]:
-    """consecutive / sequential / random / seek fractions, byte- and count-weighted."""
+              th: Thresholds) -> dict[str, np.ndarray]:
+    """consecutive / sequential / random / seek / in-order fractions, byte- and count-weighted."""
     out = {}
     with np.errstate(invalid="ignore", divide="ignore"):
         for name, flag in (("consecutive", cl.consecutive), ("sequential", cl.sequential),
-                           ("seek", cl.seek(window))):
+                           ("seek", cl.seek(th.gcsfuse_seek_window)), ("in_order", cl.in_order(th.interleave_max_gap))):
             out[f"{name}_fraction"] = sorted_sum(starts, nb * flag) / nbytes
             out[f"{name}_count_fraction"] = sorted_sum(starts, flag) / counts
     out["random_fraction"] = 1 - out["sequential_fraction"]
@@ -135,9 +141,9 @@ def summarize(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: 
     last_rows = cl.order[starts + counts - 1]
     df = pd.DataFrame({
         "kind": kind, "file_id": acc.file[first_rows], "pid": acc.pid[first_rows], "tid": acc.tid[first_rows],
-        "ofd": acc.ofd[first_rows], "accesses": counts,
+        "ofd": acc.ofd[first_rows], "opened": acc.opened[first_rows], "accesses": counts,
         "faults": sorted_sum(starts, acc.source[cl.order] == SOURCE_FAULT), "bytes": nbytes,
-        **fractions(cl, starts, nb, counts, nbytes, th.gcsfuse_seek_window),
+        **fractions(cl, starts, nb, counts, nbytes, th),
         "first_ts_ns": acc.ts[first_rows], "last_ts_ns": acc.ts[last_rows],
     })
     del nb

@@ -20,6 +20,7 @@ class Thresholds:
     gcsfuse_min_random_read: int = 1 * MiB
     gcsfuse_sequential_read: int = 200 * MiB  # --sequential-read-size-mb
     # shared-fd interleave: tasks mostly in order on their own (no seeks), the merged stream mostly not
+    interleave_max_gap: int = 1 * MiB  # "in order": forward from the previous end by at most this
     interleave_min_tasks: int = 2
     interleave_task_in_order_min: float = 0.8  # byte-weighted over the tasks
     interleave_merged_in_order_max: float = 0.5

@@ -22,6 +22,17 @@ STREAM_ROWS = 12
 FILE_ROWS = 10
 
 
+def relevant_streams(a: Analysis, kinds: tuple[str, ...], limit: int, top_files: int = 3) -> pd.DataFrame:
+    """The streams a reader needs: interleaved ones first, then those of the most important files
+    (remote first, then most read), by kind (handles before tasks) and bytes."""
+    s = a.streams
+    keep = s["kind"].isin(kinds) & (s["interleaved"] | s["file_id"].isin(a.files.index[:top_files]))
+    order = {k: i for i, k in enumerate(("fuse_handle", "ofd", "process", "task", "file"))}
+    picked = s[keep].assign(_kind=s["kind"].map(order), _not=~s["interleaved"])
+    return picked.sort_values(["_not", "_kind", "bytes"], ascending=[True, True, False], kind="stable") \
+        .drop(columns=["_kind", "_not"]).head(limit)
+
+
 def _us(x) -> str:
     if x is None or pd.isna(x):
         return "-"
@@ -72,10 +83,7 @@ class TerminalReport:
 
     def streams(self) -> RenderableType:
         s = self.a.streams
-        # the handles that matter: interleaved ones first, then those of the most-read files
-        top_files = set(self.a.files.index[:3])
-        shared = s[s["kind"].isin(["fuse_handle", "ofd"]) & (s["interleaved"] | s["file_id"].isin(top_files))]
-        shown = shared.sort_values(["interleaved", "bytes"], ascending=False, kind="stable").head(self.stream_rows)
+        shown = relevant_streams(self.a, ("fuse_handle", "ofd"), self.stream_rows)
         table = Table(title="Open files and FUSE handles (merged over their tasks)", title_justify="left")
         for col in ("stream", "file", "tasks", "bytes", "consec", "after seek", "tasks' own consec", "score",
                     "gcsfuse requests", "p50"):
