@@ -159,3 +159,19 @@ def test_command_and_files_from_a_trace(tmp_path, checkpoint):
                        {"path": "/usr/lib/x86_64-linux-gnu/libc.so.6", "size": 2_000_000, "fstype": "ext4"},
                        {"path": str(tmp_path / "gone.bin"), "size": 10, "fstype": "ext4"}])
     assert command_from_trace(trace) == (["python", "load.py"], str(tmp_path), [str(checkpoint)])
+
+
+def test_warm_auto_leaves_a_local_cpu_load_alone(tmp_path, checkpoint):
+    """--warm: both sides start cached; `auto` keeps safetensors' own loader for a local CPU load."""
+    result = compare([sys.executable, str(script(tmp_path)), str(checkpoint)], strategy="auto",
+                     files=[str(checkpoint)], cold=False)
+    assert result.cold is False and result.evictions == [] and result.diff.all_identical
+    calls = result.side("fixed")[0].manifest.calls
+    assert {c["strategy"] for c in calls} == {"none"} and not any(c["call"] == "prefetch" for c in calls)
+    assert "warm run each" in _table(result)
+
+
+def _table(result) -> str:
+    out = io.StringIO()
+    render_table(result, out)
+    return out.getvalue()

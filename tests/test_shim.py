@@ -209,3 +209,20 @@ def test_unchanged_transformers_from_pretrained(tmp_path):
     assert diff.all_identical and diff.count > 10
     assert {c["strategy"] for c in results["both"][1].calls} == {"both"}
     assert not any("fallback" in c for c in results["both"][1].calls)
+
+
+def test_missing_file_fails_as_without_the_shim(tmp_path):
+    code = ("import sys, safetensors.torch as st\n"
+            "try:\n    st.load_file(sys.argv[1])\nexcept Exception as e:\n    print(type(e).__name__)\n"
+            "from safetensors import safe_open\n"
+            "try:\n    safe_open(sys.argv[1], 'pt')\nexcept Exception as e:\n    print(type(e).__name__)\n")
+    outputs = []
+    for strategy in ("none", "auto", "both"):
+        with shim_environment(strategy, tmp_path / f"{strategy}.jsonl") as env:
+            out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "missing.safetensors")], env=env,
+                                 capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and "Exception ignored" not in out.stderr, out.stderr
+        outputs.append(out.stdout)
+    plain = subprocess.run([sys.executable, "-c", code, str(tmp_path / "missing.safetensors")],
+                           capture_output=True, text=True, timeout=120).stdout
+    assert outputs == [plain] * 3

@@ -32,6 +32,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--files", nargs="+", metavar="PATH",
                         help="checkpoint files to evict before each run (default: found by a discovery run)")
     parser.add_argument("--no-record", action="store_true", help="do not record the reruns with eBPF")
+    parser.add_argument("--warm", action="store_true",
+                        help="warm runs instead of cold ones: what the fix costs where nothing is slow")
     parser.add_argument("--keep", metavar="DIR", help="keep manifests, logs and traces of every run in DIR")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("target", nargs=argparse.REMAINDER, metavar="TRACE | -- CMD",
@@ -50,7 +52,8 @@ def run(args) -> int:
     recorder, why_not = (None, "runs not recorded (--no-record)") if args.no_record else default_recorder()
     log = (lambda line: print(f"readtrace: {line}", file=sys.stderr)) if not args.json else (lambda line: None)
     result = compare(command, strategy=args.strategy, repeat=args.repeat, files=args.files or files,
-                     device=args.device, cwd=cwd, workdir=args.keep, recorder=recorder, log=log)
+                     device=args.device, cwd=cwd, workdir=args.keep, recorder=recorder, cold=not args.warm,
+                     log=log)
     if why_not:
         result.notes.append(why_not)
     if args.json:

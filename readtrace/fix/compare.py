@@ -25,6 +25,8 @@ from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.fix.evict import Eviction, evict
 from readtrace.fix.inject import shim_environment
 from readtrace.fix.manifest import Manifest, ManifestDiff, compare_manifests, fill_file_digests, read_manifest
+from readtrace.fix.prefetch import prefetch
+from readtrace.fix.residency import cache_survives_open
 from readtrace.fix.strategies import FIX_STRATEGIES
 
 # A recorder runs ``cmd`` with ``env`` in ``cwd`` writing ``trace``; returns (exit code, wall s, summary).
@@ -57,6 +59,7 @@ class Comparison:
     evictions: list[Eviction]
     diff: ManifestDiff
     notes: list[str] = field(default_factory=list)
+    cold: bool = True
 
     def side(self, name: str) -> list[Run]:
         return [r for r in self.runs if r.side == name]
@@ -80,6 +83,7 @@ def compare(
     cwd: str | None = None,
     workdir: str | os.PathLike | None = None,
     recorder: Recorder | None = None,
+    cold: bool = True,
     log: Callable[[str], None] = lambda line: None,
 ) -> Comparison:
     """Run ``command`` as baseline and fixed ``repeat`` times each, cold, interleaved; compare.
@@ -87,6 +91,8 @@ def compare(
     ``files``: the checkpoint files to evict before each run (default: those the command loads
     through safetensors, found by one uncounted discovery run). ``recorder``: record each run (see
     ``default_recorder``); None runs it plainly. ``workdir`` keeps manifests, logs and traces.
+    ``cold=False``: warm runs instead (the files read into the page cache before each run), to
+    measure what the fix costs where nothing is slow.
     """
     if strategy not in FIX_STRATEGIES:
         raise ReadtraceError(f"unknown strategy {strategy!r} (choose from {', '.join(FIX_STRATEGIES)})",
@@ -106,15 +112,24 @@ def compare(
         for i in range(repeat):
             order = ("baseline", "fixed") if i % 2 == 0 else ("fixed", "baseline")
             for side in order:
-                evictions = evict(files)
-                log(f"run {i + 1}/{repeat} {side} (cold: {len(files)} file(s) evicted)")
+                if cold:
+                    evictions = evict(files)
+                    log(f"run {i + 1}/{repeat} {side} (cold: {len(files)} file(s) evicted)")
+                else:
+                    prefetch(files, progress=False)
+                    log(f"run {i + 1}/{repeat} {side} (warm: {len(files)} file(s) cached)")
                 runs.append(_run(command, side, i, "none" if side == "baseline" else strategy, work, device,
                                  cwd, recorder, files))
         notes.extend(sorted({e.note for e in evictions if e.note}))
+        dropping = [f for f in files if not cache_survives_open(f)]
+        if dropping and strategy != "own-fd":
+            notes.append(f"{len(dropping)} file(s) lose their page cache on every open() (a FUSE daemon without "
+                         "keep_cache): prefetching cannot help a loader that opens them again; only the own-fd "
+                         "loader (safetensors API) can")
         baseline = runs[0] if runs[0].side == "baseline" else runs[1]
         diffs = [compare_manifests(baseline.manifest, r.manifest) for r in runs if r is not baseline]
         diff = next((d for d in diffs if not d.all_identical), diffs[0])
-        return Comparison(command, strategy, list(files), runs, evictions, diff, notes)
+        return Comparison(command, strategy, list(files), runs, evictions, diff, notes, cold)
 
 
 def _run(command, side, index, strategy, work: Path, device, cwd, recorder, files=()) -> Run:

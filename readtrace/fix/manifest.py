@@ -130,7 +130,7 @@ class Manifest:
 
     @property
     def loader_s(self) -> float:
-        return sum(c["seconds"] for c in self.calls)
+        return sum(c["seconds"] for c in self.calls if not c.get("nested"))
 
     @property
     def digest_s(self) -> float:

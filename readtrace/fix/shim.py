@@ -31,6 +31,7 @@ from readtrace.fix.fileio import MiB, open_fd
 from readtrace.fix.fsinfo import NETWORK_FS, Mount, mount_of  # noqa: F401 - Mount re-exported for tests
 from readtrace.fix.header import read_header
 from readtrace.fix.manifest import append_lines, tensor_record
+from readtrace.fix.residency import cache_survives_open
 from readtrace.fix.startup import already_prefetched
 from readtrace.fix.strategies import STRATEGIES
 
@@ -90,7 +91,10 @@ def strategy_for(path: str, device) -> str:
     chosen = _STATE.config.strategy
     if chosen != "auto":
         return chosen
-    mount = mount_of(path)
+    try:
+        mount = mount_of(path)
+    except OSError:  # missing file: let the original loader report it its own way
+        return "none"
     fstype = mount.fstype if mount else ""
     if fstype.startswith("fuse") or fstype in NETWORK_FS:
         return "both"
@@ -122,11 +126,10 @@ def load_file(filename, device="cpu", *args, **kwargs):
         error = f"{type(e).__name__}: {e}"
         raise
     finally:
-        if not nested:
-            seconds = time.perf_counter() - started
-            _record("load_file", path, mode, seconds, fallback, [(n, t, None) for n, t in tensors.items()],
-                    error)
-            _flush()
+        seconds = time.perf_counter() - started
+        records = [] if nested else [(n, t, None) for n, t in tensors.items()]  # the caller records them
+        _record("load_file", path, mode, seconds, fallback, records, error, nested=nested)
+        _flush()
     return tensors
 
 
@@ -169,6 +172,7 @@ class _Handle:
         self._path = os.path.abspath(os.fspath(filename))
         self._seconds, self._fallback, self._records = 0.0, None, []
         self._tensors = self._header = self._inner = None
+        self._mode = "none"
         with self._timed():
             self._mode = strategy_for(self._path, device)
             self._device = device
@@ -294,15 +298,17 @@ def _prefetch_once(path: str) -> None:
             return
         _STATE.prefetched.add(path)
     try:
+        if not cache_survives_open(path):
+            return  # the loader's own open() would drop what we read: reading it twice helps nobody
         prefetcher.prefetch([path], chunk_bytes=_STATE.config.chunk_bytes,
                             threads=_STATE.config.prefetch_threads, progress=False,
                             distributed=_STATE.config.prefetch_distributed)
-    except ReadtraceError:
+    except (OSError, ReadtraceError):
         return  # the load that follows reports the problem the way the user's loader does
 
 
 def _record(call: str, path: str, mode: str, seconds: float, fallback: str | None, tensors,
-            error: str | None, *, digest: bool | None = None) -> None:
+            error: str | None, *, digest: bool | None = None, nested: bool = False) -> None:
     """Queue one call line and its tensors' lines (``tensors``: (name, tensor, slice index or None)).
 
     Tensors our loader produced are digested here, after the clock stopped. Tensors the original
@@ -321,6 +327,8 @@ def _record(call: str, path: str, mode: str, seconds: float, fallback: str | Non
         call_line["fallback"] = fallback
     if error:
         call_line["error"] = error
+    if nested:
+        call_line["nested"] = True  # inside a recorded call: its time is already counted there
     with _STATE.lock:
         _STATE.pending.extend([*lines, call_line])
 

@@ -14,6 +14,7 @@ import time
 from readtrace.errors import ReadtraceError
 from readtrace.fix.fsinfo import NETWORK_FS, mount_of
 from readtrace.fix.prefetch import DEFAULT_THREADS, prefetch
+from readtrace.fix.residency import cache_survives_open
 
 
 def prefetch_at_start(env=os.environ) -> None:
@@ -23,6 +24,9 @@ def prefetch_at_start(env=os.environ) -> None:
         return
     if strategy == "auto":
         files = [f for f in files if _remote(f)]
+    files = [f for f in files if _cache_kept(f)]  # else the loader's own open() drops what we read
+    if not files:
+        return
     started = time.perf_counter()
     try:
         result = prefetch(files, threads=int(env.get("READTRACE_PREFETCH_THREADS", DEFAULT_THREADS)),
@@ -39,6 +43,13 @@ def prefetch_at_start(env=os.environ) -> None:
 
 def already_prefetched(path: str, env=os.environ) -> bool:
     return path in env.get("READTRACE_PREFETCHED", "").split(os.pathsep)
+
+
+def _cache_kept(path: str) -> bool:
+    try:
+        return cache_survives_open(path)
+    except (OSError, ReadtraceError):
+        return False
 
 
 def _remote(path: str) -> bool:
