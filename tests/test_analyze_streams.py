@@ -148,6 +148,16 @@ def test_gcsfuse_replay_sequential_and_random():
     assert h["gcsfuse_sequential_requests"] == 1
 
 
+def test_readahead_requests_overtaking_each_other_are_no_seek():
+    k = 128 * 1024
+    swapped = [(0, k), (2 * k, k), (k, k), (3 * k, k), (5 * k, k), (4 * k, k)] + [(i * k, k) for i in range(6, 40)]
+    h = stream(analyze(_fuse_only(swapped)), "fuse_handle")
+    assert h["gcsfuse_seeks"] == 0 and h["gcsfuse_read_type"] == "sequential" and h["gcsfuse_requests"] == 1
+    assert h["consecutive_count_fraction"] < 1  # Darshan's words still see the swaps
+    back = [(0, k), (4 * MiB, k), (2 * MiB, k)]  # a step back of 2 MiB + 128 KiB is a seek
+    assert stream(analyze(_fuse_only(back)), "fuse_handle")["gcsfuse_seeks"] == 1
+
+
 def _fuse_only(rows, fh=1, tid=50):
     n = len(rows)
     fuse = pd.DataFrame({"ts_ns": 1000 * np.arange(n), "pid": tid, "tid": tid, "connection": FUSE_CONN,
