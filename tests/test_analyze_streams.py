@@ -206,3 +206,12 @@ def test_recycled_open_file_ids_are_different_open_files():
     # without the reopen the same rows are one open file read by two tasks
     b = analyze(make_trace(events=pd.concat([pd.DataFrame([open_ev(1000, 10)]), header, worker]), files=FILES))
     assert stream(b, "ofd")["tasks"] == 2
+
+
+def test_reads_of_an_unresolvable_file_are_not_booked_to_another_file():
+    known = reads([(0, 100)])
+    lost = reads([(0, 5000)], pid=20, fd=9, ofd=-999, path=None, t0=50_000)  # no open, no path: unknown
+    a = analyze(make_trace(events=pd.concat([known, lost]), files=FILES))
+    assert a.files["read_bytes"].tolist() == [100]
+    unknown = a.streams[(a.streams["kind"] == "file") & (a.streams["file_id"] == -1)]
+    assert unknown["bytes"].tolist() == [5000] and unknown["path"].tolist() == ["<unknown file>"]
