@@ -139,10 +139,10 @@ def _files_table(files: pd.DataFrame, streams: pd.DataFrame, page_stats: pd.Data
     n = len(files)
     out = files.copy()
     by_file = streams[streams["kind"] == "file"].set_index("file_id")
-    read_bytes = np.bincount(app.file[app.source == SOURCE_READ].clip(min=0), weights=app.nbytes[app.source == SOURCE_READ],
-                             minlength=n)
+    known_reads = (app.source == SOURCE_READ) & (app.file >= 0)  # unresolved files count for no file
+    read_bytes = np.bincount(app.file[known_reads], weights=app.nbytes[known_reads], minlength=n)
     out["read_bytes"] = read_bytes.astype(np.int64)
-    out["reads"] = np.bincount(app.file[app.source == SOURCE_READ].clip(min=0), minlength=n)
+    out["reads"] = np.bincount(app.file[known_reads], minlength=n)
     if not page_view:  # no page-cache view recorded: unknown, not zero
         for col in [c for c in page_stats.columns if c.startswith("cache_")]:
             page_stats[col] = np.nan

@@ -6,6 +6,8 @@ on average it reads "random": each backend request fetches the average read size
 next MiB (1..8 MiB) instead of up to ``--sequential-read-size-mb`` (200 MiB). A new backend request
 starts at the first read, at every seek, and whenever a read runs past the current request's end.
 Simplification: a run's requests are ceil(span / chunk) with the chunk chosen when the run opens.
+Deviation: a step back of at most ``reorder_window`` is not a seek (kernel readahead requests in
+flight overtake each other; counting them turned every small own-fd handle "random").
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, prev_end: 
     if n == 0:
         zeros = np.zeros(n_groups, dtype=np.int64)
         return Replay(seeks=zeros, requests=zeros, random_bytes=zeros, random_after=zeros)
-    opens = (offset < prev_end) | (offset > prev_end + th.gcsfuse_seek_window)  # seeks ...
+    opens = (offset < prev_end - th.reorder_window) | (offset > prev_end + th.gcsfuse_seek_window)  # seeks ...
     seeks = sorted_sum(starts, opens)
     opens[starts] = True  # ... and each group's first read
     runs = np.flatnonzero(opens)

@@ -33,7 +33,7 @@ def per_task(acc: Accesses, codes: np.ndarray, n: int, sub: tuple[np.ndarray, in
         weight = group_sum(parent, n, sub_bytes)
         fractions = {}
         for name, flag in (("consecutive", cl.consecutive), ("sequential", cl.sequential),
-                           ("in_order", cl.in_order(th.interleave_max_gap))):
+                           ("in_order", cl.in_order(th.interleave_max_gap, th.reorder_window))):
             own = sorted_sum(starts, nb * flag) / sub_bytes
             fractions[name] = own
             fractions[f"task_{name}_fraction"] = group_sum(parent, n, own * sub_bytes) / weight

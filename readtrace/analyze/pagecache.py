@@ -17,7 +17,7 @@ def page_rows(pages: pd.DataFrame, files: FileIndex) -> pd.DataFrame:
     """Pages with a file id, valid sizes only."""
     out = pages[["ts_ns", "pid", "tid", "op", "offset", "size"]].copy()
     out["file"] = files.lookup(pages["dev"].to_numpy(), pages["ino"].to_numpy(), pages["path"])
-    return out[(out["size"] > 0) & (out["offset"] >= 0)]
+    return out[(out["size"] > 0) & (out["offset"] >= 0) & (out["file"] >= 0)]
 
 
 def _union_by_file(rows: pd.DataFrame, n_files: int) -> np.ndarray:

@@ -7,7 +7,9 @@ Classification (DESIGN.md words; Darshan's counters):
 - seek (gcsfuse's word): starts before the previous end or more than ``gcsfuse_seek_window`` (8 MiB)
   past it; ``seek_fraction`` is what gcsfuse treats as a jump.
 - in order: forward from the previous end by at most ``interleave_max_gap`` (1 MiB): what the
-  interleave test uses. Tasks taking turns over their own parts are "sequential" to Darshan (within a
+  interleave test uses.
+Both forgive a step back of at most ``reorder_window`` (1 MiB): the kernel's readahead requests in
+flight overtake each other on the way to the daemon; that is a reordering, not a jump. Tasks taking turns over their own parts are "sequential" to Darshan (within a
   round every jump is forward) but out of order here.
 A stream's first access continues nothing and jumps nowhere: it counts as consecutive, not a seek.
 Fractions come count-weighted (``*_count_fraction``) and byte-weighted (``*_fraction``).
@@ -92,12 +94,13 @@ class Classified:
     def sequential(self) -> np.ndarray:
         return self.offset >= self.prev_end
 
-    def seek(self, window: int) -> np.ndarray:
-        return (self.offset < self.prev_end) | (self.offset > self.prev_end + window)
+    def seek(self, window: int, reorder: int = 0) -> np.ndarray:
+        """Back by more than ``reorder`` or forward by more than ``window`` from the previous end."""
+        return (self.offset < self.prev_end - reorder) | (self.offset > self.prev_end + window)
 
-    def in_order(self, max_gap: int) -> np.ndarray:
-        """Forward from the previous end by at most ``max_gap`` bytes."""
-        return (self.offset >= self.prev_end) & (self.offset <= self.prev_end + max_gap)
+    def in_order(self, max_gap: int, reorder: int = 0) -> np.ndarray:
+        """Within [previous end - ``reorder``, previous end + ``max_gap``]."""
+        return (self.offset >= self.prev_end - reorder) & (self.offset <= self.prev_end + max_gap)
 
 
 def classify(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders) -> Classified:
@@ -119,7 +122,8 @@ def fractions(cl: Classified, starts: np.ndarray, nb: np.ndarray, counts: np.nda
     out = {}
     with np.errstate(invalid="ignore", divide="ignore"):
         for name, flag in (("consecutive", cl.consecutive), ("sequential", cl.sequential),
-                           ("seek", cl.seek(th.gcsfuse_seek_window)), ("in_order", cl.in_order(th.interleave_max_gap))):
+                           ("seek", cl.seek(th.gcsfuse_seek_window, th.reorder_window)),
+                           ("in_order", cl.in_order(th.interleave_max_gap, th.reorder_window))):
             out[f"{name}_fraction"] = sorted_sum(starts, nb * flag) / nbytes
             out[f"{name}_count_fraction"] = sorted_sum(starts, flag) / counts
     out["random_fraction"] = 1 - out["sequential_fraction"]

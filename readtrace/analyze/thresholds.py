@@ -15,6 +15,9 @@ class Thresholds:
 
     # gcsfuse replay (internal/gcsx/random_reader.go)
     gcsfuse_seek_window: int = 8 * MiB  # a read > this past the expected offset is a seek
+    # requests that overtake each other by at most this much (the kernel's readahead in flight,
+    # measured 100-250 KiB on the lab mount) are a reordering, not a jump back
+    reorder_window: int = 1 * MiB
     gcsfuse_min_seeks_for_random: int = 2
     gcsfuse_max_random_read: int = 8 * MiB  # random requests fetch 1..8 MiB
     gcsfuse_min_random_read: int = 1 * MiB
