@@ -51,7 +51,10 @@ install_missing() {  # from the carried wheel dir only: the machine has no netwo
     [ ${#missing[@]} = 0 ] && return 0
     echo "== installing from $WHEELS: ${missing[*]}"
     if [ -d "$WHEELS" ]; then
-        $PY -m pip install -q --no-index --find-links "$WHEELS" "${missing[@]}" 2>&1 | tail -3
+        # retry for an "externally managed" system Python
+        $PY -m pip install -q --no-index --find-links "$WHEELS" "${missing[@]}" 2>&1 | tail -3 ||
+            $PY -m pip install -q --no-index --find-links "$WHEELS" --break-system-packages "${missing[@]}" \
+                2>&1 | tail -3
     else
         echo "no $WHEELS dir carried: cannot install ${missing[*]}"
     fi

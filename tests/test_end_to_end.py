@@ -85,7 +85,9 @@ def test_own_fd_and_sequential_loads_are_not(lab, checkpoint, tmp_path, pattern)
     assert "RANDOM_ON_FUSE_HANDLE" not in _codes(a)
     handles = _data_handles(a, target)
     assert len(handles) == (WORKERS if pattern == "fork-own-fd" else 1)
-    assert (handles["consecutive_fraction"] >= 0.90).all()
+    # Each handle is one task's own stream. Not 100 % consecutive: every open() of a FUSE file without
+    # keep_cache drops its page cache, so the workers' opens make each other re-read a few pages.
+    assert (handles["consecutive_fraction"] >= 0.80).all()
 
 
 def test_cold_load_is_called_cold_and_warm_is_not(checkpoint, tmp_path):

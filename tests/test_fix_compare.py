@@ -62,7 +62,9 @@ def test_compare_interleaves_cold_runs_and_matches_tensors(tmp_path, checkpoint)
     assert result.diff.all_identical and result.diff.count == 8 + 2
     assert all(r.wall_s > 0 and r.loader_s > 0 for r in result.runs)
     fixed_calls = result.side("fixed")[0].manifest.calls
-    assert {(c["call"], c["strategy"]) for c in fixed_calls} == {("load_file", "both"), ("safe_open", "both")}
+    assert {(c["call"], c["strategy"]) for c in fixed_calls} == {("prefetch", "both"), ("load_file", "both"),
+                                                                  ("safe_open", "both")}
+    assert next(c for c in fixed_calls if c["call"] == "prefetch")["bytes"] == os.path.getsize(checkpoint)
     assert {c["strategy"] for c in result.side("baseline")[0].manifest.calls} == {"none"}
     kept = sorted(p.name for p in (tmp_path / "work").iterdir())
     assert "baseline-1.jsonl" in kept and "fixed-2.log" in kept
@@ -79,15 +81,20 @@ def test_compare_interleaves_cold_runs_and_matches_tensors(tmp_path, checkpoint)
         [["tensors", "identical", "10/10", "yes"]]
 
 
-def test_changed_tensors_are_named(tmp_path, checkpoint):
-    with pytest.raises(ReadtraceError):  # sanity: a failing command is reported with its output
-        compare([sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"], files=[str(checkpoint)],
-                workdir=tmp_path / "w0")
-    result = compare([sys.executable, str(script(tmp_path, MUTATING_SCRIPT)), str(checkpoint)],
-                     files=[str(checkpoint)], workdir=tmp_path / "w1")
+def test_checkpoint_replaced_between_runs_is_caught(tmp_path, checkpoint):
+    """Another process rewrites the checkpoint after the baseline: the fixed run loads other bytes."""
+    def replace_before_fixed(line: str) -> None:
+        if "fixed" in line:
+            save_file({f"layer{i}.weight": torch.randn(128, 256) for i in range(6)}
+                      | {"step": torch.tensor(3), "scale": torch.ones(4, dtype=torch.bfloat16)}, checkpoint)
+
+    result = compare([sys.executable, str(script(tmp_path)), str(checkpoint)], files=[str(checkpoint)],
+                     log=replace_before_fixed)
     assert not result.diff.all_identical
     assert "layer0.weight (model.safetensors)" in result.diff.differing
-    assert "step (model.safetensors)" not in result.diff.differing  # ints were written back unchanged
+    assert "step (model.safetensors)" not in result.diff.differing  # same value written again
+    assert result.diff.identical == 2  # step and scale; the rest (and the two read via safe_open) differ
+    assert result.diff.count == 10
 
 
 def test_failing_command_shows_its_last_lines(tmp_path, checkpoint):
@@ -112,7 +119,8 @@ def test_cli_json(tmp_path, checkpoint):
 
 
 def test_cli_differing_tensors_exit_nonzero_with_names(tmp_path, checkpoint):
-    out = run_cli("--compare", "--no-record", "--files", str(checkpoint), "--",
+    """Every run rewrites its checkpoint (+1): over B F F B the runs load different bytes."""
+    out = run_cli("--compare", "--no-record", "--repeat", "2", "--files", str(checkpoint), "--",
                   sys.executable, str(script(tmp_path, MUTATING_SCRIPT)), str(checkpoint))
     assert out.returncode == ExitStatus.ERROR
     assert "DIFFERS: layer0.weight (model.safetensors)" in out.stdout
@@ -131,10 +139,15 @@ def test_cli_runs_the_command_with_the_fix(tmp_path, checkpoint):
     (["--compare", "a.rtrace", "b.rtrace"], "give one trace"),
     (["--compare", "missing.rtrace"], "no such trace"),
     (["--compare", "--repeat", "0", "--", "true"], "at least 1"),
+    (["--compare"], "no .rtrace trace in"),
 ])
-def test_cli_usage_errors(tmp_path, args, message):
-    out = run_cli(*args, cwd=tmp_path)
-    assert out.returncode != 0 and message in out.stderr and "Traceback" not in out.stderr
+def test_cli_usage_errors(tmp_path, monkeypatch, capsys, args, message):
+    from readtrace.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["fix", *args]) != 0
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
 def test_command_and_files_from_a_trace(tmp_path, checkpoint):
@@ -146,3 +159,19 @@ def test_command_and_files_from_a_trace(tmp_path, checkpoint):
                        {"path": "/usr/lib/x86_64-linux-gnu/libc.so.6", "size": 2_000_000, "fstype": "ext4"},
                        {"path": str(tmp_path / "gone.bin"), "size": 10, "fstype": "ext4"}])
     assert command_from_trace(trace) == (["python", "load.py"], str(tmp_path), [str(checkpoint)])
+
+
+def test_warm_auto_leaves_a_local_cpu_load_alone(tmp_path, checkpoint):
+    """--warm: both sides start cached; `auto` keeps safetensors' own loader for a local CPU load."""
+    result = compare([sys.executable, str(script(tmp_path)), str(checkpoint)], strategy="auto",
+                     files=[str(checkpoint)], cold=False)
+    assert result.cold is False and result.evictions == [] and result.diff.all_identical
+    calls = result.side("fixed")[0].manifest.calls
+    assert {c["strategy"] for c in calls} == {"none"} and not any(c["call"] == "prefetch" for c in calls)
+    assert "warm run each" in _table(result)
+
+
+def _table(result) -> str:
+    out = io.StringIO()
+    render_table(result, out)
+    return out.getvalue()

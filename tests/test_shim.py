@@ -9,11 +9,12 @@ import sys
 
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import save_file
 
 from readtrace.errors import ReadtraceError
 from readtrace.fix.inject import shim_environment
-from readtrace.fix.manifest import compare_manifests, read_manifest
+from readtrace.fix.manifest import compare_manifests, fill_file_digests, read_manifest, tensor_digest
 
 # An ordinary user script: knows nothing of readtrace.
 SCRIPT = """
@@ -57,6 +58,7 @@ def run_script(workload, strategy: str, *, base_env=None):
     with shim_environment(strategy, manifest, base_env=base_env) as env:
         out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+    fill_file_digests(manifest)
     return out.stdout.strip(), read_manifest(manifest)
 
 
@@ -78,6 +80,40 @@ def test_own_fd_run_loads_identical_tensors_through_the_loader(workload):
     assert "not a valid safetensors file" in calls["bad.safetensors", "load_file"]["fallback"]
     assert all(c["seconds"] > 0 for c in fixed.calls)
     assert {c["strategy"] for c in base.calls} == {"none"}
+
+
+def test_baseline_recording_reads_nothing_the_script_does_not(workload):
+    """The baseline shim records names/dtypes/shapes only (digests come later, from the file): the
+    pages a script leaves unread stay unread, exactly as without the shim."""
+    from readtrace.fix.evict import evict
+    from readtrace.fix.residency import cached_pages
+
+    torch.manual_seed(2)
+    big = workload / "big.safetensors"
+    save_file({f"w{i}": torch.randn(256, 1024) for i in range(16)}, big)  # 16 x 1 MiB
+    code = ("import sys; from safetensors import safe_open\n"
+            "with safe_open(sys.argv[1], 'pt') as f: print(f.get_slice('w3')[:2].shape)")
+    manifest = workload / "lazy.jsonl"
+    residency = {}
+    for shimmed in (False, True):
+        evict([big])
+        if shimmed:
+            with shim_environment("none", manifest) as env:
+                out = subprocess.run([sys.executable, "-c", code, str(big)], env=env, capture_output=True,
+                                     text=True, timeout=120)
+        else:
+            out = subprocess.run([sys.executable, "-c", code, str(big)], capture_output=True, text=True,
+                                 timeout=120)
+        assert out.stdout.strip() == "torch.Size([2, 1024])", out.stderr
+        residency[shimmed] = cached_pages(big)[0]
+    # (safetensors 0.8 itself maps the whole file eagerly; older versions read lazily)
+    assert residency[True] <= residency[False] + 16
+    [record] = read_manifest(manifest).tensors
+    assert (record["name"], record["shape"], record["sha256"]) == ("w3[:2]", [2, 1024], None)
+    assert fill_file_digests(manifest) == 1
+    [record] = read_manifest(manifest).tensors
+    with safe_open(big, "pt") as f:
+        assert record["sha256"] == tensor_digest(f.get_tensor("w3")[:2])
 
 
 def test_manifest_difference_names_the_tensor(workload):
@@ -137,3 +173,56 @@ def test_device_override_loads_straight_to_cuda(workload):
     _, base = run_script(workload, "none")
     fixed = read_manifest(manifest)
     assert {(t["name"], t["sha256"]) for t in fixed.tensors} <= {(t["name"], t["sha256"]) for t in base.tensors}
+
+
+TRANSFORMERS_SCRIPT = """
+import hashlib, sys, torch
+from transformers import AutoModelForCausalLM
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1])
+h = hashlib.sha256()
+for name, value in sorted(model.state_dict().items()):
+    h.update(name.encode())
+    h.update(value.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+print(h.hexdigest())
+"""
+
+
+def test_unchanged_transformers_from_pretrained(tmp_path):
+    """transformers loads through safe_open/get_slice: the shim serves it, the model is bit-identical."""
+    transformers = pytest.importorskip("transformers")  # optional: not a readtrace dependency
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=500, n_positions=64,
+                                     bos_token_id=0, eos_token_id=0)
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path / "tiny")
+    (tmp_path / "load.py").write_text(TRANSFORMERS_SCRIPT)
+    results = {}
+    for strategy in ("none", "both"):
+        manifest = tmp_path / f"{strategy}.jsonl"
+        with shim_environment(strategy, manifest) as env:
+            out = subprocess.run([sys.executable, str(tmp_path / "load.py"), str(tmp_path / "tiny")], env=env,
+                                 capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        fill_file_digests(manifest)
+        results[strategy] = (out.stdout.strip(), read_manifest(manifest))
+    assert results["none"][0] == results["both"][0]
+    diff = compare_manifests(results["none"][1], results["both"][1])
+    assert diff.all_identical and diff.count > 10
+    assert {c["strategy"] for c in results["both"][1].calls} == {"both"}
+    assert not any("fallback" in c for c in results["both"][1].calls)
+
+
+def test_missing_file_fails_as_without_the_shim(tmp_path):
+    code = ("import sys, safetensors.torch as st\n"
+            "try:\n    st.load_file(sys.argv[1])\nexcept Exception as e:\n    print(type(e).__name__)\n"
+            "from safetensors import safe_open\n"
+            "try:\n    safe_open(sys.argv[1], 'pt')\nexcept Exception as e:\n    print(type(e).__name__)\n")
+    outputs = []
+    for strategy in ("none", "auto", "both"):
+        with shim_environment(strategy, tmp_path / f"{strategy}.jsonl") as env:
+            out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "missing.safetensors")], env=env,
+                                 capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and "Exception ignored" not in out.stderr, out.stderr
+        outputs.append(out.stdout)
+    plain = subprocess.run([sys.executable, "-c", code, str(tmp_path / "missing.safetensors")],
+                           capture_output=True, text=True, timeout=120).stdout
+    assert outputs == [plain] * 3

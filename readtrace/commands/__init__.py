@@ -7,4 +7,5 @@ COMMANDS: dict[str, str] = {
     "simfs": "readtrace.commands.simfs",
     "report": "readtrace.commands.report",
     "fix": "readtrace.commands.fix",
+    "demo": "readtrace.commands.demo",
 }

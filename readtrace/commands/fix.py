@@ -21,9 +21,7 @@ import subprocess
 import sys
 
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.fix.compare import FIX_STRATEGIES, command_from_trace, compare, default_recorder
-from readtrace.fix.compare_report import render_table, to_json
-from readtrace.fix.inject import shim_environment
+from readtrace.fix.strategies import FIX_STRATEGIES
 
 
 def add_arguments(parser) -> None:
@@ -34,6 +32,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--files", nargs="+", metavar="PATH",
                         help="checkpoint files to evict before each run (default: found by a discovery run)")
     parser.add_argument("--no-record", action="store_true", help="do not record the reruns with eBPF")
+    parser.add_argument("--warm", action="store_true",
+                        help="warm runs instead of cold ones: what the fix costs where nothing is slow")
     parser.add_argument("--keep", metavar="DIR", help="keep manifests, logs and traces of every run in DIR")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("target", nargs=argparse.REMAINDER, metavar="TRACE | -- CMD",
@@ -41,6 +41,10 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from readtrace.fix.compare import compare, default_recorder  # imports torch: only when running
+    from readtrace.fix.compare_report import render_table, to_json
+    from readtrace.fix.inject import shim_environment
+
     command, cwd, files = _target(args.target)
     if not args.compare:
         with shim_environment(args.strategy, None, device=args.device) as env:
@@ -48,7 +52,8 @@ def run(args) -> int:
     recorder, why_not = (None, "runs not recorded (--no-record)") if args.no_record else default_recorder()
     log = (lambda line: print(f"readtrace: {line}", file=sys.stderr)) if not args.json else (lambda line: None)
     result = compare(command, strategy=args.strategy, repeat=args.repeat, files=args.files or files,
-                     device=args.device, cwd=cwd, workdir=args.keep, recorder=recorder, log=log)
+                     device=args.device, cwd=cwd, workdir=args.keep, recorder=recorder, cold=not args.warm,
+                     log=log)
     if why_not:
         result.notes.append(why_not)
     if args.json:
@@ -72,6 +77,8 @@ def _target(target: list[str]) -> tuple[list[str], str | None, list[str] | None]
         return target, None, None
     if len(target) > 1:
         raise ReadtraceError("give one trace, or a command after --", ExitStatus.USAGE)
+    from readtrace.fix.compare import command_from_trace
+
     if target:
         return command_from_trace(target[0])
     from readtrace.trace import newest_trace

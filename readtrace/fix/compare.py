@@ -4,7 +4,9 @@ Each run: evict the checkpoint files (posix_fadvise DONTNEED of exactly those fi
 unchanged command with the shim (``none`` for the baseline: it only records the tensor manifest),
 recorded with readtrace's recorder when it is available and we are root. Repeats alternate the
 order (B F, F B, ...) so drift on a shared machine hits both sides. Wall times exclude the shim's
-own digest time (computed after each loader call, outside the clock).
+own digest time (computed after each loader call, outside the clock). The baseline's tensors are
+digested from the files after its run, so that hashing never reads a lazy mmap in an order the
+script did not use (that would turn a random read pattern sequential and flatter the baseline).
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from pathlib import Path
 from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.fix.evict import Eviction, evict
 from readtrace.fix.inject import shim_environment
-from readtrace.fix.manifest import Manifest, ManifestDiff, compare_manifests, read_manifest
+from readtrace.fix.manifest import Manifest, ManifestDiff, compare_manifests, fill_file_digests, read_manifest
+from readtrace.fix.prefetch import prefetch
+from readtrace.fix.residency import cache_survives_open
+from readtrace.fix.strategies import FIX_STRATEGIES
 
-FIX_STRATEGIES = ("prefetch", "own-fd", "both", "auto")
 # A recorder runs ``cmd`` with ``env`` in ``cwd`` writing ``trace``; returns (exit code, wall s, summary).
 Recorder = Callable[[list[str], dict, str | None, Path], tuple[int, float, dict | None]]
 
@@ -55,6 +59,7 @@ class Comparison:
     evictions: list[Eviction]
     diff: ManifestDiff
     notes: list[str] = field(default_factory=list)
+    cold: bool = True
 
     def side(self, name: str) -> list[Run]:
         return [r for r in self.runs if r.side == name]
@@ -78,6 +83,7 @@ def compare(
     cwd: str | None = None,
     workdir: str | os.PathLike | None = None,
     recorder: Recorder | None = None,
+    cold: bool = True,
     log: Callable[[str], None] = lambda line: None,
 ) -> Comparison:
     """Run ``command`` as baseline and fixed ``repeat`` times each, cold, interleaved; compare.
@@ -85,6 +91,8 @@ def compare(
     ``files``: the checkpoint files to evict before each run (default: those the command loads
     through safetensors, found by one uncounted discovery run). ``recorder``: record each run (see
     ``default_recorder``); None runs it plainly. ``workdir`` keeps manifests, logs and traces.
+    ``cold=False``: warm runs instead (the files read into the page cache before each run), to
+    measure what the fix costs where nothing is slow.
     """
     if strategy not in FIX_STRATEGIES:
         raise ReadtraceError(f"unknown strategy {strategy!r} (choose from {', '.join(FIX_STRATEGIES)})",
@@ -104,28 +112,42 @@ def compare(
         for i in range(repeat):
             order = ("baseline", "fixed") if i % 2 == 0 else ("fixed", "baseline")
             for side in order:
-                evictions = evict(files)
-                log(f"run {i + 1}/{repeat} {side} (cold: {len(files)} file(s) evicted)")
+                if cold:
+                    evictions = evict(files)
+                    log(f"run {i + 1}/{repeat} {side} (cold: {len(files)} file(s) evicted)")
+                else:
+                    prefetch(files, progress=False)
+                    log(f"run {i + 1}/{repeat} {side} (warm: {len(files)} file(s) cached)")
                 runs.append(_run(command, side, i, "none" if side == "baseline" else strategy, work, device,
-                                 cwd, recorder))
+                                 cwd, recorder, files))
         notes.extend(sorted({e.note for e in evictions if e.note}))
+        dropping = [f for f in files if not cache_survives_open(f)]
+        if dropping and strategy != "own-fd":
+            notes.append(f"{len(dropping)} file(s) lose their page cache on every open() (a FUSE daemon without "
+                         "keep_cache): prefetching cannot help a loader that opens them again; only the own-fd "
+                         "loader (safetensors API) can")
         baseline = runs[0] if runs[0].side == "baseline" else runs[1]
         diffs = [compare_manifests(baseline.manifest, r.manifest) for r in runs if r is not baseline]
         diff = next((d for d in diffs if not d.all_identical), diffs[0])
-        return Comparison(command, strategy, list(files), runs, evictions, diff, notes)
+        return Comparison(command, strategy, list(files), runs, evictions, diff, notes, cold)
 
 
-def _run(command, side, index, strategy, work: Path, device, cwd, recorder) -> Run:
+def _run(command, side, index, strategy, work: Path, device, cwd, recorder, files=()) -> Run:
     stem = f"{side}-{index + 1}"
     manifest_path = work / f"{stem}.jsonl"
-    with shim_environment(strategy, manifest_path, device=device) as env:
+    prefetch = {"READTRACE_PREFETCH_FILES": os.pathsep.join(files)} if strategy in FIX_STRATEGIES and files \
+        else None
+    with shim_environment(strategy, manifest_path, device=device, extra=prefetch) as env:
         if recorder is not None:
             trace = work / f"{stem}.rtrace"
-            code, wall, summary = recorder(command, env, cwd, trace)
+            with _stdout_to(work / f"{stem}.log"):  # the command's output must not mix with ours
+                code, wall, summary = recorder(command, env, cwd, trace)
             trace_path = str(trace)
         else:
             code, wall = _run_plain(command, env, cwd, work / f"{stem}.log")
             summary, trace_path = None, None
+    if code == 0:
+        fill_file_digests(manifest_path)  # the baseline's, from the files, now that it has finished
     manifest = read_manifest(manifest_path)
     if code != 0:
         tail = _tail(work / f"{stem}.log")
@@ -223,3 +245,23 @@ def command_from_trace(path: str | os.PathLike) -> tuple[list[str], str | None, 
                     if isinstance(p, str) and size and size > 0 and not p.startswith(skip)
                     and os.path.isfile(p)})
     return list(command), trace.meta.get("cwd"), files
+
+
+class _stdout_to:  # noqa: N801 - a context manager used like a function
+    """Point file descriptor 1 at a file while a recorder runs a command that inherits it."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        sys.stdout.flush()
+        self.saved = os.dup(1)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, 1)
+        os.close(fd)
+
+    def __exit__(self, *exc):
+        sys.stdout.flush()
+        os.dup2(self.saved, 1)
+        os.close(self.saved)
+        return False

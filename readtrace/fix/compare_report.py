@@ -39,6 +39,7 @@ def to_json(comparison: Comparison) -> dict:
     return {
         "command": comparison.command,
         "strategy": comparison.strategy,
+        "cold": comparison.cold,
         "repeat": len(comparison.side("fixed")),
         "baseline": side_summary(comparison, "baseline"),
         "fixed": side_summary(comparison, "fixed"),
@@ -57,7 +58,8 @@ def render_table(comparison: Comparison, out: TextIO) -> None:
     data = to_json(comparison)
     base, fixed = data["baseline"], data["fixed"]
     repeat = data["repeat"]
-    out.write(f"fix --compare: strategy {data['strategy']}, {repeat} cold run{'s' * (repeat > 1)} each"
+    temperature = "cold" if data["cold"] else "warm"
+    out.write(f"fix --compare: strategy {data['strategy']}, {repeat} {temperature} run{'s' * (repeat > 1)} each"
               f"{' (median, interleaved)' if repeat > 1 else ''}\n")
     rows = [("wall time", _fmt(base["wall_s"], "seconds"), _fmt(fixed["wall_s"], "seconds"),
              _speedup(data["speedup"])),
@@ -66,9 +68,6 @@ def render_table(comparison: Comparison, out: TextIO) -> None:
     for label, key, kind in TRACE_ROWS:
         if key in base or key in fixed:
             rows.append((label, _fmt(base.get(key), kind), _fmt(fixed.get(key), kind), ""))
-    if "findings" in base or "findings" in fixed:
-        rows.append(("findings", ", ".join(base.get("findings", [])) or "none",
-                     ", ".join(fixed.get("findings", [])) or "none", ""))
     rows.append(("tensors identical", f"{comparison.diff.identical}/{data['tensors']}", "",
                  "yes" if data["tensors_identical"] else "NO"))
     widths = [max(len(r[i]) for r in [("", "baseline", "fixed", "")] + rows) for i in range(4)]
@@ -76,6 +75,9 @@ def render_table(comparison: Comparison, out: TextIO) -> None:
     for row in [header, *rows]:
         out.write(f"  {row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]}".rstrip()
                   + "\n")
+    for side in SIDES:
+        if "findings" in data[side]:
+            out.write(f"  findings {side}: {', '.join(data[side]['findings']) or 'none'}\n")
     for name in data["differing_tensors"]:
         out.write(f"  DIFFERS: {name}\n")
     for note in data["notes"]:

@@ -6,10 +6,12 @@ import ctypes
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-import torch
+from typing import TYPE_CHECKING
 
 from readtrace.errors import ExitStatus, ReadtraceError
+
+if TYPE_CHECKING:
+    import torch
 
 MiB = 1 << 20
 

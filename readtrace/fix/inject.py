@@ -12,7 +12,7 @@ from pathlib import Path
 import readtrace
 from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.fix import shim_sitecustomize
-from readtrace.fix.shim import STRATEGIES
+from readtrace.fix.strategies import STRATEGIES
 
 
 @contextmanager

@@ -131,29 +131,44 @@ def _device_reader(chunk_bytes: int, pinned: bool, num_buffers: int) -> Reader:
     def read(fd: int, offset: int, dest: torch.Tensor) -> int:
         size = dest.numel()
         slot_bytes = min(chunk_bytes, size)
-        slots = _STAGING.take(num_buffers, slot_bytes, pinned)
-        events: list[torch.cuda.Event | None] = [None] * num_buffers
-        stream = torch.cuda.Stream(device=dest.device)
-        pos = 0
-        try:
-            for i, pos in enumerate(range(0, size, slot_bytes)):
-                n = min(slot_bytes, size - pos)
-                slot, event = slots[i % num_buffers], events[i % num_buffers]
-                if event is not None:
-                    event.synchronize()  # the copy out of this buffer has finished: safe to refill
-                got = read_into(fd, tensor_bytes(slot)[:n], offset + pos, chunk_bytes=n)
-                if got != n:
-                    return pos + got
-                with torch.cuda.stream(stream):
-                    dest[pos:pos + n].copy_(slot[:n], non_blocking=True)
-                    events[i % num_buffers] = torch.cuda.Event()
-                    events[i % num_buffers].record(stream)
-            return size
-        finally:
-            stream.synchronize()
-            _STAGING.give(slots)
+        with torch.cuda.device(dest.device):  # reader threads start on device 0
+            return _copy_through_staging(fd, offset, dest, slot_bytes, pinned, num_buffers)
 
     return read
+
+
+def _copy_through_staging(fd: int, offset: int, dest: torch.Tensor, slot_bytes: int, pinned: bool,
+                          num_buffers: int) -> int:
+    """Read ``dest.numel()`` bytes at ``offset`` into ``dest`` through ``num_buffers`` staging buffers.
+
+    On a GPU the copies run on a side stream and an event per buffer guards its reuse; a CPU ``dest``
+    (tests) takes the same path with plain synchronous copies.
+    """
+    size = dest.numel()
+    slots = _STAGING.take(num_buffers, slot_bytes, pinned)
+    events: list[torch.cuda.Event | None] = [None] * num_buffers
+    stream = torch.cuda.Stream(device=dest.device) if dest.is_cuda else None
+    try:
+        for i, pos in enumerate(range(0, size, slot_bytes)):
+            n = min(slot_bytes, size - pos)
+            slot, event = slots[i % num_buffers], events[i % num_buffers]
+            if event is not None:
+                event.synchronize()  # the copy out of this buffer has finished: safe to refill
+            got = read_into(fd, tensor_bytes(slot)[:n], offset + pos, chunk_bytes=n)
+            if got != n:
+                return pos + got
+            if stream is None:
+                dest[pos:pos + n].copy_(slot[:n])
+                continue
+            with torch.cuda.stream(stream):
+                dest[pos:pos + n].copy_(slot[:n], non_blocking=True)
+                events[i % num_buffers] = torch.cuda.Event()
+                events[i % num_buffers].record(stream)
+        return size
+    finally:
+        if stream is not None:
+            stream.synchronize()
+        _STAGING.give(slots)
 
 
 class _StagingPool:
@@ -166,15 +181,15 @@ class _StagingPool:
     def take(self, count: int, size: int, pinned: bool) -> list[torch.Tensor]:
         with self._lock:
             fits = [b for b in self._free if b.numel() >= size and b.is_pinned() == pinned][:count]
-            for b in fits:
-                self._free.remove(b)
+            taken = {id(b) for b in fits}  # by identity: == on tensors compares elements
+            self._free = [b for b in self._free if id(b) not in taken]
         fits += [torch.empty(size, dtype=torch.uint8, pin_memory=pinned) for _ in range(count - len(fits))]
         return fits
 
     def give(self, buffers: list[torch.Tensor]) -> None:
         with self._lock:
             self._free.extend(buffers)
-            del self._free[:-8]  # keep a few, never grow without bound
+            del self._free[:-2 * MAX_CUDA_THREADS * DEFAULT_BUFFERS]  # enough for one load, no more
 
     def clear(self) -> None:
         with self._lock:

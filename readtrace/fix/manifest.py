@@ -31,10 +31,84 @@ def tensor_digest(tensor: torch.Tensor) -> str:
     return hashlib.sha256(tensor_bytes(raw_bytes(tensor))).hexdigest()
 
 
-def tensor_record(file: str, name: str, tensor: torch.Tensor) -> dict:
-    """The manifest line for one tensor."""
-    return {"event": "tensor", "file": file, "name": name, "dtype": str(tensor.dtype).removeprefix("torch."),
-            "shape": list(tensor.shape), "sha256": tensor_digest(tensor)}
+def tensor_record(file: str, name: str, tensor: torch.Tensor, *, index=None, digest: bool = True) -> dict:
+    """The manifest line for one tensor (or one slice of it: ``index`` as given to get_slice()[...]).
+
+    ``digest=False`` leaves ``sha256`` null, for ``fill_file_digests`` to compute from the file later
+    (an index that cannot be written down is digested now instead).
+    """
+    record = {"event": "tensor", "file": file, "name": name, "dtype": str(tensor.dtype).removeprefix("torch."),
+              "shape": list(tensor.shape)}
+    if index is not None:
+        record["name"] = f"{name}[{index_text(index)}]"
+        try:
+            record["tensor"], record["index"] = name, encode_index(index)
+        except TypeError:
+            digest = True
+    record["sha256"] = tensor_digest(tensor) if digest else None
+    return record
+
+
+def encode_index(index) -> list:
+    """A get_slice index as JSON: ints, {"slice": [start, stop, step]}, "..." and null (newaxis)."""
+    def one(item):
+        if isinstance(item, slice):
+            return {"slice": [item.start, item.stop, item.step]}
+        if item is Ellipsis:
+            return "..."
+        if item is None or isinstance(item, int):
+            return item
+        raise TypeError(f"unsupported index {item!r}")
+
+    return [one(i) for i in (index if isinstance(index, tuple) else (index,))]
+
+
+def decode_index(items: list) -> tuple:
+    def one(item):
+        if isinstance(item, dict):
+            return slice(*item["slice"])
+        return Ellipsis if item == "..." else item
+
+    return tuple(one(i) for i in items)
+
+
+def index_text(index) -> str:
+    def one(item):
+        if isinstance(item, slice):
+            text = ":".join("" if v is None else str(v) for v in (item.start, item.stop, item.step))
+            return text.removesuffix(":") or ":"
+        return "..." if item is Ellipsis else str(item)
+
+    return ",".join(one(i) for i in (index if isinstance(index, tuple) else (index,)))
+
+
+def fill_file_digests(path: str | os.PathLike) -> int:
+    """Compute the digests a run left null, from the files with safetensors itself; rewrite the
+    manifest in place. Returns how many were filled. Call it right after the run that wrote them."""
+    from safetensors import safe_open
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            records = [json.loads(line) for line in f]
+    except FileNotFoundError:
+        return 0
+    except ValueError:
+        raise ReadtraceError(f"{path}: corrupt manifest", ExitStatus.ERROR) from None
+    todo = [r for r in records if r.get("event") == "tensor" and r.get("sha256") is None]
+    for file in sorted({r["file"] for r in todo}):
+        with safe_open(file, framework="pt") as handle:
+            for r in (r for r in todo if r["file"] == file):
+                if "index" in r:
+                    tensor = handle.get_slice(r["tensor"])[decode_index(r["index"])]
+                else:
+                    tensor = handle.get_tensor(r["name"])
+                r["sha256"] = tensor_digest(tensor)
+    if todo:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
+        os.replace(tmp, path)
+    return len(todo)
 
 
 def append_lines(path: str | os.PathLike, records: list[dict]) -> None:
@@ -56,7 +130,7 @@ class Manifest:
 
     @property
     def loader_s(self) -> float:
-        return sum(c["seconds"] for c in self.calls)
+        return sum(c["seconds"] for c in self.calls if not c.get("nested"))
 
     @property
     def digest_s(self) -> float:

@@ -39,8 +39,7 @@ def cached_pages(path: str | os.PathLike) -> tuple[int, int]:
         total = -(-size // PAGE)
         if total == 0:
             return 0, 0
-        cached = _cachestat(fd)
-        return (cached if cached is not None else _mincore(fd, size)), total
+        return _count(fd, size), total
 
 
 def resident_fraction(path: str | os.PathLike) -> float:
@@ -71,3 +70,22 @@ def _mincore(fd: int, size: int) -> int:
         return sum(b & 1 for b in vec)
     finally:
         _libc.munmap(addr, size)
+
+
+def cache_survives_open(path: str | os.PathLike, probe_bytes: int = 1 << 20) -> bool:
+    """Whether the file's cached pages survive another open() (FUSE daemons without FOPEN_KEEP_CACHE
+    drop them): read the first MiB on one fd, open a second, count what is still cached."""
+    with open_fd(path, sequential=False) as fd:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return True
+        os.pread(fd, min(size, probe_bytes), 0)
+        before = _count(fd, size)
+        with open_fd(path, sequential=False):
+            pass
+        return _count(fd, size) >= max(before // 2, 1)
+
+
+def _count(fd: int, size: int) -> int:
+    cached = _cachestat(fd)
+    return cached if cached is not None else _mincore(fd, size)

@@ -31,8 +31,9 @@ from readtrace.fix.fileio import MiB, open_fd
 from readtrace.fix.fsinfo import NETWORK_FS, Mount, mount_of  # noqa: F401 - Mount re-exported for tests
 from readtrace.fix.header import read_header
 from readtrace.fix.manifest import append_lines, tensor_record
-
-STRATEGIES = ("none", "prefetch", "own-fd", "both", "auto")
+from readtrace.fix.residency import cache_survives_open
+from readtrace.fix.startup import already_prefetched
+from readtrace.fix.strategies import STRATEGIES
 
 
 @dataclass
@@ -81,6 +82,8 @@ def patch(name: str, module) -> None:
         _STATE.originals["load_file"] = module.load_file
         module.load_file = load_file
         module.safe_open = safe_open  # in case safetensors was imported before the hook
+    elif name == "readtrace.workloads.patterns":
+        module.PATTERNS = {key: _recorded_pattern(fn) for key, fn in module.PATTERNS.items()}
 
 
 def strategy_for(path: str, device) -> str:
@@ -88,7 +91,10 @@ def strategy_for(path: str, device) -> str:
     chosen = _STATE.config.strategy
     if chosen != "auto":
         return chosen
-    mount = mount_of(path)
+    try:
+        mount = mount_of(path)
+    except OSError:  # missing file: let the original loader report it its own way
+        return "none"
     fstype = mount.fstype if mount else ""
     if fstype.startswith("fuse") or fstype in NETWORK_FS:
         return "both"
@@ -102,6 +108,7 @@ def load_file(filename, device="cpu", *args, **kwargs):
     device = _STATE.config.device or device
     started = time.perf_counter()
     mode, fallback, tensors, error = strategy_for(path, device), None, {}, None
+    nested = getattr(_STATE.local, "inside", False)  # called by a recorded loader: route, do not record
     try:
         with _Inside():
             if mode in ("prefetch", "both"):
@@ -120,9 +127,33 @@ def load_file(filename, device="cpu", *args, **kwargs):
         raise
     finally:
         seconds = time.perf_counter() - started
-        _record("load_file", path, mode, seconds, fallback, tensors.items(), error)
+        records = [] if nested else [(n, t, None) for n, t in tensors.items()]  # the caller records them
+        _record("load_file", path, mode, seconds, fallback, records, error, nested=nested)
         _flush()
     return tensors
+
+
+def _recorded_pattern(pattern):
+    """Wrap one of readtrace's example loader patterns (raw mmap, forked preads ...): the shim cannot
+    route these, so the fix for them is the start-up prefetch; their tensors are recorded here.
+    They return materialised copies, so digesting them now disturbs no lazy read."""
+    def run(layout, workers):
+        started = time.perf_counter()
+        with _Inside():
+            tensors = pattern(layout, workers)
+        seconds = time.perf_counter() - started
+        mode = _STATE.config.strategy
+        by_file: dict[str, list] = {}
+        for info in layout:
+            by_file.setdefault(os.path.abspath(info.path), []).append((info.name, tensors[info.name], None))
+        for i, (path, records) in enumerate(by_file.items()):
+            _record(f"pattern:{pattern.__name__}", path, mode, seconds if i == 0 else 0.0, None, records, None,
+                    digest=True)
+        _flush()
+        return tensors
+
+    run.__name__, run.__doc__ = pattern.__name__, pattern.__doc__
+    return run
 
 
 def safe_open(filename, framework, device="cpu", *args, **kwargs):
@@ -141,6 +172,7 @@ class _Handle:
         self._path = os.path.abspath(os.fspath(filename))
         self._seconds, self._fallback, self._records = 0.0, None, []
         self._tensors = self._header = self._inner = None
+        self._mode = "none"
         with self._timed():
             self._mode = strategy_for(self._path, device)
             self._device = device
@@ -167,13 +199,13 @@ class _Handle:
     def get_tensor(self, name):
         with self._timed():
             tensor = self._tensors[name] if self._loaded() else self._inner.get_tensor(name)
-        self._records.append((name, tensor))
+        self._records.append((name, tensor, None))
         return tensor
 
     def get_tensors(self):
         with self._timed():
             tensors = dict(self._tensors) if self._loaded() else self._inner.get_tensors()
-        self._records.extend(tensors.items())
+        self._records.extend((name, tensor, None) for name, tensor in tensors.items())
         return tensors
 
     def get_slice(self, name):
@@ -237,7 +269,7 @@ class _Slice:
     def __getitem__(self, index):
         with self._handle._timed():
             part = self._source[index]
-        self._handle._records.append((f"{self._name}[{_index_text(index)}]", part))
+        self._handle._records.append((self._name, part, index))
         return part
 
 
@@ -260,43 +292,43 @@ class _Inside:
         return False
 
 
-def _index_text(index) -> str:
-    parts = index if isinstance(index, tuple) else (index,)
-
-    def one(p):
-        if isinstance(p, slice):
-            return ":".join("" if v is None else str(v) for v in (p.start, p.stop, p.step)).rstrip(":") or ":"
-        return "..." if p is Ellipsis else str(p)
-
-    return ",".join(one(p) for p in parts)
-
-
 def _prefetch_once(path: str) -> None:
     with _STATE.lock:
-        if path in _STATE.prefetched:
+        if path in _STATE.prefetched or already_prefetched(path):
             return
         _STATE.prefetched.add(path)
     try:
+        if not cache_survives_open(path):
+            return  # the loader's own open() would drop what we read: reading it twice helps nobody
         prefetcher.prefetch([path], chunk_bytes=_STATE.config.chunk_bytes,
                             threads=_STATE.config.prefetch_threads, progress=False,
                             distributed=_STATE.config.prefetch_distributed)
-    except ReadtraceError:
+    except (OSError, ReadtraceError):
         return  # the load that follows reports the problem the way the user's loader does
 
 
 def _record(call: str, path: str, mode: str, seconds: float, fallback: str | None, tensors,
-            error: str | None) -> None:
-    """Queue one call line and its tensors' lines; digests are taken here, after the clock stopped."""
+            error: str | None, *, digest: bool | None = None, nested: bool = False) -> None:
+    """Queue one call line and its tensors' lines (``tensors``: (name, tensor, slice index or None)).
+
+    Tensors our loader produced are digested here, after the clock stopped. Tensors the original
+    loader returned (the baseline) may be lazy mmap views: digesting them here would read the file
+    in an order the script never used, so their digests are left to ``fill_file_digests``, which
+    computes them from the file after the run.
+    """
     if not _STATE.config.manifest:
         return
     started = time.perf_counter()
-    lines = [tensor_record(path, name, tensor) for name, tensor in tensors]
+    digest = mode != "none" if digest is None else digest
+    lines = [tensor_record(path, name, tensor, index=index, digest=digest) for name, tensor, index in tensors]
     call_line = {"event": "call", "call": call, "file": path, "strategy": mode, "seconds": seconds,
                  "tensors": len(lines), "digest_seconds": time.perf_counter() - started, "pid": os.getpid()}
     if fallback:
         call_line["fallback"] = fallback
     if error:
         call_line["error"] = error
+    if nested:
+        call_line["nested"] = True  # inside a recorded call: its time is already counted there
     with _STATE.lock:
         _STATE.pending.extend([*lines, call_line])
 

@@ -1,7 +1,8 @@
 """Copied as ``sitecustomize.py`` into a directory put first on PYTHONPATH for a rerun (see shim_env).
 
 Standard library only and cheap: it installs an import hook that patches ``safetensors`` and
-``safetensors.torch`` as they are imported (nothing else is imported until then), then runs the
+``safetensors.torch`` (and readtrace's example loader patterns) as they are imported (nothing else
+is imported until then), prefetches READTRACE_PREFETCH_FILES if set, then runs the
 ``sitecustomize`` this one shadows, if any.
 """
 
@@ -12,7 +13,7 @@ import os
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_PATCHED = ("safetensors", "safetensors.torch")
+_PATCHED = ("safetensors", "safetensors.torch", "readtrace.workloads.patterns")
 
 
 class _SafetensorsHook(importlib.abc.MetaPathFinder):
@@ -41,13 +42,24 @@ def _patch_after_exec(loader, name):
     loader.exec_module = exec_module
 
 
-def _shim():
+def _readtrace_importable():
     extra = os.environ.get("READTRACE_PYTHONPATH")
     if extra and extra not in sys.path:
         sys.path.append(extra)  # last: the user's own packages keep precedence
+
+
+def _shim():
+    _readtrace_importable()
     from readtrace.fix import shim
 
     return shim
+
+
+def _prefetch_at_start():
+    _readtrace_importable()
+    from readtrace.fix.startup import prefetch_at_start
+
+    prefetch_at_start()
 
 
 def _run_shadowed_sitecustomize():
@@ -59,4 +71,6 @@ def _run_shadowed_sitecustomize():
 
 if os.environ.get("READTRACE_FIX", "none") != "none" or os.environ.get("READTRACE_MANIFEST"):
     sys.meta_path.insert(0, _SafetensorsHook())
+if os.environ.get("READTRACE_PREFETCH_FILES"):
+    _prefetch_at_start()
 _run_shadowed_sitecustomize()

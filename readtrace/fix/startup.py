@@ -1,0 +1,68 @@
+"""Prefetch at interpreter start-up, for loaders the shim cannot route (raw mmap, forked preads ...).
+
+``READTRACE_PREFETCH_FILES`` (os.pathsep-separated) names the checkpoint files; the first Python
+process of the rerun streams them into the page cache before the script runs and exports
+``READTRACE_PREFETCHED`` so its Python children do not read them again. Imports no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from readtrace.errors import ReadtraceError
+from readtrace.fix.fsinfo import NETWORK_FS, mount_of
+from readtrace.fix.prefetch import DEFAULT_THREADS, prefetch
+from readtrace.fix.residency import cache_survives_open
+
+
+def prefetch_at_start(env=os.environ) -> None:
+    strategy = env.get("READTRACE_FIX", "none")
+    files = [f for f in env.get("READTRACE_PREFETCH_FILES", "").split(os.pathsep) if f]
+    if strategy not in ("prefetch", "both", "auto") or not files or env.get("READTRACE_PREFETCHED"):
+        return
+    if strategy == "auto":
+        files = [f for f in files if _remote(f)]
+    files = [f for f in files if _cache_kept(f)]  # else the loader's own open() drops what we read
+    if not files:
+        return
+    started = time.perf_counter()
+    try:
+        result = prefetch(files, threads=int(env.get("READTRACE_PREFETCH_THREADS", DEFAULT_THREADS)),
+                          progress=False, distributed=False)
+    except ReadtraceError as e:
+        _note(env, {"event": "call", "call": "prefetch", "strategy": strategy, "seconds": 0.0,
+                    "error": str(e), "pid": os.getpid()})
+        return
+    env["READTRACE_PREFETCHED"] = os.pathsep.join(files)
+    _note(env, {"event": "call", "call": "prefetch", "file": os.pathsep.join(files), "strategy": strategy,
+                "seconds": time.perf_counter() - started, "bytes": result.bytes_read, "tensors": 0,
+                "pid": os.getpid()})
+
+
+def already_prefetched(path: str, env=os.environ) -> bool:
+    return path in env.get("READTRACE_PREFETCHED", "").split(os.pathsep)
+
+
+def _cache_kept(path: str) -> bool:
+    try:
+        return cache_survives_open(path)
+    except (OSError, ReadtraceError):
+        return False
+
+
+def _remote(path: str) -> bool:
+    try:
+        mount = mount_of(path)
+    except OSError:
+        return False
+    fstype = mount.fstype if mount else ""
+    return fstype.startswith("fuse") or fstype in NETWORK_FS
+
+
+def _note(env, record: dict) -> None:
+    manifest = env.get("READTRACE_MANIFEST")
+    if manifest:
+        with open(manifest, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, separators=(",", ":")) + "\n")
