@@ -1,13 +1,14 @@
-/* Application view: the syscalls of the traced tree. Each sys_enter stores a struct inflight keyed
- * by thread; the matching sys_exit completes it into one rt_event. Consecutive full reads of the same
+/* Application view: the syscalls of the traced tree (dispatched from raw sys_enter/sys_exit in
+ * syscalls.bpf.c). Each sys_enter fills the thread's struct inflight slot; the matching sys_exit
+ * completes it into one rt_event. Consecutive full reads of the same
  * size by one thread on one open file description are merged in kernel (count = calls merged) so a
  * 4 KiB read storm costs one record per run, with exact call and byte counts. */
 
 struct run {
-    struct rt_event ev;
+    struct rt_event ev;                       /* ev.count == 0: empty; ev.tid: owner */
     s64 unit;                                 /* requested size of every call in the run */
 };
-BPF_HASH(runs, u32, struct run, 16384);
+BPF_ARRAY(runs, struct run, SLOTS);
 
 struct map_key {
     u32 tgid;
@@ -21,22 +22,28 @@ struct map_val {
 };
 BPF_HASH(mmaps, struct map_key, struct map_val, 65536);   /* file mappings, for munmap */
 
+/* Reads skip the inode lookup (4 kernel reads per call): the decoder names their file from the
+ * open that created the same struct file. Rarer calls carry dev/ino themselves. */
 static __always_inline int io_enter_at(u16 kind, s32 fd, s64 offset, s64 size, s64 arg, int use_pos)
 {
     u32 tid = current_tid();
-    struct inflight f = {};
-    f.ts_ns = bpf_ktime_get_ns();
-    f.kind = kind;
-    f.fd = fd;
-    f.size = size;
-    f.arg = arg;
-    f.ofd = fd_to_file(fd);
-    file_dev_ino(f.ofd, &f.dev, &f.ino);
-    if (use_pos && f.ofd)                     /* read()/readv(): the offset is the file position */
-        bpf_probe_read_kernel(&offset, sizeof(offset), (void *)(f.ofd + FILE_F_POS));
-    f.offset = offset;
-    if (inflight.update(&tid, &f))
-        count_lost(1);
+    struct inflight *f = inflight_claim(tid);
+    if (!f)
+        return 0;
+    f->tid = tid;
+    f->ts_ns = bpf_ktime_get_ns();
+    f->kind = kind;
+    f->fd = fd;
+    f->size = size;
+    f->arg = arg;
+    f->ofd = fd_to_file(fd);
+    f->dev = 0;
+    f->ino = 0;
+    if (kind > RT_PREADV)
+        file_dev_ino(f->ofd, &f->dev, &f->ino);
+    if (use_pos && f->ofd)                    /* read()/readv(): the offset is the file position */
+        bpf_probe_read_kernel(&offset, sizeof(offset), (void *)(f->ofd + FILE_F_POS));
+    f->offset = offset;
     return 0;
 }
 
@@ -55,28 +62,34 @@ static __always_inline s64 iov_bytes(u64 vec, u64 vlen)
     return total;
 }
 
+/* Submit the thread's pending run, if it has one. */
 static __always_inline void flush_run(u32 tid)
 {
-    struct run *r = runs.lookup(&tid);
-    if (!r)
+    u32 slot = slot_of(tid);
+    struct run *r = runs.lookup(&slot);
+    if (!r || !r->ev.count || r->ev.tid != tid)
         return;
     submit_event(&r->ev);
-    runs.delete(&tid);
+    r->ev.count = 0;
 }
 
 static __always_inline int extends(struct run *r, struct rt_event *e)
 {
-    return r->ev.kind == e->kind && r->ev.ofd == e->ofd && r->ev.ino == e->ino
+    return r->ev.tid == e->tid && r->ev.kind == e->kind && r->ev.ofd == e->ofd
         && r->ev.offset + r->ev.ret == e->offset && r->unit == e->size;
 }
 
-/* A completed read: extend this thread's run, or flush it and start a new one. */
+/* A completed read: extend this thread's run, or flush the slot's run and start a new one. */
 static __always_inline void emit_read(struct rt_event *e)
 {
-    u32 tid = e->tid;
+    u32 slot = slot_of(e->tid);
     int full = COALESCE && e->size > 0 && e->ret == e->size && e->ofd;
-    struct run *r = runs.lookup(&tid);
-    if (r) {
+    struct run *r = runs.lookup(&slot);
+    if (!r) {
+        submit_event(e);
+        return;
+    }
+    if (r->ev.count) {
         if (full && extends(r, e)) {
             r->ev.count += 1;
             r->ev.size += e->size;
@@ -85,25 +98,19 @@ static __always_inline void emit_read(struct rt_event *e)
             return;
         }
         submit_event(&r->ev);
-        runs.delete(&tid);
+        r->ev.count = 0;
     }
     if (full) {
-        struct run nr = {};
-        __builtin_memcpy(&nr.ev, e, sizeof(*e));
-        nr.unit = e->size;
-        if (runs.update(&tid, &nr) == 0)
-            return;
+        __builtin_memcpy(&r->ev, e, sizeof(*e));
+        r->unit = e->size;
+        return;
     }
     submit_event(e);
 }
 
-static __always_inline int io_exit(s64 ret)
+static __always_inline int io_exit(struct inflight *f, u32 tid, s64 ret)
 {
-    u32 tid = current_tid();
     struct rt_event e = {};
-    struct inflight *f = inflight.lookup(&tid);
-    if (!f)
-        return 0;
     e.ts_ns = f->ts_ns;
     e.latency_ns = bpf_ktime_get_ns() - f->ts_ns;
     e.pid = current_tgid();
@@ -118,7 +125,7 @@ static __always_inline int io_exit(s64 ret)
     e.arg = f->arg;
     e.ret = ret;
     e.count = 1;
-    inflight.delete(&tid);
+    f->tid = 0;
     if (e.kind <= RT_PREADV) {
         emit_read(&e);
         return 0;
@@ -143,173 +150,64 @@ static __always_inline int io_exit(s64 ret)
     return 0;
 }
 
-#define EXIT_PROBE(name) \
-    TRACEPOINT_PROBE(syscalls, sys_exit_##name) { if (!traced()) return 0; return io_exit(args->ret); }
-
-TRACEPOINT_PROBE(syscalls, sys_enter_read)
-{
-    if (!traced()) return 0;
-    return io_enter_at(RT_READ, args->fd, -1, args->count, 0, 1);
-}
-EXIT_PROBE(read)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_pread64)
-{
-    if (!traced()) return 0;
-    return io_enter_at(RT_PREAD, args->fd, args->pos, args->count, 0, 0);
-}
-EXIT_PROBE(pread64)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_readv)
-{
-    if (!traced()) return 0;
-    return io_enter_at(RT_READV, args->fd, -1, iov_bytes((u64)args->vec, args->vlen), 0, 1);
-}
-EXIT_PROBE(readv)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_preadv)
-{
-    if (!traced()) return 0;
-    return io_enter_at(RT_PREADV, args->fd, args->pos_l, iov_bytes((u64)args->vec, args->vlen), 0, 0);
-}
-EXIT_PROBE(preadv)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_preadv2)
-{
-    s64 pos = args->pos_l;
-    if (!traced()) return 0;
-    return io_enter_at(RT_PREADV, args->fd, pos, iov_bytes((u64)args->vec, args->vlen), 0, pos == -1);
-}
-EXIT_PROBE(preadv2)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_mmap)
-{
-    s32 fd = args->fd;
-    if (!traced()) return 0;
-    if (fd < 0 || (args->flags & MAP_ANONYMOUS_FLAG))
-        return 0;                             /* anonymous memory: not file I/O */
-    return io_enter_at(RT_MMAP, fd, args->off, args->len, 0, 0);
-}
-EXIT_PROBE(mmap)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_munmap)
+static __always_inline int munmap_enter(u64 addr, u64 len)
 {
     u32 tid;
     struct map_key k = {};
     struct map_val *v;
-    struct inflight f = {};
-    if (!traced()) return 0;
+    struct inflight *f;
     k.tgid = current_tgid();
-    k.addr = args->addr;
+    k.addr = addr;
     v = mmaps.lookup(&k);
     if (!v)
         return 0;                             /* not a file mapping we saw */
     tid = current_tid();
-    f.ts_ns = bpf_ktime_get_ns();
-    f.kind = RT_MUNMAP;
-    f.fd = -1;
-    f.ofd = v->ofd;
-    f.ino = v->ino;
-    f.dev = v->dev;
-    f.offset = -1;
-    f.size = args->len;
-    f.arg = args->addr;
-    inflight.update(&tid, &f);
-    return 0;
-}
-EXIT_PROBE(munmap)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_lseek)
-{
-    if (!traced()) return 0;
-    return io_enter_at(RT_LSEEK, args->fd, args->offset, -1, args->whence, 0);
-}
-EXIT_PROBE(lseek)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_fadvise64)
-{
-    if (!traced()) return 0;
-    return io_enter_at(RT_FADVISE, args->fd, args->offset, args->len, args->advice, 0);
-}
-EXIT_PROBE(fadvise64)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_readahead)
-{
-    if (!traced()) return 0;
-    return io_enter_at(RT_READAHEAD, args->fd, args->offset, args->count, 0, 0);
-}
-EXIT_PROBE(readahead)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_close)
-{
-    u32 tid;
-    struct run *r;
-    if (!traced()) return 0;
-    io_enter_at(RT_CLOSE, args->fd, -1, -1, 0, 0);
-    tid = current_tid();
-    r = runs.lookup(&tid);
-    if (r && r->ev.fd == (s32)args->fd)
-        flush_run(tid);                       /* the file pointer may be reused once closed */
-    return 0;
-}
-EXIT_PROBE(close)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_dup)
-{
-    if (!traced()) return 0;
-    return io_enter_at(RT_DUP, args->fildes, -1, -1, 0, 0);
-}
-EXIT_PROBE(dup)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_dup2)
-{
-    if (!traced()) return 0;
-    return io_enter_at(RT_DUP, args->oldfd, -1, -1, 0, 0);
-}
-EXIT_PROBE(dup2)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_dup3)
-{
-    if (!traced()) return 0;
-    return io_enter_at(RT_DUP, args->oldfd, -1, -1, 0, 0);
-}
-EXIT_PROBE(dup3)
-
-TRACEPOINT_PROBE(syscalls, sys_enter_fcntl)
-{
-    if (!traced()) return 0;
-    if (args->cmd != F_DUPFD_CMD && args->cmd != F_DUPFD_CLOEXEC_CMD)
+    f = inflight_claim(tid);
+    if (!f)
         return 0;
-    return io_enter_at(RT_DUP, args->fd, -1, -1, 0, 0);
+    f->tid = tid;
+    f->ts_ns = bpf_ktime_get_ns();
+    f->kind = RT_MUNMAP;
+    f->fd = -1;
+    f->ofd = v->ofd;
+    f->ino = v->ino;
+    f->dev = v->dev;
+    f->offset = -1;
+    f->size = len;
+    f->arg = addr;
+    return 0;
 }
-EXIT_PROBE(fcntl)
+
+static __always_inline int close_enter(s32 fd)
+{
+    io_enter_at(RT_CLOSE, fd, -1, -1, 0, 0);
+    flush_run(current_tid());                 /* the struct file may be freed and reused once closed */
+    return 0;
+}
 
 /* open*: the path is read at sys_exit (the user string is still there), with the new file's identity. */
 static __always_inline int open_enter(u64 filename, s64 flags)
 {
     u32 tid = current_tid();
-    struct inflight f = {};
-    f.ts_ns = bpf_ktime_get_ns();
-    f.kind = RT_OPEN;
-    f.ptr = filename;
-    f.arg = flags;
-    if (inflight.update(&tid, &f))
-        count_lost(1);
+    struct inflight *f = inflight_claim(tid);
+    if (!f)
+        return 0;
+    f->tid = tid;
+    f->ts_ns = bpf_ktime_get_ns();
+    f->kind = RT_OPEN;
+    f->ptr = filename;
+    f->arg = flags;
     return 0;
 }
 
-static __always_inline int open_exit(s64 ret)
+static __always_inline int open_exit(struct inflight *f, u32 tid, s64 ret)
 {
-    u32 tid = current_tid();
     u64 inode = 0;
-    struct inflight *f = inflight.lookup(&tid);
     struct rt_str_event *e;
-    if (!f)
-        return 0;
+    f->tid = 0;
     e = strs.ringbuf_reserve(sizeof(struct rt_str_event));
     if (!e) {
         count_lost(1);
-        inflight.delete(&tid);
         return 0;
     }
     e->ts_ns = f->ts_ns;
@@ -328,7 +226,6 @@ static __always_inline int open_exit(s64 ret)
     bpf_get_current_comm(&e->comm, sizeof(e->comm));
     if (bpf_probe_read_user_str(&e->path, sizeof(e->path), (void *)f->ptr) < 0)
         e->path[0] = 0;
-    inflight.delete(&tid);
     if (ret >= 0) {
         e->ofd = fd_to_file(ret);
         file_dev_ino(e->ofd, &e->dev, &e->ino);
@@ -339,26 +236,3 @@ static __always_inline int open_exit(s64 ret)
     strs.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
     return 0;
 }
-
-TRACEPOINT_PROBE(syscalls, sys_enter_openat)
-{
-    if (!traced()) return 0;
-    return open_enter((u64)args->filename, args->flags);
-}
-TRACEPOINT_PROBE(syscalls, sys_exit_openat) { if (!traced()) return 0; return open_exit(args->ret); }
-
-TRACEPOINT_PROBE(syscalls, sys_enter_open)
-{
-    if (!traced()) return 0;
-    return open_enter((u64)args->filename, args->flags);
-}
-TRACEPOINT_PROBE(syscalls, sys_exit_open) { if (!traced()) return 0; return open_exit(args->ret); }
-
-TRACEPOINT_PROBE(syscalls, sys_enter_openat2)
-{
-    u64 flags = 0;
-    if (!traced()) return 0;
-    bpf_probe_read_user(&flags, sizeof(flags), (void *)args->how);
-    return open_enter((u64)args->filename, flags);
-}
-TRACEPOINT_PROBE(syscalls, sys_exit_openat2) { if (!traced()) return 0; return open_exit(args->ret); }

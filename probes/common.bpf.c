@@ -3,12 +3,20 @@
 
 BPF_RINGBUF_OUTPUT(events, EVENTS_RING_PAGES);
 BPF_RINGBUF_OUTPUT(strs, STRS_RING_PAGES);
-BPF_PERCPU_ARRAY(lost, u64, 2);               /* [0] events ring full, [1] strs ring or a map full */
+BPF_PERCPU_ARRAY(lost, u64, 2);               /* [0] events ring full, [1] strs ring full, map full or slot clash */
 
-BPF_HASH(tgids, u32, u8, 16384);              /* traced processes */
-BPF_HASH(tids, u32, u32, 65536);              /* traced threads -> their process (kept after exit) */
+/* Arrays indexed by pid, not hashes: every handler starts with this lookup, and an array lookup
+ * is inlined by the verifier (a hash costs ~70 ns more per hit). PID_LIMIT is the kernel's
+ * PID_MAX_LIMIT, so any pid fits. */
+BPF_ARRAY(tgids, u8, PID_LIMIT);              /* traced processes */
+BPF_ARRAY(tids, u32, PID_LIMIT);              /* traced threads -> their process (kept after exit) */
 
+/* Per-thread state lives in SLOTS slots indexed by tid % SLOTS, each tagged with its owner tid.
+ * Two threads in flight at once with the same slot cannot both be kept: the clash is counted in
+ * lost[1], never silent. */
 struct inflight {                             /* a syscall between sys_enter and sys_exit */
+    u32 tid;                                  /* owner; 0 = free */
+    u32 pad;
     u64 ts_ns;
     u64 ofd;
     u64 ino;
@@ -20,7 +28,7 @@ struct inflight {                             /* a syscall between sys_enter and
     u32 dev;
     u16 kind;
 };
-BPF_HASH(inflight, u32, struct inflight, 16384);
+BPF_ARRAY(inflight, struct inflight, SLOTS);
 
 static __always_inline void count_lost(int which)
 {
@@ -31,12 +39,32 @@ static __always_inline void count_lost(int which)
 
 static __always_inline u32 current_tgid(void) { return bpf_get_current_pid_tgid() >> 32; }
 static __always_inline u32 current_tid(void) { return (u32)bpf_get_current_pid_tgid(); }
+static __always_inline u32 slot_of(u32 tid) { return tid & (SLOTS - 1); }
 
 /* First test of every handler: is the current process part of the traced tree? */
 static __always_inline int traced(void)
 {
     u32 tgid = current_tgid();
-    return tgids.lookup(&tgid) != 0;
+    u8 *on = tgids.lookup(&tgid);
+    return on && *on;
+}
+
+/* The in-flight slot of the current thread for a new syscall (NULL: slot array unavailable). */
+static __always_inline struct inflight *inflight_claim(u32 tid)
+{
+    u32 slot = slot_of(tid);
+    struct inflight *f = inflight.lookup(&slot);
+    if (f && f->tid && f->tid != tid)
+        count_lost(1);                        /* another thread's syscall shares this slot */
+    return f;
+}
+
+/* The current thread's in-flight syscall, or NULL (not ours: never started, or taken over). */
+static __always_inline struct inflight *inflight_mine(u32 tid)
+{
+    u32 slot = slot_of(tid);
+    struct inflight *f = inflight.lookup(&slot);
+    return f && f->tid == tid ? f : 0;
 }
 
 static __always_inline u64 read_ptr(u64 addr)
@@ -46,11 +74,12 @@ static __always_inline u64 read_ptr(u64 addr)
     return v;
 }
 
-/* struct file * of fd in the current task: task->files->fdt->fd[fd]. */
+/* struct file * of fd in the current task: task->files->fdt->fd[fd]. While the table was never
+ * expanded (fdt == &files->fdtab, fds < NR_OPEN_DEFAULT) the array is files->fd_array: one read less. */
 static __always_inline u64 fd_to_file(s32 fd)
 {
-    u64 files, fdt, arr;
-    u32 max_fds = 0;
+    u64 files, fdt;
+    struct { u32 max_fds; u32 pad; u64 fd; } table = {};  /* struct fdtable's first two members */
     if (fd < 0)
         return 0;
     files = read_ptr(bpf_get_current_task() + TASK_FILES);
@@ -59,13 +88,12 @@ static __always_inline u64 fd_to_file(s32 fd)
     fdt = read_ptr(files + FILES_FDT);
     if (!fdt)
         return 0;
-    bpf_probe_read_kernel(&max_fds, sizeof(max_fds), (void *)(fdt + FDTABLE_MAX_FDS));
-    if ((u32)fd >= max_fds)
+    if (fdt == files + FILES_FDTAB && fd < NR_OPEN_DEFAULT)
+        return read_ptr(files + FILES_FD_ARRAY + (u64)fd * 8);
+    bpf_probe_read_kernel(&table, sizeof(table), (void *)fdt);
+    if ((u32)fd >= table.max_fds || !table.fd)
         return 0;
-    arr = read_ptr(fdt + FDTABLE_FD);
-    if (!arr)
-        return 0;
-    return read_ptr(arr + (u64)fd * 8);
+    return read_ptr(table.fd + (u64)fd * 8);
 }
 
 /* dev (major<<20|minor, like the tracepoints) and ino of a struct file's inode. */

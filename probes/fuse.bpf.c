@@ -7,7 +7,7 @@
 #include <uapi/linux/fuse.h>            /* enum fuse_opcode, used by the tracepoint fields */
 
 BPF_HASH(fuse_conns, u32, u8, 256);
-BPF_HASH(daemons, u32, u8, 1024);
+BPF_ARRAY(daemons, u8, PID_LIMIT);            /* checked on every syscall exit: an array lookup */
 
 struct fuse_in_header_ {
     u32 len;
@@ -76,7 +76,8 @@ static __always_inline u32 fuse_dev_connection(u64 file)
     return conn;
 }
 
-RAW_TRACEPOINT_PROBE(sys_exit)
+/* Called from the raw sys_exit handler (syscalls.bpf.c) for untraced tasks. */
+static __always_inline int fuse_daemon_read(struct bpf_raw_tracepoint_args *ctx)
 {
     u32 tgid = current_tgid();
     u64 regs, nr, buf;
@@ -84,10 +85,12 @@ RAW_TRACEPOINT_PROBE(sys_exit)
     s32 fd;
     u32 conn;
     u32 *req_tgid;
+    u8 *is_daemon;
     struct fuse_in_header_ h = {};
     struct fuse_read_in_ r = {};
     struct rt_event e = {};
-    if (!daemons.lookup(&tgid))
+    is_daemon = daemons.lookup(&tgid);
+    if (!is_daemon || !*is_daemon)
         return 0;
     regs = ctx->args[0];
     ret = ctx->args[1];
@@ -102,7 +105,7 @@ RAW_TRACEPOINT_PROBE(sys_exit)
     if (bpf_probe_read_user(&h, sizeof(h), (void *)buf))
         return 0;
     req_tgid = tids.lookup(&h.pid);
-    if (!req_tgid)
+    if (!req_tgid || !*req_tgid)
         return 0;                             /* a request from outside the traced tree */
     e.ts_ns = bpf_ktime_get_ns();
     e.pid = *req_tgid;

@@ -4,20 +4,22 @@
  * from its backing store are not recorded: they are the lower file system's cache and would double
  * count bytes; the FUSE view records what the daemon was asked for instead. */
 
-struct page_key {
-    u32 tid;
-    u32 kind;
-};
-BPF_HASH(page_runs, struct page_key, struct rt_event, 16384);
+#define MERGED_PAGE_KINDS 4                   /* RT_FAULT .. RT_MISS */
+BPF_ARRAY(page_runs, struct rt_event, SLOTS * MERGED_PAGE_KINDS);  /* count == 0: empty; tid: owner */
+
+static __always_inline u32 page_slot(u32 tid, u32 kind)
+{
+    return slot_of(tid) * MERGED_PAGE_KINDS + (kind - RT_FAULT);
+}
 
 static __always_inline void flush_page_run(u32 tid, u32 kind)
 {
-    struct page_key k = {.tid = tid, .kind = kind};
-    struct rt_event *r = page_runs.lookup(&k);
-    if (!r)
+    u32 slot = page_slot(tid, kind);
+    struct rt_event *r = page_runs.lookup(&slot);
+    if (!r || !r->count || r->tid != tid)
         return;
     submit_event(r);
-    page_runs.delete(&k);
+    r->count = 0;
 }
 
 static __always_inline void flush_page_runs(u32 tid)
@@ -28,25 +30,29 @@ static __always_inline void flush_page_runs(u32 tid)
     flush_page_run(tid, RT_MISS);
 }
 
-static __always_inline int page_event(u16 kind, u32 dev, u64 ino, u64 first, u64 npages, int merge)
+/* mapping: the struct address_space * when known (raw tracepoints), kept in the run's ofd field so
+ * the next hit can extend the run without reading the inode again. */
+static __always_inline int page_event(u16 kind, u32 dev, u64 ino, u64 first, u64 npages, int merge, u64 mapping)
 {
     struct rt_event e = {};
-    struct page_key k = {.tid = current_tid(), .kind = kind};
-    struct rt_event *r;
+    u32 tid = current_tid();
+    u32 slot = page_slot(tid, kind);
+    struct rt_event *r = 0;
     if (merge && COALESCE) {
-        r = page_runs.lookup(&k);
-        if (r) {
-            if (r->dev == dev && r->ino == ino && r->offset + r->size == first) {
+        r = page_runs.lookup(&slot);
+        if (r && r->count) {
+            if (r->tid == tid && r->dev == dev && r->ino == ino && r->offset + r->size == first) {
                 r->size += npages;
                 r->count += 1;
                 return 0;
             }
             submit_event(r);
+            r->count = 0;
         }
     }
     e.ts_ns = bpf_ktime_get_ns();
     e.pid = current_tgid();
-    e.tid = k.tid;
+    e.tid = tid;
     e.kind = kind;
     e.fd = -1;
     e.dev = dev;
@@ -55,46 +61,72 @@ static __always_inline int page_event(u16 kind, u32 dev, u64 ino, u64 first, u64
     e.size = npages;
     e.ret = -1;
     e.count = 1;
-    if (merge && COALESCE && page_runs.update(&k, &e) == 0)
+    e.ofd = mapping;
+    if (r) {
+        __builtin_memcpy(r, &e, sizeof(e));
         return 0;
+    }
     submit_event(&e);
     return 0;
 }
 
-TRACEPOINT_PROBE(filemap, mm_filemap_fault)
+/* The three hot filemap events are raw tracepoints (struct address_space *mapping, pgoff_t index
+ * [, pgoff_t last_index]): no perf trace-buffer copy per hit, and a run extends on the same mapping
+ * pointer without touching the inode. Only a new run reads mapping->host's ino and s_dev. */
+static __always_inline int mapping_event(u16 kind, u64 mapping, u64 first, u64 npages)
 {
-    if (!traced()) return 0;
-    return page_event(RT_FAULT, args->s_dev, args->i_ino, args->index, 1, 1);
+    u32 tid = current_tid();
+    u32 slot = page_slot(tid, kind);
+    u64 host, sb, ino = 0;
+    u32 dev = 0;
+    struct rt_event *r = page_runs.lookup(&slot);
+    if (COALESCE && r && r->count && r->tid == tid && r->ofd == mapping && r->offset + r->size == first) {
+        r->size += npages;
+        r->count += 1;
+        return 0;
+    }
+    host = read_ptr(mapping + ADDRESS_SPACE_HOST);
+    if (!host)
+        return 0;
+    bpf_probe_read_kernel(&ino, sizeof(ino), (void *)(host + INODE_I_INO));
+    sb = read_ptr(host + INODE_I_SB);
+    if (sb)
+        bpf_probe_read_kernel(&dev, sizeof(dev), (void *)(sb + SUPER_BLOCK_S_DEV));
+    return page_event(kind, dev, ino, first, npages, 1, mapping);
 }
 
-TRACEPOINT_PROBE(filemap, mm_filemap_map_pages)
+RAW_TRACEPOINT_PROBE(mm_filemap_fault)
 {
     if (!traced()) return 0;
-    return page_event(RT_MAP_PAGES, args->s_dev, args->i_ino, args->index,
-                      args->last_index - args->index + 1, 1);
+    return mapping_event(RT_FAULT, ctx->args[0], ctx->args[1], 1);
 }
 
-TRACEPOINT_PROBE(filemap, mm_filemap_get_pages)
+RAW_TRACEPOINT_PROBE(mm_filemap_map_pages)
 {
     if (!traced()) return 0;
-    return page_event(RT_GET_PAGES, args->s_dev, args->i_ino, args->index,
-                      args->last_index - args->index + 1, 1);
+    return mapping_event(RT_MAP_PAGES, ctx->args[0], ctx->args[1], ctx->args[2] - ctx->args[1] + 1);
+}
+
+RAW_TRACEPOINT_PROBE(mm_filemap_get_pages)
+{
+    if (!traced()) return 0;
+    return mapping_event(RT_GET_PAGES, ctx->args[0], ctx->args[1], ctx->args[2] - ctx->args[1] + 1);
 }
 
 TRACEPOINT_PROBE(filemap, mm_filemap_add_to_page_cache)
 {
     if (!traced()) return 0;
-    return page_event(RT_MISS, args->s_dev, args->i_ino, args->index, 1ULL << args->order, 1);
+    return page_event(RT_MISS, args->s_dev, args->i_ino, args->index, 1ULL << args->order, 1, 0);
 }
 
 TRACEPOINT_PROBE(readahead, page_cache_sync_ra)
 {
     if (!traced()) return 0;
-    return page_event(RT_SYNC_RA, args->s_dev, args->i_ino, args->index, args->req_count, 0);
+    return page_event(RT_SYNC_RA, args->s_dev, args->i_ino, args->index, args->req_count, 0, 0);
 }
 
 TRACEPOINT_PROBE(readahead, page_cache_async_ra)
 {
     if (!traced()) return 0;
-    return page_event(RT_ASYNC_RA, args->s_dev, args->i_ino, args->index, args->req_count, 0);
+    return page_event(RT_ASYNC_RA, args->s_dev, args->i_ino, args->index, args->req_count, 0, 0);
 }

@@ -35,7 +35,7 @@ TRACEPOINT_PROBE(task, task_newtask)
     u32 child_tgid = thread ? tgid : child;
     if (!traced()) return 0;
     if (!thread && tgids.update(&child_tgid, &one))
-        count_lost(1);
+        count_lost(1);                        /* pid beyond PID_LIMIT: cannot happen on Linux */
     if (tids.update(&child, &child_tgid))
         count_lost(1);
     submit_task_event(thread ? RT_THREAD : RT_FORK, child, args->comm, 0);
@@ -55,9 +55,13 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     u32 tid = current_tid();
     s32 code = 0;
     struct rt_event e = {};
+    struct inflight *f;
     if (!traced()) return 0;
     flush_run(tid);
     flush_page_runs(tid);
+    f = inflight_mine(tid);
+    if (f)
+        f->tid = 0;                           /* killed inside a syscall: free the slot */
     bpf_probe_read_kernel(&code, sizeof(code), (void *)(bpf_get_current_task() + TASK_EXIT_CODE));
     e.ts_ns = bpf_ktime_get_ns();
     e.pid = tgid;
@@ -70,7 +74,9 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     e.arg = code;
     e.count = 1;
     submit_event(&e);
-    if (args->group_dead)
-        tgids.delete(&tgid);
+    if (args->group_dead) {
+        u8 off = 0;
+        tgids.update(&tgid, &off);            /* the pid may be reused by an unrelated process */
+    }
     return 0;
 }

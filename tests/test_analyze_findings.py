@@ -69,6 +69,9 @@ def test_fs_table():
     assert not fs_profile("fuse.sshfs").per_handle_stream and fs_profile("fuse.sshfs").remote
     assert fs_profile("nfs4").family == "nfs" and fs_profile("lustre").per_handle_stream
     assert not fs_profile("ext4").per_handle_stream and not fs_profile("").remote
+    # the lab mount says which cost model it runs
+    assert fs_profile("fuse.simfs-gcsfuse").per_handle_stream
+    assert not fs_profile("fuse.simfs-nfs").per_handle_stream and not fs_profile("fuse.simfs-local").remote
 
 
 def _mmap_case(threads=(100, 105), child=101, pages=4096, fstype="fuse.gcsfuse"):
@@ -101,11 +104,20 @@ def test_mmap_mapping_faulted_by_several_tasks():
     assert a.summary["page_faults"] == 12288 and a.summary["mmap_bytes"] == 12288 * 4096
 
 
-def test_mmap_parts_closer_than_the_seek_window_are_not_interleave():
-    # 8 MiB parts: every jump forward stays inside gcsfuse's 8 MiB window; only the wrap-arounds seek
+def test_parts_inside_gcsfuse_window_still_interleave_but_tiny_parts_do_not():
+    # 8 MiB parts: gcsfuse's 8 MiB window only sees the wrap-arounds as seeks, yet every switch of task
+    # leaves the stream: an interleave all the same (small files hide it from the seek count)
     a = analyze(_mmap_case(pages=2048))
-    assert "SHARED_FD_INTERLEAVE" not in codes(a)
-    assert a.streams[a.streams["kind"] == "ofd"].iloc[0]["seek_count_fraction"] == pytest.approx(2047 / 6144)
+    m = a.streams[a.streams["kind"] == "ofd"].iloc[0]
+    assert m["seek_count_fraction"] == pytest.approx(2047 / 6144)
+    assert m["in_order_count_fraction"] == pytest.approx(1 / 6144)  # only the first access
+    assert "SHARED_FD_INTERLEAVE" in codes(a)
+    # 512 KiB parts: a switch of task stays within the 1 MiB gap, a wrap-around steps back 1 MiB
+    # (inside the reorder window): nothing leaves the order
+    b = analyze(_mmap_case(pages=128))
+    assert "SHARED_FD_INTERLEAVE" not in codes(b)
+    m = b.streams[b.streams["kind"] == "ofd"].iloc[0]
+    assert m["in_order_count_fraction"] == 1.0
 
 
 def test_mmap_faults_below_threshold_and_local_fs():
@@ -129,7 +141,7 @@ def _cached_read(miss_ranges, total=4 * MiB, page_view=True):
 def test_cold_cache_and_warm_cache():
     cold = analyze(_cached_read([(0, 4 * MiB)]))
     f = only(cold, "COLD_CACHE")
-    assert "4 MiB of 4 MiB read (100%)" in f.message
+    assert "4 MiB of 4 MiB read from 1 file(s) (100%)" in f.message
     assert cold.summary["cache_miss_bytes"] == 4 * MiB
     warm = analyze(_cached_read([]))
     assert "COLD_CACHE" not in codes(warm) and warm.summary["cache_miss_bytes"] == 0
@@ -139,6 +151,19 @@ def test_cold_cache_and_warm_cache():
     assert none.summary["cache_miss_bytes"] is None
 
 
+def test_cold_model_file_is_not_diluted_by_warm_libraries():
+    cold = _cached_read([(0, 4 * MiB)])
+    lib = pd.DataFrame({"ts_ns": [10], "pid": [7], "tid": [7], "op": ["read"], "fd": [4], "ofd": [-10],
+                        "path": ["/usr/lib/libbig.so"], "offset": [0], "size": [64 * MiB], "ret": [64 * MiB]})
+    trace = make_trace(events=pd.concat([cold.events, lib]), pages=cold.pages,
+                       files=pd.concat([cold.files, files_frame("/usr/lib/libbig.so", 64 * MiB, "ext4",
+                                                                dev=8 << 20, ino=6)]))
+    a = analyze(trace)
+    assert a.summary["cache_miss_bytes"] / a.summary["bytes_read"] < 0.1
+    f = only(a, "COLD_CACHE")
+    assert f.file == "/d/f" and f.evidence == ["/d/f: 4 MiB fetched of 4 MiB read"]
+
+
 def test_cache_evicted_reread():
     a = analyze(_cached_read([(0, 2 * MiB), (2 * MiB, 2 * MiB), (0, 2 * MiB)]))
     f = only(a, "CACHE_EVICTED_REREAD")
@@ -146,6 +171,9 @@ def test_cache_evicted_reread():
     assert a.files["cache_refetched_bytes"].iloc[0] == 2 * MiB
     b = analyze(_cached_read([(0, 2 * MiB), (2 * MiB, 2 * MiB)]))
     assert "CACHE_EVICTED_REREAD" not in codes(b)
+    # 1 MiB fetched twice out of 64 MiB: under 5 % of the file, not a finding
+    small = analyze(_cached_read([(0, 64 * MiB), (0, 1 * MiB)], total=64 * MiB))
+    assert "CACHE_EVICTED_REREAD" not in codes(small)
 
 
 def _fuse_reads(size, count, fstype="fuse.readtrace-simfs"):
@@ -195,6 +223,9 @@ def test_lost_events():
     f = a.findings[0]
     assert f.code == "LOST_EVENTS" and f.severity == "high" and f.message.startswith("5 events were lost")
     assert a.summary["lost_events"] == 5
+    # the recorder's shape: a total plus the detail per source
+    b = analyze(make_trace(**{**load_case("sequential"), "meta": {"lost_events": 7, "lost_detail": {"app": 7}}}))
+    assert b.findings[0].message.startswith("7 events were lost") and "'app': 7" in b.findings[0].evidence[0]
     assert "LOST_EVENTS" not in codes(analyze(make_trace(**load_case("sequential"))))
 
 
@@ -202,3 +233,22 @@ def test_findings_sorted_by_severity():
     a = analyze(make_trace(**load_case("shared")))
     order = [f.severity for f in a.findings]
     assert order == sorted(order, key=["high", "warn", "info"].index)
+
+
+def test_misses_and_readahead_attributed_to_tasks_and_open_files():
+    frames = load_case("own", cold=True)
+    pages = frames["pages"]
+    ra = pages[(pages["offset"] // (256 * 1024)) % 8 == 0].assign(op="async_ra", size=1 * MiB)  # 8 per task
+    frames["pages"] = pd.concat([frames["pages"], ra], ignore_index=True)
+    a = analyze(make_trace(**frames))
+    s = a.streams
+    quarter = 16 * MiB
+    for kind in ("task", "process", "ofd"):
+        part = s[s["kind"] == kind]
+        assert len(part) == 4 and (part["cache_miss_bytes"] == quarter).all(), part
+        assert (part["readahead_windows"] == 8).all() and (part["readahead_bytes"] == 8 * MiB).all()
+    assert s[s["kind"] == "file"]["cache_miss_bytes"].iloc[0] == 4 * quarter
+    assert s[s["kind"] == "fuse_handle"]["cache_miss_bytes"].isna().all()
+    # without a page-cache view the figures are unknown, not zero
+    b = analyze(make_trace(**load_case("own")))
+    assert b.streams["cache_miss_bytes"].isna().all()

@@ -148,6 +148,16 @@ def test_gcsfuse_replay_sequential_and_random():
     assert h["gcsfuse_sequential_requests"] == 1
 
 
+def test_readahead_requests_overtaking_each_other_are_no_seek():
+    k = 128 * 1024
+    swapped = [(0, k), (2 * k, k), (k, k), (3 * k, k), (5 * k, k), (4 * k, k)] + [(i * k, k) for i in range(6, 40)]
+    h = stream(analyze(_fuse_only(swapped)), "fuse_handle")
+    assert h["gcsfuse_seeks"] == 0 and h["gcsfuse_read_type"] == "sequential" and h["gcsfuse_requests"] == 1
+    assert h["consecutive_count_fraction"] < 1  # Darshan's words still see the swaps
+    back = [(0, k), (4 * MiB, k), (2 * MiB, k)]  # a step back of 2 MiB + 128 KiB is a seek
+    assert stream(analyze(_fuse_only(back)), "fuse_handle")["gcsfuse_seeks"] == 1
+
+
 def _fuse_only(rows, fh=1, tid=50):
     n = len(rows)
     fuse = pd.DataFrame({"ts_ns": 1000 * np.arange(n), "pid": tid, "tid": tid, "connection": FUSE_CONN,
@@ -179,3 +189,29 @@ def test_round_trip_through_disk(tmp_path):
                        meta={"lost_events": 0})
     a = analyze(load_trace(path))
     assert a.summary["bytes_read"] == 200 and not math.isnan(a.files["consecutive_fraction"].iloc[0])
+
+
+def test_recycled_open_file_ids_are_different_open_files():
+    """The kernel reuses a freed struct file's address (and fd numbers): a new open of the same key is
+    a new open file, so the parent's header read and a worker's later reads are not one stream."""
+    def open_ev(ts, pid):
+        return {"ts_ns": ts, "pid": pid, "tid": pid, "op": "open", "fd": 3, "ofd": -777, "path": PATH, "ret": 3}
+    header = reads([(0, 100)], pid=10, ofd=-777, t0=2000)
+    worker = reads([(50 * MiB + i * MiB, MiB) for i in range(8)], pid=11, ofd=-777, t0=10_000)
+    a = analyze(make_trace(events=pd.concat([pd.DataFrame([open_ev(1000, 10), open_ev(9000, 11)]), header,
+                                             worker]), files=FILES))
+    ofd = a.streams[a.streams["kind"] == "ofd"]
+    assert len(ofd) == 2 and (ofd["tasks"] == 1).all() and not ofd["interleaved"].any()
+    assert sorted(ofd["accesses"]) == [1, 8]
+    # without the reopen the same rows are one open file read by two tasks
+    b = analyze(make_trace(events=pd.concat([pd.DataFrame([open_ev(1000, 10)]), header, worker]), files=FILES))
+    assert stream(b, "ofd")["tasks"] == 2
+
+
+def test_reads_of_an_unresolvable_file_are_not_booked_to_another_file():
+    known = reads([(0, 100)])
+    lost = reads([(0, 5000)], pid=20, fd=9, ofd=-999, path=None, t0=50_000)  # no open, no path: unknown
+    a = analyze(make_trace(events=pd.concat([known, lost]), files=FILES))
+    assert a.files["read_bytes"].tolist() == [100]
+    unknown = a.streams[(a.streams["kind"] == "file") & (a.streams["file_id"] == -1)]
+    assert unknown["bytes"].tolist() == [5000] and unknown["path"].tolist() == ["<unknown file>"]

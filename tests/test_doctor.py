@@ -6,7 +6,7 @@ import sys
 from workloads import ebpf_ready
 
 from readtrace.record.prereq import all_checks, probe_tracepoints, require_prerequisites
-from readtrace.record.program import FUSE_SOURCE, SOURCES
+from readtrace.record.program import DISPATCH_SOURCE, FUSE_SOURCE, SOURCES
 
 
 def test_doctor_lists_every_prerequisite():
@@ -15,17 +15,17 @@ def test_doctor_lists_every_prerequisite():
     ready, _why = ebpf_ready()
     assert p.returncode == (0 if ready else 3), p.stdout + p.stderr
     for name in ("root or CAP_BPF", "bcc", "kernel headers", "tracefs", "kernel BTF", "/dev/fuse",
-                 "tracepoint syscalls:sys_enter_pread64", "tracepoint fuse:fuse_request_send"):
+                 "raw tracepoint sys_enter", "tracepoint fuse:fuse_request_send"):
         assert name in p.stdout
     assert ("ready to record" in p.stdout) == ready
 
 
 def test_checks_cover_every_tracepoint_the_probes_use():
     names = {c.name for c in all_checks()}
-    used = probe_tracepoints(SOURCES) + probe_tracepoints([FUSE_SOURCE])
-    assert len(used) > 30
+    used = probe_tracepoints([*SOURCES, DISPATCH_SOURCE]) + probe_tracepoints([FUSE_SOURCE])
+    assert ("raw", "sys_enter") in used and ("raw", "mm_filemap_fault") in used
     for category, name in used:
-        assert f"tracepoint {category}:{name}" in names
+        assert (f"raw tracepoint {name}" if category == "raw" else f"tracepoint {category}:{name}") in names
 
 
 def test_every_missing_check_names_a_fix():

@@ -15,7 +15,7 @@ from readtrace.trace import load_trace
 pytestmark = pytest.mark.ebpf
 MIB = 1 << 20
 PAGE = 4096
-NAMES = ("pread_threads", "fork_shared", "dup_lseek", "mmap_threads")
+NAMES = ("pread_threads", "fork_shared", "dup_lseek", "vectored", "mmap_threads")
 SIZES = {"mmap_threads": 64 * MIB}
 
 
@@ -93,6 +93,14 @@ def test_dup_shares_ofd_and_read_offsets_follow_lseek(recorded):
     assert e[e.fd.isin([t["fd"], t["dup"]]) & (e.op != "open")].ofd.nunique() == 1
     seeks = e[e.op == "lseek"]
     assert list(zip(seeks.offset, seeks.arg, seeks.ret, strict=True)) == [(12288, 0, 12288), (100, 1, 13888)]
+
+
+def test_readv_preadv_sizes_and_offsets(recorded):
+    _result, trace, truth, files = recorded
+    t = truth["vectored"]
+    reads = reads_of(trace, files["vectored"]).sort_values("ts_ns")
+    assert [list(r) for r in zip(reads.op, reads.offset, reads["size"], strict=True)] == t["reads"]
+    assert (reads.ret == reads["size"]).all() and set(reads.fd) == {t["fd"]}
 
 
 def test_mmap_of_cold_file_faults_per_thread(recorded):

@@ -45,7 +45,7 @@ def recorded(bindfs_mount):
     tmp, mnt = bindfs_mount
     data = mnt / "data.bin"
     result = record_command(workload_cmd("pread_threads", data, tmp / "truth.json"), tmp / "t.rtrace",
-                            quiet=True)
+                            quiet=True, coalesce=False)  # one row per call: joins 1:1 with FUSE READs
     return result, load_trace(result.trace_path), json.loads((tmp / "truth.json").read_text()), data
 
 
@@ -79,14 +79,17 @@ def test_fuse_reads_carry_handle_thread_offset_size(recorded):
 
 
 def test_fuse_requests_join_app_view(recorded):
-    """Every pread on the FUSE file has exactly one FUSE READ at the same offset, same thread."""
+    """Every pread on the FUSE file (not merged: coalesce=False) has exactly one FUSE READ with the
+    same thread, offset and size, sent while the pread was in flight."""
     _result, trace, _t, data = recorded
     e = trace.events
     preads = e[(e.path == str(data)) & (e.op == "pread")]
-    calls = int(preads["count"].sum())
+    assert (preads["count"] == 1).all() and len(preads) == 9
     conn = int(trace.files.set_index("path").loc[str(data)].dev) & 0xFFFFF
     reads = trace.fuse[(trace.fuse.opcode == FUSE_READ) & (trace.fuse.connection == conn)]
-    assert len(reads) == calls
-    assert int(reads["size"].sum()) == int(preads["size"].sum())
+    joined = preads.merge(reads, on=["tid", "offset", "size"], suffixes=("", "_fuse"))
+    assert len(joined) == len(preads) == len(reads)
+    assert (joined.ts_ns <= joined.ts_ns_fuse).all()
+    assert (joined.ts_ns_fuse + joined.latency_ns_fuse <= joined.ts_ns + joined.latency_ns).all()
     opens = trace.fuse[(trace.fuse.opcode == 14) & (trace.fuse.connection == conn)]
     assert len(opens) == 2

@@ -7,6 +7,7 @@ import hashlib
 import json
 import mmap
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -117,6 +118,34 @@ def test_gcsfuse_handle_model_known_offsets(lab, tmp_path):
     assert kinds[0] == "mount" and kinds[-1] == "counters" and "open" in kinds and "release" in kinds
 
 
+def test_page_cache_dropped_on_open_unless_keep_cache(lab):
+    src, mnt = lab
+    write_random(src / "f.bin", 4 * MiB)
+    for keep_cache, second_pass_reads in ((False, True), (True, False)):
+        with mount(src, mnt, profile="local", keep_cache=keep_cache) as m:
+            (mnt / "f.bin").read_bytes()
+            first = len(m.requests())
+            (mnt / "f.bin").read_bytes()  # a new open: rclone/gcsfuse-like mounts drop the cache here
+            assert (len(m.requests()) > first) == second_pass_reads
+
+
+def test_kernel_max_read_and_readahead(lab, need_root):
+    src, mnt = lab
+    write_random(src / "f.bin", 16 * MiB)
+    with mount(src, mnt, profile="local", max_read_kib=256, readahead_kib=2048) as m:
+        assert m.readahead_kib == 2048
+        assert int(Path(f"/sys/class/bdi/{m.bdi}/read_ahead_kb").read_text()) == 2048
+        with open(mnt / "f.bin", "rb") as f:
+            while f.read(4 * MiB):
+                pass
+    sizes = m.requests()["size"]
+    assert sizes.max() == 256 * 1024 and (sizes == 256 * 1024).mean() > 0.9
+    with mount(src, mnt, profile="local") as m:
+        assert m.readahead_kib == 128  # the kernel's default for a FUSE mount
+        (mnt / "f.bin").read_bytes()
+    assert m.requests()["size"].max() == 128 * 1024
+
+
 def test_nfs_profile_charges_every_request(lab):
     src, mnt = lab
     write_random(src / "f.bin", 16 * MiB)
@@ -138,12 +167,34 @@ def test_bandwidth_is_slept(lab):
     assert m.counters()["modelled_wait_s"] == pytest.approx(8 * MiB / 40e6, rel=0.05)
 
 
+def test_max_backend_limits_concurrent_requests(lab):
+    src, mnt = lab
+    write_random(src / "f.bin", 8 * MiB)
+
+    def two_readers(m):
+        t0 = time.monotonic()
+        readers = [threading.Thread(target=direct_preads, args=(mnt / "f.bin", offsets)) for offsets in
+                   ([0, 1, 2, 3], [4, 5, 6, 7])]
+        for r in readers:
+            r.start()
+        for r in readers:
+            r.join()
+        return time.monotonic() - t0
+
+    with mount(src, mnt, profile="nfs", latency_ms=50, max_backend=1) as m:
+        serial = two_readers(m)
+    with mount(src, mnt, profile="nfs", latency_ms=50, max_backend=8) as m:
+        parallel = two_readers(m)
+    assert serial >= 8 * 0.050  # one backend request at a time
+    assert parallel < serial * 0.8
+
+
 def test_refuses_bad_paths_with_one_line(lab, tmp_path):
     src, mnt = lab
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     cases = [(src, tmp_path / "missing", "not a directory"), (tmp_path / "nosrc", mnt, "source is not"),
-             (src, tmp_path / "full", "not empty")]
+             (src, tmp_path / "full", "not empty"), (src, src.parent, "not empty")]
     for s, m, why in cases:
         with pytest.raises(ReadtraceError, match=why) as err:
             mount(s, m)
@@ -206,8 +257,13 @@ def test_unmount_when_busy_and_daemon_gone(lab):
     closer.join()
     assert mount_entry(mnt) is None
     assert json.loads(Path(m.log_path).read_text().splitlines()[-1])["kind"] == "counters"
+    m1 = mount(src, mnt, profile="local")
+    os.kill(m1.daemon_pid, signal.SIGTERM)  # libfuse unmounts on SIGTERM and the daemon writes its counters
+    assert m1.wait(timeout=10) == 0
+    assert mount_entry(mnt) is None and json.loads(Path(m1.log_path).read_text().splitlines()[-1])["kind"] == "counters"
+    m1.unmount()
     m2 = mount(src, mnt, profile="local")
-    os.kill(m2.daemon_pid, 9)  # a crashed daemon leaves "transport endpoint not connected"
+    os.kill(m2.daemon_pid, signal.SIGKILL)  # a crashed daemon leaves "transport endpoint not connected"
     time.sleep(0.2)
     m2.unmount()
     assert mount_entry(mnt) is None

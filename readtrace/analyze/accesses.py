@@ -33,6 +33,7 @@ class Accesses:
     tid: np.ndarray  # int64
     file: np.ndarray  # int64 file id (-1 unknown)
     ofd: np.ndarray  # int64 key: open file description (kernel struct file *, or synthesized), FUSE handle
+    opened: np.ndarray  # int64: when that open file was opened, where its key was reused (else 0)
     offset: np.ndarray  # int64
     nbytes: np.ndarray  # int64, bytes returned (> 0)
     latency: np.ndarray  # int64 ns (0 unknown)
@@ -47,7 +48,7 @@ class Accesses:
 
     @classmethod
     def concat(cls, parts: list[Accesses]) -> Accesses:
-        names = ("ts", "pid", "tid", "file", "ofd", "offset", "nbytes", "latency", "source")
+        names = ("ts", "pid", "tid", "file", "ofd", "opened", "offset", "nbytes", "latency", "source")
         used = [p for p in parts if len(p)]
         if len(used) == 1:
             return used[0]
@@ -55,6 +56,12 @@ class Accesses:
 
 
 def _i64(series: pd.Series) -> np.ndarray:
+    """The column as int64 numpy: a view when it already is one (no copy of a 10 M-row column)."""
+    values = series.to_numpy()
+    if values.dtype == np.int64:
+        return values
+    if values.dtype.kind in "iu":
+        return values.astype(np.int64)
     return series.to_numpy(dtype=np.int64, na_value=0)
 
 
@@ -78,6 +85,36 @@ def app_files(events: pd.DataFrame, files: FileIndex) -> pd.DataFrame:
     named = events[(events["ino"] > 0) | events["path"].notna()]
     out = named[["ts_ns", "pid", "op", "fd", "ofd", "offset", "size"]].copy()
     out["file"] = files.lookup(named["dev"].to_numpy(), named["ino"].to_numpy(), named["path"])
+    return out
+
+
+def _open_key(events: pd.DataFrame) -> np.ndarray:
+    """The open-file key of event rows: the kernel's struct file *, else (pid, fd)."""
+    ofd = _i64(events["ofd"])
+    return np.where(ofd != 0, ofd, _fd_key(_i64(events["pid"]), _i64(events["fd"])) | FD_KEY)
+
+
+def opened_at(keys: np.ndarray, ts: np.ndarray, opens: pd.DataFrame) -> np.ndarray:
+    """When the open file behind each access was opened, for keys opened more than once (0 elsewhere).
+
+    The kernel recycles a freed struct file's address and a closed fd's number, so one key can name
+    several open files in turn; (key, open time) tells them apart. Vectorized as-of join, run only on
+    the accesses whose key was reused."""
+    out = np.zeros(len(keys), dtype=np.int64)
+    if opens.empty or len(keys) == 0:
+        return out
+    open_keys = _open_key(opens)
+    counts = pd.Series(open_keys).value_counts()
+    reused = counts.index[counts.to_numpy() > 1].to_numpy()
+    if len(reused) == 0:
+        return out
+    rows = np.flatnonzero(np.isin(keys, reused))
+    left = pd.DataFrame({"ts": ts[rows], "key": keys[rows], "row": rows}).sort_values("ts", kind="stable")
+    pick = np.isin(open_keys, reused)
+    right = pd.DataFrame({"ts": _i64(opens["ts_ns"])[pick], "key": open_keys[pick]})
+    right = right.assign(opened=right["ts"]).sort_values("ts", kind="stable")
+    joined = pd.merge_asof(left, right, on="ts", by="key", direction="backward")
+    out[joined["row"].to_numpy()] = joined["opened"].fillna(0).to_numpy(dtype=np.int64)
     return out
 
 
@@ -114,9 +151,10 @@ def read_accesses(events: pd.DataFrame, files: FileIndex) -> tuple[Accesses, pd.
 
     # Without the kernel's struct file id, a (pid, fd) pair stands for the open file description.
     ofd_key = ofd if (ofd != 0).all() else np.where(ofd != 0, ofd, _fd_key(pid, fd) | FD_KEY)
+    opened = opened_at(ofd_key, col("ts_ns"), events[events["op"] == "open"])
     acc = Accesses(
         ts=kept(col("ts_ns")), pid=kept(pid), tid=kept(col("tid")), file=kept(file), ofd=kept(ofd_key),
-        offset=kept(offset), nbytes=kept(ret), latency=kept(col("latency_ns")),
+        opened=kept(opened), offset=kept(offset), nbytes=kept(ret), latency=kept(col("latency_ns")),
         source=np.full(int(moved.sum()), SOURCE_READ, np.int8))
     return acc, idle
 
@@ -137,17 +175,20 @@ def fault_accesses(events: pd.DataFrame, pages: pd.DataFrame, files: FileIndex) 
     pid = _i64(faults["pid"])
     mmaps = events[events["op"] == "mmap"]
     mfile = files.lookup(_i64(mmaps["dev"]), _i64(mmaps["ino"]), mmaps["path"], add=False)
-    mofd = _i64(mmaps["ofd"])
-    mofd = np.where(mofd != 0, mofd, _fd_key(_i64(mmaps["pid"]), _i64(mmaps["fd"])) | FD_KEY)
+    mofd = _open_key(mmaps)
+    mopened = opened_at(mofd, _i64(mmaps["ts_ns"]), events[events["op"] == "open"])
     mkey = _fd_key(_i64(mmaps["pid"]), mfile)
     ofd = np.zeros(len(faults), dtype=np.int64)
+    opened = np.zeros(len(faults), dtype=np.int64)
     parent = _ancestors(events)
     owner = pid.copy()
     for _ in range(_ANCESTRY_LEVELS):
         todo = ofd == 0
         if not todo.any():
             break
-        ofd[todo] = _lookup_table(mkey, mofd, _fd_key(owner[todo], file[todo]), default=0)
+        wanted = _fd_key(owner[todo], file[todo])
+        ofd[todo] = _lookup_table(mkey, mofd, wanted, default=0)
+        opened[todo] = _lookup_table(mkey, mopened, wanted, default=0)
         todo = ofd == 0
         pos = parent.index.get_indexer(owner[todo])
         if not (pos >= 0).any():
@@ -155,7 +196,7 @@ def fault_accesses(events: pd.DataFrame, pages: pd.DataFrame, files: FileIndex) 
         owner[np.flatnonzero(todo)[pos >= 0]] = parent.to_numpy()[pos[pos >= 0]]
     ofd = np.where(ofd != 0, ofd, _fd_key(pid, file) | MAPPING_KEY)
     return Accesses(
-        ts=_i64(faults["ts_ns"]), pid=pid, tid=_i64(faults["tid"]), file=file, ofd=ofd,
+        ts=_i64(faults["ts_ns"]), pid=pid, tid=_i64(faults["tid"]), file=file, ofd=ofd, opened=opened,
         offset=_i64(faults["offset"]), nbytes=_i64(faults["size"]).clip(min=0),
         latency=np.zeros(len(faults), np.int64), source=np.full(len(faults), SOURCE_FAULT, np.int8))
 
@@ -176,6 +217,7 @@ def fuse_accesses(fuse: pd.DataFrame, files: FileIndex, used_files: np.ndarray) 
     acc = Accesses(
         ts=_i64(reads["ts_ns"]), pid=_i64(reads["pid"]), tid=_i64(reads["tid"]),
         file=table["file"].to_numpy()[codes], ofd=codes.astype(np.int64),  # the handle's row in table
+        opened=np.zeros(len(reads), dtype=np.int64),
         offset=_i64(reads["offset"]), nbytes=nbytes, latency=_i64(reads["latency_ns"]),
         source=np.full(len(reads), SOURCE_FUSE, np.int8))
     return acc, table

@@ -10,7 +10,7 @@ import pandas as pd
 from readtrace.analyze import interleave, pagecache
 from readtrace.analyze.accesses import SOURCE_READ, Accesses, fault_accesses, fuse_accesses, read_accesses
 from readtrace.analyze.fileindex import FileIndex
-from readtrace.analyze.grouping import dense_codes
+from readtrace.analyze.grouping import dense_codes, same_partition
 from readtrace.analyze.streams import KINDS, BaseOrders, summarize
 from readtrace.analyze.thresholds import Thresholds
 from readtrace.trace import FUSE_READ, Trace
@@ -42,37 +42,74 @@ class Analysis:
     fuse: Accesses
     handles: pd.DataFrame  # FUSE handle code -> connection, nodeid, fh, file
     pages: pd.DataFrame  # page-cache rows with a file id (ts_ns, pid, tid, op, offset, size, file)
+    stream_tasks: pd.DataFrame  # per (open file / FUSE handle, task): the task's own figures
     trace_path: str | None = None
 
 
-def _streams(app: Accesses, fuse: Accesses, handles: pd.DataFrame, th: Thresholds) -> pd.DataFrame:
-    """Every stream of every kind, one row each (see streams.py for the columns)."""
-    frames = []
+_SHARED_ONLY_PREFIXES = ("task_", "min_task", "interleave", "gcsfuse_")
+
+
+def _streams(app: Accesses, fuse: Accesses, handles: pd.DataFrame, th: Thresholds
+             ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every stream of every kind, one row each (see streams.py for the columns).
+
+    A kind that groups the accesses exactly like one already summarized (single-threaded processes,
+    one open file per file) reuses that summary instead of recomputing it.
+    """
     orders = BaseOrders(app)
     task = dense_codes(app.tid, app.file)
-    kinds = {"task": (task, None), "process": (dense_codes(app.pid, app.file), task),
-             "ofd": (dense_codes(app.ofd, app.file), None), "file": (dense_codes(app.file), task)}
-    for kind, ((codes, n), sub) in kinds.items():
-        frames.append(summarize(app, codes, n, orders, th, kind, sub=sub) if kind != "ofd"
-                      else _shared(app, codes, n, orders, th, kind))
-        frames[-1]["code"] = np.arange(n)
-    del orders, task, kinds
+    ofd = dense_codes(app.ofd, app.opened, app.file)
+    plan = (("ofd", ofd, None), ("task", task, None), ("process", dense_codes(app.pid, app.file), task),
+            ("file", dense_codes(app.file), task))
+    done: list[tuple[tuple[np.ndarray, int], pd.DataFrame]] = []
+    for kind, (codes, n), sub in plan:
+        twin = next((df for (c, m), df in done if same_partition(codes, n, c, m)), None)
+        if twin is not None and kind != "ofd":
+            df = _relabel(twin, kind, app, codes, n)
+        elif kind == "ofd":
+            df = _shared(app, codes, n, orders, th, kind)
+        else:
+            df = summarize(app, codes, n, orders, th, kind, sub=sub)
+        df["code"] = np.arange(n)
+        done.append(((codes, n), df))
+    del orders, task, ofd, plan
+    frames = [df for _, df in done]
     frames.append(_shared(fuse, fuse.ofd, len(handles), BaseOrders(fuse), th, "fuse_handle"))
     frames[-1]["code"] = np.arange(len(handles))
+    stream_tasks = pd.concat([f.attrs["tasks"] for f in frames if "tasks" in f.attrs], ignore_index=True)
+    for f in frames:
+        f.attrs.clear()
     # frames[-1] (FUSE handles) has every column: it keeps the schema when all streams are empty.
     streams = pd.concat([f for f in frames if len(f)] or [frames[-1]], ignore_index=True)
     streams["interleaved"] = streams["interleaved"].astype(object).fillna(False).astype(bool)
     order = {k: i for i, k in enumerate(KINDS)}
-    return streams.sort_values(["kind", "bytes"], key=lambda s: s.map(order) if s.name == "kind" else -s,
-                               kind="stable", ignore_index=True)
+    streams = streams.sort_values(["kind", "bytes"], key=lambda s: s.map(order) if s.name == "kind" else -s,
+                                  kind="stable", ignore_index=True)
+    return streams, stream_tasks
+
+
+def _relabel(twin: pd.DataFrame, kind: str, acc: Accesses, codes: np.ndarray, n: int) -> pd.DataFrame:
+    """A summary computed for another kind with the same groups, under this (unshared) kind's name."""
+    first = np.zeros(n, dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes))[::-1]  # the first row of each group
+    df = twin.copy()
+    df["kind"] = kind
+    for col, values in (("pid", acc.pid), ("tid", acc.tid), ("ofd", acc.ofd), ("opened", acc.opened),
+                        ("file_id", acc.file)):
+        df[col] = values[first]
+    return df.drop(columns=[c for c in df.columns if c.startswith(_SHARED_ONLY_PREFIXES) or c == "interleaved"])
 
 
 def _shared(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: Thresholds, kind: str
             ) -> pd.DataFrame:
-    """A kind whose streams several tasks can share (open files, FUSE handles): + replay + interleave."""
+    """A kind whose streams several tasks can share (open files, FUSE handles): + replay + interleave.
+    ``attrs["tasks"]``: the tasks' own figures inside each stream."""
     sub = dense_codes(codes, acc.tid)
     df = summarize(acc, codes, n, orders, th, kind, sub=sub, replay=True)
-    return pd.concat([df, interleave.per_task(acc, codes, n, sub, orders, df, th)], axis=1)
+    columns, tasks = interleave.per_task(acc, codes, n, sub, orders, df, th)
+    df = pd.concat([df, columns], axis=1)
+    df.attrs["tasks"] = tasks.assign(kind=kind)
+    return df
 
 
 def _label_streams(streams: pd.DataFrame, files: pd.DataFrame, handles: pd.DataFrame) -> None:
@@ -102,10 +139,10 @@ def _files_table(files: pd.DataFrame, streams: pd.DataFrame, page_stats: pd.Data
     n = len(files)
     out = files.copy()
     by_file = streams[streams["kind"] == "file"].set_index("file_id")
-    read_bytes = np.bincount(app.file[app.source == SOURCE_READ].clip(min=0), weights=app.nbytes[app.source == SOURCE_READ],
-                             minlength=n)
+    known_reads = (app.source == SOURCE_READ) & (app.file >= 0)  # unresolved files count for no file
+    read_bytes = np.bincount(app.file[known_reads], weights=app.nbytes[known_reads], minlength=n)
     out["read_bytes"] = read_bytes.astype(np.int64)
-    out["reads"] = np.bincount(app.file[app.source == SOURCE_READ].clip(min=0), minlength=n)
+    out["reads"] = np.bincount(app.file[known_reads], minlength=n)
     if not page_view:  # no page-cache view recorded: unknown, not zero
         for col in [c for c in page_stats.columns if c.startswith("cache_")]:
             page_stats[col] = np.nan
@@ -134,7 +171,8 @@ def _files_table(files: pd.DataFrame, streams: pd.DataFrame, page_stats: pd.Data
     with np.errstate(invalid="ignore", divide="ignore"):
         out["cache_miss_fraction"] = (out["cache_miss_bytes"] / out["bytes_read"]).clip(upper=1.0)
     used = (out["bytes_read"] > 0) | (out["fuse_read_bytes"] > 0) | (out["cache_miss_bytes"].fillna(0) > 0)
-    return out[used].sort_values("bytes_read", ascending=False)
+    # remote files (FUSE, network) first: that is where a read pattern costs; then the most read
+    return out[used].sort_values(["remote", "bytes_read"], ascending=False, kind="stable")
 
 
 def _wall_s(trace: Trace, app: Accesses, fuse: Accesses) -> float | None:
@@ -197,13 +235,14 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     fuse, handles = fuse_accesses(trace.fuse, index, np.unique(app.file))
     pages = pagecache.page_rows(trace.pages, index)
     files = index.finish()
-    streams = _streams(app, fuse, handles, th)
+    streams, stream_tasks = _streams(app, fuse, handles, th)
     _label_streams(streams, files, handles)
+    pagecache.add_to_streams(streams, pagecache.attribute(pages, app), page_view=len(trace.pages) > 0)
     file_table = _files_table(files, streams, pagecache.per_file(pages, len(files)), idle, app,
                               page_view=len(trace.pages) > 0)
     summary = _summary(trace, file_table, streams, app, fuse, pages)
     a = Analysis(files=file_table, streams=streams, findings=[], summary=summary, meta=trace.meta,
-                 thresholds=th, app=app, fuse=fuse, handles=handles, pages=pages,
+                 thresholds=th, app=app, fuse=fuse, handles=handles, pages=pages, stream_tasks=stream_tasks,
                  trace_path=str(trace.path) if trace.path else None)
     a.findings = find_all(a)
     return a

@@ -16,20 +16,6 @@ def _key(dev: np.ndarray, ino: np.ndarray) -> np.ndarray:
     return (dev.astype(np.int64) << 40) ^ ino.astype(np.int64)
 
 
-class _FirstRow:
-    """Vectorized value -> row lookup that tolerates repeated values (the first row wins)."""
-
-    def __init__(self, values: np.ndarray, rows: np.ndarray):
-        index = pd.Index(values)
-        first = ~index.duplicated()
-        self._index = index[first]
-        self._rows = rows[first]
-
-    def get_indexer(self, values) -> np.ndarray:
-        pos = self._index.get_indexer(values)
-        return np.where(pos >= 0, self._rows[pos], UNKNOWN)
-
-
 class FileIndex:
     """Files of a trace, numbered 0..n-1; lookups are vectorized (hash joins, no row loops)."""
 
@@ -44,12 +30,21 @@ class FileIndex:
         self._refresh()
 
     def _refresh(self) -> None:
+        """Hash indexes (dev, ino) -> row and path -> row; the first row wins where several match."""
         t = self.table
         known = t["ino"].to_numpy() > 0
-        keys = _key(t["dev"].to_numpy(), t["ino"].to_numpy())
-        self._key_index = _FirstRow(keys[known], np.flatnonzero(known))
-        has_path = t["path"].notna().to_numpy()
-        self._path_index = _FirstRow(t["path"][has_path].astype(str).to_numpy(), np.flatnonzero(has_path))
+        by_key = pd.Series(np.flatnonzero(known), index=_key(t["dev"].to_numpy()[known], t["ino"].to_numpy()[known]))
+        by_key = by_key[~by_key.index.duplicated()]
+        named = t["path"].notna().to_numpy()
+        by_path = pd.Series(np.flatnonzero(named), index=t["path"][named].astype(str).to_numpy())
+        by_path = by_path[~by_path.index.duplicated()]
+        self._key_index, self._key_rows = by_key.index, by_key.to_numpy()
+        self._path_index, self._path_rows = by_path.index, by_path.to_numpy()
+
+    @staticmethod
+    def _find(index: pd.Index, rows: np.ndarray, wanted) -> np.ndarray:
+        pos = index.get_indexer(wanted)
+        return np.where(pos >= 0, rows[pos] if len(rows) else -1, UNKNOWN)
 
     def __len__(self) -> int:
         return len(self.table)
@@ -61,12 +56,12 @@ class FileIndex:
         ids = np.full(len(dev), UNKNOWN, dtype=np.int64)
         has_ino = ino > 0
         if has_ino.any():
-            ids[has_ino] = self._key_index.get_indexer(_key(dev[has_ino], ino[has_ino]))
+            ids[has_ino] = self._find(self._key_index, self._key_rows, _key(dev[has_ino], ino[has_ino]))
         if path is not None:
             path = pd.Series(path).reset_index(drop=True)
             by_path = (ids < 0) & path.notna().to_numpy()
             if by_path.any():
-                ids[by_path] = self._path_index.get_indexer(path[by_path].astype(str).to_numpy())
+                ids[by_path] = self._find(self._path_index, self._path_rows, path[by_path].astype(str).to_numpy())
         if add:
             ids = self._add_missing(ids, dev, ino, path)
         return ids
@@ -114,6 +109,8 @@ class FileIndex:
         """The files table with an ``fs`` family and whether the fs keeps per-handle streams."""
         t = self.table.copy()
         t["fstype"] = t["fstype"].fillna("")
+        unnamed = t["path"].isna()
+        t.loc[unnamed, "path"] = "<dev " + t["dev"][unnamed].astype(str) + " ino " + t["ino"][unnamed].astype(str) + ">"
         profiles = [fs_profile(x) for x in t["fstype"]]
         t["fs_family"] = [p.family for p in profiles]
         t["per_handle_stream"] = [p.per_handle_stream for p in profiles]

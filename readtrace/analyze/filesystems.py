@@ -28,6 +28,11 @@ _NFS = FsProfile("nfs", True, True, "nfs: rsize=1048576 and read_ahead_kb of the
 _FUSE = FsProfile("fuse", True, True, "the FUSE daemon's read-ahead / chunk-size options")
 _SSHFS = FsProfile("sshfs", False, True, "sshfs: -o max_read, -o cache=yes")
 _LOCAL = FsProfile("local", False, False, "read_ahead_kb of the block device")
+# The lab mount (readtrace simfs) names its cost model in the subtype: fuse.simfs-<profile>.
+_SIM = "readtrace simfs: --max-read-kib, the kernel's FUSE read_ahead_kb"
+_SIM_GCSFUSE = FsProfile("simfs-gcsfuse", True, True, _SIM)
+_SIM_NFS = FsProfile("simfs-nfs", False, True, _SIM)
+_SIM_LOCAL = FsProfile("simfs-local", False, False, _SIM)
 
 # Matched in order: exact names first, then prefixes. Unknown types are treated as local.
 FS_TABLE: tuple[tuple[str, FsProfile], ...] = (
@@ -35,6 +40,7 @@ FS_TABLE: tuple[tuple[str, FsProfile], ...] = (
     ("fuse.rclone", _RCLONE), ("rclone", _RCLONE),
     ("fuse.hf-mount", _HF), ("hf-mount", _HF), ("fuse.hf_mount", _HF),
     ("fuse.sshfs", _SSHFS), ("sshfs", _SSHFS),
+    ("fuse.simfs-gcsfuse", _SIM_GCSFUSE), ("fuse.simfs-nfs", _SIM_NFS), ("fuse.simfs-local", _SIM_LOCAL),
     ("lustre", _LUSTRE),
     ("nfs", _NFS), ("nfs4", _NFS),
     ("fuse", _FUSE),  # fuse, fuse.<anything else>, fuseblk: generic FUSE daemon (the lab simfs too)

@@ -26,18 +26,13 @@ def _fs_note(fstype: str) -> str:
     return fstype or "an unknown file system"
 
 
-def _task_lines(acc, rows: np.ndarray, limit: int = 6) -> list[str]:
-    """Per-task figures inside one shared stream (rows in time order; a few lines: one per task)."""
-    df = pd.DataFrame({"tid": acc.tid[rows], "off": acc.offset[rows], "n": acc.nbytes[rows],
-                       "end": acc.offset[rows] + acc.nbytes[rows]})
-    prev_end = (df["off"] + df["n"]).groupby(df["tid"]).shift()
-    df["con"] = prev_end.isna() | (df["off"] == prev_end)
-    df["seq"] = prev_end.isna() | (df["off"] >= prev_end)
-    per = df.assign(cb=df["n"] * df["con"], sb=df["n"] * df["seq"]).groupby("tid").agg(
-        n=("n", "sum"), cb=("cb", "sum"), sb=("sb", "sum"), lo=("off", "min"), hi=("end", "max"))
-    per = per.sort_values("lo").head(limit)
-    return [f"task {tid}: {fmt_pct(r.cb / r.n)} consecutive, {fmt_pct(r.sb / r.n)} sequential on its own, "
-            f"{fmt_bytes(r.n)} from offset {r.lo} to {r.hi}" for tid, r in per.iterrows()]
+def _task_lines(a: Analysis, kind: str, code: int, limit: int = 6) -> list[str]:
+    """The tasks' own figures inside one shared stream, in offset order."""
+    t = a.stream_tasks
+    t = t[(t["kind"] == kind) & (t["code"] == code)].sort_values("first_offset").head(limit)
+    return [f"task {r.tid}: {fmt_pct(r.consecutive_fraction)} consecutive, {fmt_pct(r.sequential_fraction)} "
+            f"sequential on its own, {fmt_bytes(r.bytes)} from offset {r.first_offset} to {r.last_end}"
+            for r in t.itertuples()]
 
 
 def shared_fd_interleave(a: Analysis) -> list[Finding]:
@@ -48,19 +43,22 @@ def shared_fd_interleave(a: Analysis) -> list[Finding]:
     for file_id, group in hits.groupby("file_id", sort=False):
         row = group.sort_values("kind", key=lambda k: k != "fuse_handle").iloc[0]
         prof = fs_profile(row["fstype"])
-        mapping = row["kind"] == "ofd" and row["faults"] > row["accesses"] / 2
-        what = "mmap mapping" if mapping else ("FUSE handle" if row["kind"] == "fuse_handle" else "open file")
+        # faults on one mapping: the "open file" is the mapping, whichever view (ofd or handle) we cite
+        mapping = bool(((group["kind"] == "ofd") & (group["faults"] > group["accesses"] / 2)).any())
+        what = "FUSE handle" if row["kind"] == "fuse_handle" else "open file"
+        what = f"mmap mapping ({what})" if mapping else what
         inode = int(a.handles["nodeid"].iloc[int(row["code"])]) if row["kind"] == "fuse_handle" \
             else int(a.files.loc[file_id, "ino"]) if file_id in a.files.index else 0
         handle = int(row["fh"]) if row["kind"] == "fuse_handle" else int(row["code"])
         acc = a.fuse if row["kind"] == "fuse_handle" else a.app
         rows = interleave.stream_rows(acc, int(row["code"]) if row["kind"] == "fuse_handle" else int(row["ofd"]),
-                                      int(file_id))
+                                      int(row["opened"]), int(file_id))
         message = (f"{int(row['tasks'])} tasks read {row['path']} through one {what} on {_fs_note(row['fstype'])}: "
                    f"every task >= {fmt_pct(row['min_task_consecutive_fraction'])} consecutive on its own, "
                    "the merged "
                    f"stream {fmt_pct(row['consecutive_fraction'])} consecutive "
-                   f"({fmt_pct(row['seek_fraction'])} of bytes after a seek), score {row['interleave_score']:.2f}")
+                   f"({fmt_pct(1 - row['in_order_fraction'])} of bytes out of order), "
+                   f"score {row['interleave_score']:.2f}")
         if prof.per_handle_stream:
             message += (f"; gcsfuse replay: {int(row['gcsfuse_requests'])} backend requests vs "
                         f"{int(row['gcsfuse_sequential_requests'])} for one sequential reader")
@@ -76,7 +74,7 @@ def shared_fd_interleave(a: Analysis) -> list[Finding]:
         out.append(Finding(
             "SHARED_FD_INTERLEAVE", severity, message,
             evidence=interleave.evidence(acc, rows, inode, handle, a.thresholds.evidence_lines)
-            + _task_lines(acc, rows),
+            + _task_lines(a, row["kind"], int(row["code"])),
             recommendation=f"{lever}; {FIX_HINT}" + (f"; {prof.levers}" if prof.per_handle_stream else ""),
             file=row["path"]))
     return out
@@ -157,30 +155,42 @@ def mmap_fault_storm(a: Analysis) -> list[Finding]:
 
 
 def cold_cache(a: Analysis) -> list[Finding]:
-    th, s = a.thresholds, a.summary
-    miss, total = s["cache_miss_bytes"], s["bytes_read"]
-    if miss is None or total <= 0 or miss < th.cold_cache_min_bytes or miss / total < th.cold_cache_miss_fraction:
+    """Per file: most of what the file gave the load came from storage, not the page cache. Warm
+    libraries read in the same run do not dilute it."""
+    th = a.thresholds
+    if a.summary["cache_miss_bytes"] is None:
         return []
-    files = a.files[a.files["cache_miss_bytes"] > 0].head(5)
+    f = a.files
+    cold = f[(f["cache_miss_bytes"] >= th.cold_cache_min_bytes)
+             & (f["cache_miss_fraction"] >= th.cold_cache_miss_fraction)]
+    if cold.empty:
+        return []
+    miss, total = int(cold["cache_miss_bytes"].sum()), int(cold["bytes_read"].sum())
     return [Finding(
         "COLD_CACHE", "warn",
-        f"{fmt_bytes(miss)} of {fmt_bytes(total)} read ({fmt_pct(min(1.0, miss / total))}) missed the page "
-        "cache: the load ran cold",
-        evidence=[f"{r['path']}: {fmt_bytes(r['cache_miss_bytes'])} fetched of {fmt_bytes(r['bytes_read'])}"
-                  for _, r in files.iterrows()],
+        f"{fmt_bytes(miss)} of {fmt_bytes(total)} read from {len(cold)} file(s) "
+        f"({fmt_pct(min(1.0, miss / max(total, 1)))}) missed the page cache: the load ran cold",
+        evidence=[f"{r['path']}: {fmt_bytes(r['cache_miss_bytes'])} fetched of {fmt_bytes(r['bytes_read'])} read"
+                  for _, r in cold.head(5).iterrows()],
         recommendation="a cold load pays for every byte from storage: prefetch the files sequentially with "
-                       f"large reads before loading, or keep them cached between runs; {FIX_HINT}")]
+                       f"large reads before loading, or keep them cached between runs; {FIX_HINT}",
+        file=cold["path"].iloc[0])]
 
 
 def cache_evicted_reread(a: Analysis) -> list[Finding]:
     th = a.thresholds
     out = []
-    for _, row in a.files[a.files["cache_refetched_bytes"] >= th.reread_min_bytes].iterrows():
+    f = a.files
+    again = f[(f["cache_refetched_bytes"] >= th.reread_min_bytes)
+              & (f["cache_refetched_bytes"] >= th.reread_min_fraction * f["cache_miss_unique_bytes"])]
+    for _, row in again.iterrows():
+        dropped = " or dropped by the FUSE daemon when the file was opened again" \
+            if str(row["fstype"]).startswith("fuse") else ""
         out.append(Finding(
             "CACHE_EVICTED_REREAD", "warn",
             f"{fmt_bytes(row['cache_refetched_bytes'])} of {row['path']} entered the page cache more than once "
             f"({fmt_bytes(row['cache_miss_bytes'])} fetched, {fmt_bytes(row['cache_miss_unique_bytes'])} "
-            "distinct): pages were evicted before they were used again",
+            f"distinct): pages were evicted{dropped} before they were used again",
             evidence=[f"re-read amplification of the file stream: {row['reread_amplification']:.2f}"],
             recommendation="read each byte once, in file order (one sequential pass), and give the load more "
                            "page cache (lower memory pressure, raise the cgroup memory limit)",
@@ -217,11 +227,11 @@ def lost(a: Analysis) -> list[Finding]:
     n = lost_events(a.meta)
     if n <= 0:
         return []
-    detail = a.meta.get("lost_events")
+    detail = a.meta.get("lost_detail", a.meta.get("lost_events"))
     return [Finding(
         "LOST_EVENTS", "high",
         f"{n} events were lost while recording: every figure in this report is incomplete (a lower bound)",
-        evidence=[f"lost per table: {detail}"] if isinstance(detail, dict) else [],
+        evidence=[f"lost per source: {detail}"] if isinstance(detail, dict) else [],
         recommendation="record again with a larger ring buffer or fewer probes, and keep the machine less busy")]
 
 

@@ -5,6 +5,9 @@ A *seek* is a read that starts before the expected offset (the previous end) or 
 on average it reads "random": each backend request fetches the average read size rounded up to the
 next MiB (1..8 MiB) instead of up to ``--sequential-read-size-mb`` (200 MiB). A new backend request
 starts at the first read, at every seek, and whenever a read runs past the current request's end.
+Simplification: a run's requests are ceil(span / chunk) with the chunk chosen when the run opens.
+Deviation: a step back of at most ``reorder_window`` is not a seek (kernel readahead requests in
+flight overtake each other; counting them turned every small own-fd handle "random").
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from readtrace.analyze.grouping import group_sum
+from readtrace.analyze.grouping import sorted_sum
 from readtrace.analyze.thresholds import MiB, Thresholds
 
 
@@ -25,43 +28,51 @@ class Replay:
     requests: np.ndarray
     random_bytes: np.ndarray  # bytes read while the handle was in random mode
     random_after: np.ndarray  # 1-based access number at which it turned random; 0 = never
-    seek: np.ndarray  # per row (in the given order): this read was a seek
 
 
-def replay(codes: np.ndarray, n_groups: int, first: np.ndarray, offset: np.ndarray, end: np.ndarray,
-           th: Thresholds) -> Replay:
-    """Rows ordered by (group, time); ``first`` marks each group's first read."""
-    nbytes = end - offset
-    prev_end = np.empty_like(end)
-    if len(end):
-        prev_end[0] = offset[0]
-        prev_end[1:] = end[:-1]
-    seek = ~first & ((offset < prev_end) | (offset > prev_end + th.gcsfuse_seek_window))
-    # Cumulative seeks (this read included) and bytes read before this read, restarting per group.
-    run_start = np.maximum.accumulate(np.where(first, np.arange(len(first)), 0))
-    cum_seeks = np.cumsum(seek)
-    seeks_so_far = cum_seeks - (cum_seeks[run_start] - seek[run_start])
-    cum_bytes = np.cumsum(nbytes)
-    bytes_before = cum_bytes - nbytes - (cum_bytes[run_start] - nbytes[run_start])
-    average = bytes_before / np.maximum(seeks_so_far, 1)
-    is_random = (seeks_so_far >= th.gcsfuse_min_seeks_for_random) & (average < th.gcsfuse_max_random_read)
+def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, prev_end: np.ndarray,
+           nbytes: np.ndarray, th: Thresholds) -> Replay:
+    """Rows ordered by (group, time); ``starts``: each group's first row; ``prev_end``: the previous
+    read's end (a group's first read: its own offset).
+
+    gcsfuse decides the read type when it opens a reader (getReadInfo), i.e. at the first read and at
+    every seek: the replay works on those "runs" only, so per-read work is one flag and one cumsum.
+    """
+    n_groups, n = len(starts), len(offset)
+    if n == 0:
+        zeros = np.zeros(n_groups, dtype=np.int64)
+        return Replay(seeks=zeros, requests=zeros, random_bytes=zeros, random_after=zeros)
+    opens = (offset < prev_end - th.reorder_window) | (offset > prev_end + th.gcsfuse_seek_window)  # seeks ...
+    seeks = sorted_sum(starts, opens)
+    opens[starts] = True  # ... and each group's first read
+    runs = np.flatnonzero(opens)
+    del opens
+    run_group = codes[runs]
+    group_first_run = np.searchsorted(runs, starts)
+    seeks_before = np.arange(len(runs)) - group_first_run[run_group]  # seeks seen when the run opens
+    cum = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(nbytes, out=cum[1:])
+    run_end_row = np.r_[runs[1:], n]
+    bytes_before = cum[runs] - cum[starts[run_group]]
+    run_bytes = cum[run_end_row] - cum[runs]
+    del cum
+    # random once >= 2 seeks with < 8 MiB read per seek on average (integer form of the average test)
+    is_random = (seeks_before >= th.gcsfuse_min_seeks_for_random) & \
+        (bytes_before < th.gcsfuse_max_random_read * seeks_before)
+    average = bytes_before // np.maximum(seeks_before, 1)
     chunk = np.where(is_random,
                      np.clip((average // MiB + 1) * MiB, th.gcsfuse_min_random_read, th.gcsfuse_max_random_read),
                      th.gcsfuse_sequential_read)
-    # A run = reads served by requests opened at one seek; it needs ceil(span / chunk) requests.
-    opens = first | seek
-    run_rows = np.flatnonzero(opens)
-    span = np.maximum.reduceat(end, run_rows) - offset[run_rows] if len(run_rows) else np.zeros(0, np.int64)
-    per_run = np.maximum(1, np.ceil(span / chunk[run_rows])).astype(np.int64)
-    requests = group_sum(codes[run_rows], n_groups, per_run).astype(np.int64)
+    span = np.maximum.reduceat(offset + nbytes, runs) - offset[runs]
+    requests = sorted_sum(group_first_run, np.maximum(1, -(-span // chunk)))
     random_after = np.zeros(n_groups, dtype=np.int64)
-    rows = np.flatnonzero(is_random)
-    if len(rows):
-        first_random = rows[np.r_[True, codes[rows][1:] != codes[rows][:-1]]]
-        random_after[codes[first_random]] = first_random - run_start[first_random] + 1
-    return Replay(seeks=group_sum(codes, n_groups, seek).astype(np.int64), requests=requests,
-                  random_bytes=group_sum(codes, n_groups, np.where(is_random, nbytes, 0)),
-                  random_after=random_after, seek=seek)
+    first_random = np.flatnonzero(is_random)
+    if len(first_random):
+        first_random = first_random[np.r_[True, run_group[first_random][1:] != run_group[first_random][:-1]]]
+        g = run_group[first_random]
+        random_after[g] = runs[first_random] - starts[g] + 1
+    return Replay(seeks=seeks, requests=requests, random_bytes=sorted_sum(group_first_run, run_bytes * is_random),
+                  random_after=random_after)
 
 
 def sequential_requests(unique_bytes: np.ndarray, th: Thresholds) -> np.ndarray:

@@ -12,19 +12,39 @@ import pandas as pd
 _OFFSET_BITS = 44  # offsets below 16 TiB; code << 44 + end stays inside int64 for < 2**19 groups
 
 
+_DENSE_TABLE = 1 << 24  # combine codes through a lookup table up to this many (code, code) pairs
+
+
 def dense_codes(*keys: np.ndarray) -> tuple[np.ndarray, int]:
     """One dense code per distinct tuple of keys (each key an int array of equal length)."""
     codes, uniques = pd.factorize(keys[0])
     n = len(uniques)
     for key in keys[1:]:
         sub, sub_uniques = pd.factorize(key)
-        codes, uniques = pd.factorize(codes.astype(np.int64) * len(sub_uniques) + sub)
-        n = len(uniques)
-    return codes.astype(np.int64), n
+        packed = codes.astype(np.int64) * len(sub_uniques) + sub
+        if n * len(sub_uniques) <= _DENSE_TABLE:  # no hashing: mark the pairs present, number them
+            present = np.bincount(packed, minlength=n * len(sub_uniques)) > 0
+            remap = np.cumsum(present) - 1
+            codes, n = remap[packed], int(present.sum())
+        else:
+            codes, uniques = pd.factorize(packed)
+            n = len(uniques)
+    return codes.astype(np.int32 if n < 2**31 else np.int64), n
+
+
+def same_partition(a: np.ndarray, n_a: int, b: np.ndarray, n_b: int) -> bool:
+    """Whether two codings group the rows identically (then one summary serves both)."""
+    if n_a != n_b:
+        return False
+    image = np.zeros(n_a, dtype=np.int64)
+    image[a] = b
+    return bool(np.array_equal(image[a], b))
 
 
 def stable_by_group(codes: np.ndarray, n_groups: int, base: np.ndarray) -> np.ndarray:
     """``base`` (row indices) reordered by group, keeping base order within each group."""
+    if n_groups <= 1:
+        return base
     c = codes[base]
     if n_groups <= np.iinfo(np.uint16).max:
         c = c.astype(np.uint16)
@@ -49,10 +69,18 @@ def group_sum(codes: np.ndarray, n_groups: int, weights=None) -> np.ndarray:
     return np.bincount(codes, weights=weights, minlength=n_groups)
 
 
+def sorted_sum(starts: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Exact int64 sums per group of an array sorted by group; ``starts`` of the (non-empty) groups."""
+    if len(values) == 0:
+        return np.zeros(len(starts), dtype=np.int64)
+    return np.add.reduceat(values, starts, dtype=np.int64)
+
+
 def running_max_in_group(sorted_codes: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Running maximum of ``values`` restarting at each group (codes ascending)."""
-    if len(values) == 0:
-        return values.copy()
+    if len(values) == 0 or sorted_codes[0] == sorted_codes[-1]:  # one group: a plain running max
+        return np.maximum.accumulate(values)
+    sorted_codes = sorted_codes.astype(np.int64, copy=False)
     lo = values.min()
     span = int(values.max() - lo) + 1
     if span < (1 << _OFFSET_BITS) and int(sorted_codes[-1]) < (1 << (62 - _OFFSET_BITS)):
@@ -63,14 +91,17 @@ def running_max_in_group(sorted_codes: np.ndarray, values: np.ndarray) -> np.nda
 
 def union_length(sorted_codes: np.ndarray, n_groups: int, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Bytes covered by the union of [start, end) per group; rows sorted by (code, start)."""
+    if len(start) == 0:
+        return np.zeros(n_groups)
+    # in place where possible: this runs on every access of the trace
     reach = running_max_in_group(sorted_codes, end)
-    prev_reach = np.empty_like(reach)
-    if len(reach):
-        prev_reach[0] = start[0]
-        prev_reach[1:] = reach[:-1]
-    prev_reach = np.where(first_in_group(sorted_codes), start, prev_reach)
-    new = np.clip(end - np.maximum(start, prev_reach), 0, None)
-    return group_sum(sorted_codes, n_groups, new)
+    reach[1:] = reach[:-1].copy()
+    first = first_in_group(sorted_codes)
+    np.copyto(reach, start, where=first)  # a group's first interval continues nothing
+    np.maximum(reach, start, out=reach)
+    np.subtract(end, reach, out=reach)
+    np.clip(reach, 0, None, out=reach)
+    return group_sum(sorted_codes, n_groups, reach)
 
 
 def quantiles(sorted_codes: np.ndarray, n_groups: int, values: np.ndarray, q: float) -> np.ndarray:
@@ -98,7 +129,7 @@ def top_values(codes: np.ndarray, n_groups: int, values: np.ndarray, k: int = 4,
         vcodes, vuniques = pd.factorize(values)
     else:
         vcodes, vuniques = value_codes, values
-    packed = codes * len(vuniques) + vcodes
+    packed = codes.astype(np.int64) * len(vuniques) + vcodes
     if n_groups * len(vuniques) <= 50_000_000:
         counts = np.bincount(packed, minlength=n_groups * len(vuniques))
         pairs = np.flatnonzero(counts)
@@ -114,14 +145,15 @@ def top_values(codes: np.ndarray, n_groups: int, values: np.ndarray, k: int = 4,
 
 
 def max_overlap(groups: np.ndarray, n_groups: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Per group, the most intervals [start, end] open at one instant (end before start on ties)."""
+    """Per group, the most closed intervals [start, end] open at one instant (starts before ends on
+    ties: an access of zero duration still counts)."""
     out = np.zeros(n_groups, dtype=np.int64)
     if len(groups) == 0:
         return out
     g = np.concatenate([groups, groups])
     t = np.concatenate([starts, ends])
     d = np.concatenate([np.ones(len(groups), np.int64), -np.ones(len(groups), np.int64)])
-    order = np.lexsort((d, t, g))
+    order = np.lexsort((-d, t, g))
     # Each group's +1/-1 sum to zero, so the running level restarts at 0 at every group.
     np.maximum.at(out, g[order], np.cumsum(d[order]))
     return out

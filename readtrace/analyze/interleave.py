@@ -1,8 +1,9 @@
 """Shared-fd interleave: one open file (or FUSE handle, or mapping) read by several tasks, each of
 them sequential on its own while the merged stream on the handle jumps around.
 
-"In order" = not a seek (gcsfuse's rule: backward, or more than 8 MiB forward). Darshan's "sequential"
-misses the case: tasks taking turns over their own quarters only ever jump forward within a round.
+"In order" = forward from the previous end by at most ``interleave_max_gap`` (1 MiB). Darshan's
+"sequential" misses the case (tasks taking turns over their own parts only jump forward within a
+round), and gcsfuse's 8 MiB seek window hides it on small files although every wrap-around is a seek.
 score = (byte-weighted in-order fraction of the tasks' own streams) - (that of the merged stream).
 """
 
@@ -12,33 +13,40 @@ import numpy as np
 import pandas as pd
 
 from readtrace.analyze.accesses import Accesses
-from readtrace.analyze.grouping import group_sum
+from readtrace.analyze.grouping import group_bounds, group_sum, sorted_sum
 from readtrace.analyze.streams import BaseOrders, classify
 from readtrace.analyze.thresholds import Thresholds
 
 
 def per_task(acc: Accesses, codes: np.ndarray, n: int, sub: tuple[np.ndarray, int], orders: BaseOrders,
-             streams: pd.DataFrame, th: Thresholds) -> pd.DataFrame:
-    """Interleave columns for ``streams`` (one row per code): the tasks' own fractions and the score.
-    ``sub``: codes of the (stream, task) pieces."""
+             streams: pd.DataFrame, th: Thresholds) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Interleave columns for ``streams`` (one row per code): the tasks' own fractions and the score;
+    and the tasks' own figures, one row per (stream, task). ``sub``: codes of the (stream, task) pieces."""
     sub, n_sub = sub
     cl = classify(acc, sub, n_sub, orders)
+    starts, _ = group_bounds(cl.codes, n_sub)
     nb = acc.nbytes[cl.order]
     parent = np.zeros(n_sub, dtype=np.int64)
     parent[sub] = codes
-    sub_bytes = group_sum(sub, n_sub, acc.nbytes)
+    sub_bytes = sorted_sum(starts, nb)
     with np.errstate(invalid="ignore", divide="ignore"):
         weight = group_sum(parent, n, sub_bytes)
         fractions = {}
         for name, flag in (("consecutive", cl.consecutive), ("sequential", cl.sequential),
-                           ("in_order", ~cl.seek(th.gcsfuse_seek_window))):
-            own = group_sum(cl.codes, n_sub, np.where(flag, nb, 0)) / sub_bytes
+                           ("in_order", cl.in_order(th.interleave_max_gap, th.reorder_window))):
+            own = sorted_sum(starts, nb * flag) / sub_bytes
             fractions[name] = own
             fractions[f"task_{name}_fraction"] = group_sum(parent, n, own * sub_bytes) / weight
     out = pd.DataFrame({k: v for k, v in fractions.items() if k.startswith("task_")})
     out["min_task_consecutive_fraction"] = pd.Series(fractions["consecutive"]).groupby(parent).min() \
         .reindex(range(n)).to_numpy()
-    merged_in_order = 1 - streams["seek_fraction"].to_numpy()
+    tasks = pd.DataFrame({
+        "code": parent, "tid": acc.tid[cl.order[starts]], "bytes": sub_bytes,
+        "consecutive_fraction": fractions["consecutive"], "sequential_fraction": fractions["sequential"],
+        "in_order_fraction": fractions["in_order"], "first_offset": np.minimum.reduceat(cl.offset, starts)
+        if len(starts) else np.zeros(0, np.int64),
+        "last_end": np.maximum.reduceat(cl.offset + nb, starts) if len(starts) else np.zeros(0, np.int64)})
+    merged_in_order = streams["in_order_fraction"].to_numpy()
     out["interleave_score"] = out["task_in_order_fraction"].to_numpy() - merged_in_order
     out["interleaved"] = (
         (streams["tasks"].to_numpy() >= th.interleave_min_tasks)
@@ -46,12 +54,12 @@ def per_task(acc: Accesses, codes: np.ndarray, n: int, sub: tuple[np.ndarray, in
         & (merged_in_order <= th.interleave_merged_in_order_max)
         & (out["interleave_score"] >= th.interleave_min_score).to_numpy()
         & (streams["bytes"].to_numpy() >= th.interleave_min_bytes))
-    return out
+    return out, tasks
 
 
-def stream_rows(acc: Accesses, ofd_key: int, file_id: int) -> np.ndarray:
-    """Rows of one open file / FUSE handle (``acc.ofd`` key) on one file, in time order."""
-    rows = np.flatnonzero((acc.ofd == ofd_key) & (acc.file == file_id))
+def stream_rows(acc: Accesses, ofd_key: int, opened: int, file_id: int) -> np.ndarray:
+    """Rows of one open file / FUSE handle (``acc.ofd`` key, ``acc.opened``) on one file, in time order."""
+    rows = np.flatnonzero((acc.ofd == ofd_key) & (acc.opened == opened) & (acc.file == file_id))
     return rows[np.argsort(acc.ts[rows], kind="stable")]
 
 

@@ -17,7 +17,7 @@ def page_rows(pages: pd.DataFrame, files: FileIndex) -> pd.DataFrame:
     """Pages with a file id, valid sizes only."""
     out = pages[["ts_ns", "pid", "tid", "op", "offset", "size"]].copy()
     out["file"] = files.lookup(pages["dev"].to_numpy(), pages["ino"].to_numpy(), pages["path"])
-    return out[(out["size"] > 0) & (out["offset"] >= 0)]
+    return out[(out["size"] > 0) & (out["offset"] >= 0) & (out["file"] >= 0)]
 
 
 def _union_by_file(rows: pd.DataFrame, n_files: int) -> np.ndarray:
@@ -49,17 +49,46 @@ def per_file(rows: pd.DataFrame, n_files: int) -> pd.DataFrame:
     return df
 
 
-def attribute(rows: pd.DataFrame, acc: Accesses, by_time: np.ndarray) -> pd.DataFrame:
-    """Misses and readahead joined to the open file that caused them: the latest access by the same
-    task to the same file at or before the page event (the read's fd or the faulting mapping)."""
+def attribute(rows: pd.DataFrame, acc: Accesses) -> pd.DataFrame:
+    """Misses and readahead joined to the open file that caused them: the access by the same task to
+    the same file nearest in time (the read whose syscall fetched it, or the faulting mapping).
+    Adds ``ofd``, ``opened`` (see Accesses) and ``file_id``."""
     wanted = rows[rows["op"].isin(("miss", *READAHEAD_OPS))]
     if wanted.empty or len(acc) == 0:
-        return wanted.assign(ofd=pd.Series(dtype=np.int64)).iloc[:0]
-    left = pd.DataFrame({"ts": wanted["ts_ns"].to_numpy(), "key": (wanted["tid"].to_numpy().astype(np.int64) << 24)
-                         ^ wanted["file"].to_numpy(), "row": np.arange(len(wanted))}).sort_values("ts")
-    right = pd.DataFrame({"ts": acc.ts[by_time], "key": (acc.tid[by_time] << 24) ^ acc.file[by_time],
-                          "ofd": acc.ofd[by_time]})
-    joined = pd.merge_asof(left, right, on="ts", by="key", direction="backward").sort_values("row")
-    out = wanted.copy()
-    out["ofd"] = joined["ofd"].to_numpy()
-    return out.dropna(subset=["ofd"]).astype({"ofd": np.int64})
+        return wanted.iloc[:0].assign(ofd=np.int64(0), opened=np.int64(0), file_id=np.int64(0))
+    key = (wanted["tid"].to_numpy().astype(np.int64) << 24) ^ wanted["file"].to_numpy()
+    left = pd.DataFrame({"ts": wanted["ts_ns"].to_numpy(), "key": key, "row": np.arange(len(wanted))})
+    mine = np.flatnonzero(np.isin((acc.tid << 24) ^ acc.file, np.unique(key)))  # only these tasks' accesses
+    mine = mine[np.argsort(acc.ts[mine], kind="stable")]
+    right = pd.DataFrame({"ts": acc.ts[mine], "key": (acc.tid[mine] << 24) ^ acc.file[mine],
+                          "ofd": acc.ofd[mine], "opened": acc.opened[mine]})
+    joined = pd.merge_asof(left.sort_values("ts", kind="stable"), right, on="ts", by="key",
+                           direction="nearest").sort_values("row")
+    out = wanted.assign(ofd=joined["ofd"].to_numpy(), opened=joined["opened"].to_numpy(), file_id=wanted["file"])
+    return out.dropna(subset=["ofd"]).astype({"ofd": np.int64, "opened": np.int64})
+
+
+STREAM_KEYS = {"task": ["tid", "file_id"], "process": ["pid", "file_id"], "ofd": ["ofd", "opened", "file_id"],
+               "file": ["file_id"]}
+
+
+def add_to_streams(streams: pd.DataFrame, attributed: pd.DataFrame, page_view: bool) -> None:
+    """Per stream: page-cache miss bytes, readahead bytes and windows it caused (null without a
+    page-cache view; FUSE handles: null, the kernel's cache sits above them)."""
+    names = ("cache_miss_bytes", "readahead_bytes", "readahead_windows")
+    for name in names:
+        streams[name] = np.nan
+    if not page_view:
+        return
+    is_ra = attributed["op"].isin(READAHEAD_OPS)
+    att = attributed.assign(cache_miss_bytes=np.where(attributed["op"] == "miss", attributed["size"], 0),
+                            readahead_bytes=np.where(is_ra, attributed["size"], 0),
+                            readahead_windows=is_ra.astype(np.int64))
+    for kind, keys in STREAM_KEYS.items():
+        rows = (streams["kind"] == kind).to_numpy()
+        if not rows.any():
+            continue
+        sums = att.groupby(keys)[list(names)].sum()
+        wanted = pd.MultiIndex.from_frame(streams.loc[rows, keys]) if len(keys) > 1 else \
+            pd.Index(streams.loc[rows, keys[0]])
+        streams.loc[rows, list(names)] = sums.reindex(wanted).fillna(0).to_numpy()

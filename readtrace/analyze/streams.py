@@ -5,8 +5,12 @@ Classification (DESIGN.md words; Darshan's counters):
 - sequential: offset >= previous end, i.e. forward, gaps allowed (POSIX_SEQ_READS; includes consecutive)
 - random: the rest, backward or overlapping (Drishti: total - sequential)
 - seek (gcsfuse's word): starts before the previous end or more than ``gcsfuse_seek_window`` (8 MiB)
-  past it; ``seek_fraction`` is what a per-handle daemon treats as a jump. Interleaved quarters are
-  "sequential" to Darshan (every jump is forward) but seeks to gcsfuse.
+  past it; ``seek_fraction`` is what gcsfuse treats as a jump.
+- in order: forward from the previous end by at most ``interleave_max_gap`` (1 MiB): what the
+  interleave test uses.
+Both forgive a step back of at most ``reorder_window`` (1 MiB): the kernel's readahead requests in
+flight overtake each other on the way to the daemon; that is a reordering, not a jump. Tasks taking turns over their own parts are "sequential" to Darshan (within a
+  round every jump is forward) but out of order here.
 A stream's first access continues nothing and jumps nowhere: it counts as consecutive, not a seek.
 Fractions come count-weighted (``*_count_fraction``) and byte-weighted (``*_fraction``).
 Strides are the gap from the previous end (0 = consecutive).
@@ -25,9 +29,9 @@ from readtrace.analyze.accesses import SOURCE_FAULT, Accesses
 from readtrace.analyze.grouping import (
     first_in_group,
     group_bounds,
-    group_sum,
     max_overlap,
     quantiles,
+    sorted_sum,
     stable_by_group,
     top_values,
     union_length,
@@ -64,7 +68,7 @@ class BaseOrders:
 
     @cached_property
     def size_bins(self) -> np.ndarray:
-        return size_bin(self.acc.nbytes)
+        return size_bin(self.acc.nbytes).astype(np.int8)
 
     @cached_property
     def size_codes(self) -> tuple[np.ndarray, np.ndarray]:
@@ -90,8 +94,13 @@ class Classified:
     def sequential(self) -> np.ndarray:
         return self.offset >= self.prev_end
 
-    def seek(self, window: int) -> np.ndarray:
-        return (self.offset < self.prev_end) | (self.offset > self.prev_end + window)
+    def seek(self, window: int, reorder: int = 0) -> np.ndarray:
+        """Back by more than ``reorder`` or forward by more than ``window`` from the previous end."""
+        return (self.offset < self.prev_end - reorder) | (self.offset > self.prev_end + window)
+
+    def in_order(self, max_gap: int, reorder: int = 0) -> np.ndarray:
+        """Within [previous end - ``reorder``, previous end + ``max_gap``]."""
+        return (self.offset >= self.prev_end - reorder) & (self.offset <= self.prev_end + max_gap)
 
 
 def classify(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders) -> Classified:
@@ -107,15 +116,16 @@ def classify(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders) -> Cl
     return Classified(order=order, codes=c, offset=offset, prev_end=prev_end, first=first)
 
 
-def fractions(cl: Classified, nb: np.ndarray, n: int, counts: np.ndarray, nbytes: np.ndarray,
-              window: int) -> dict[str, np.ndarray]:
-    """consecutive / sequential / random / seek fractions, byte- and count-weighted."""
+def fractions(cl: Classified, starts: np.ndarray, nb: np.ndarray, counts: np.ndarray, nbytes: np.ndarray,
+              th: Thresholds) -> dict[str, np.ndarray]:
+    """consecutive / sequential / random / seek / in-order fractions, byte- and count-weighted."""
     out = {}
     with np.errstate(invalid="ignore", divide="ignore"):
         for name, flag in (("consecutive", cl.consecutive), ("sequential", cl.sequential),
-                           ("seek", cl.seek(window))):
-            out[f"{name}_fraction"] = group_sum(cl.codes, n, np.where(flag, nb, 0)) / nbytes
-            out[f"{name}_count_fraction"] = group_sum(cl.codes, n, flag) / counts
+                           ("seek", cl.seek(th.gcsfuse_seek_window, th.reorder_window)),
+                           ("in_order", cl.in_order(th.interleave_max_gap, th.reorder_window))):
+            out[f"{name}_fraction"] = sorted_sum(starts, nb * flag) / nbytes
+            out[f"{name}_count_fraction"] = sorted_sum(starts, flag) / counts
     out["random_fraction"] = 1 - out["sequential_fraction"]
     out["random_count_fraction"] = 1 - out["sequential_count_fraction"]
     return out
@@ -127,22 +137,23 @@ def summarize(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: 
 
     ``sub``: codes of the (stream, task) pieces, for tasks and concurrency; None when a stream is one task.
     """
-    counts = group_sum(codes, n).astype(np.int64)
-    nbytes = group_sum(codes, n, acc.nbytes).astype(np.int64)
     cl = classify(acc, codes, n, orders)
-    starts, _ = group_bounds(cl.codes, n)
+    starts, counts = group_bounds(cl.codes, n)
+    nb = acc.nbytes[cl.order]
+    nbytes = sorted_sum(starts, nb)
     first_rows = cl.order[starts]
     last_rows = cl.order[starts + counts - 1]
     df = pd.DataFrame({
         "kind": kind, "file_id": acc.file[first_rows], "pid": acc.pid[first_rows], "tid": acc.tid[first_rows],
-        "ofd": acc.ofd[first_rows], "accesses": counts,
-        "faults": group_sum(codes, n, acc.source == SOURCE_FAULT).astype(np.int64), "bytes": nbytes,
-        **fractions(cl, acc.nbytes[cl.order], n, counts, nbytes, th.gcsfuse_seek_window),
+        "ofd": acc.ofd[first_rows], "opened": acc.opened[first_rows], "accesses": counts,
+        "faults": sorted_sum(starts, acc.source[cl.order] == SOURCE_FAULT), "bytes": nbytes,
+        **fractions(cl, starts, nb, counts, nbytes, th),
         "first_ts_ns": acc.ts[first_rows], "last_ts_ns": acc.ts[last_rows],
     })
+    del nb
     df["top_strides"] = top_values(cl.codes, n, cl.offset - cl.prev_end)
     if replay:
-        _add_replay(df, cl, acc, n, th)
+        _add_replay(df, cl, starts, acc, th)
     del cl
     by_off = stable_by_group(codes, n, orders.by_offset)
     df["unique_bytes"] = union_length(codes[by_off], n, acc.offset[by_off],
@@ -155,7 +166,8 @@ def summarize(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: 
     for q in (50, 99):
         df[f"latency_p{q}_us"] = quantiles(codes[timed], n, acc.latency[timed], q / 100) / 1e3
     del timed
-    hist = np.bincount(codes * len(LABELS) + orders.size_bins, minlength=n * len(LABELS)).reshape(n, len(LABELS))
+    hist = np.bincount(codes.astype(np.int64) * len(LABELS) + orders.size_bins,
+                       minlength=n * len(LABELS)).reshape(n, len(LABELS))
     df["size_hist"] = [dict(zip(LABELS, row.tolist(), strict=True)) for row in hist]
     size_codes, sizes = orders.size_codes
     df["top_sizes"] = top_values(codes, n, sizes, k=4, value_codes=size_codes)
@@ -170,17 +182,17 @@ def _tasks(acc: Accesses, codes: np.ndarray, n: int, sub: tuple[np.ndarray, int]
     if sub is None:
         return np.ones(n, dtype=np.int64), np.ones(n, dtype=np.int64)
     sub_codes, n_sub = sub
+    parent = np.zeros(n_sub, dtype=np.int64)
+    parent[sub_codes] = codes
     start = np.full(n_sub, np.iinfo(np.int64).max)
     stop = np.full(n_sub, np.iinfo(np.int64).min)
     np.minimum.at(start, sub_codes, acc.ts)
     np.maximum.at(stop, sub_codes, acc.ts + acc.latency)
-    parent = np.zeros(n_sub, dtype=np.int64)
-    parent[sub_codes] = codes
     return np.bincount(parent, minlength=n).astype(np.int64), max_overlap(parent, n, start, stop)
 
 
-def _add_replay(df: pd.DataFrame, cl: Classified, acc: Accesses, n: int, th: Thresholds) -> None:
-    r = gcsfuse.replay(cl.codes, n, cl.first, cl.offset, cl.offset + acc.nbytes[cl.order], th)
+def _add_replay(df: pd.DataFrame, cl: Classified, starts: np.ndarray, acc: Accesses, th: Thresholds) -> None:
+    r = gcsfuse.replay(cl.codes, starts, cl.offset, cl.prev_end, acc.nbytes[cl.order], th)
     df["gcsfuse_seeks"] = r.seeks
     df["gcsfuse_requests"] = r.requests
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -15,11 +15,15 @@ class Thresholds:
 
     # gcsfuse replay (internal/gcsx/random_reader.go)
     gcsfuse_seek_window: int = 8 * MiB  # a read > this past the expected offset is a seek
+    # requests that overtake each other by at most this much (the kernel's readahead in flight,
+    # measured 100-250 KiB on the lab mount) are a reordering, not a jump back
+    reorder_window: int = 1 * MiB
     gcsfuse_min_seeks_for_random: int = 2
     gcsfuse_max_random_read: int = 8 * MiB  # random requests fetch 1..8 MiB
     gcsfuse_min_random_read: int = 1 * MiB
     gcsfuse_sequential_read: int = 200 * MiB  # --sequential-read-size-mb
     # shared-fd interleave: tasks mostly in order on their own (no seeks), the merged stream mostly not
+    interleave_max_gap: int = 1 * MiB  # "in order": forward from the previous end by at most this
     interleave_min_tasks: int = 2
     interleave_task_in_order_min: float = 0.8  # byte-weighted over the tasks
     interleave_merged_in_order_max: float = 0.5
@@ -38,7 +42,8 @@ class Thresholds:
     # page cache
     cold_cache_miss_fraction: float = 0.5  # share of the bytes accessed that missed the cache
     cold_cache_min_bytes: int = 1 * MiB
-    reread_min_bytes: int = 1 * MiB  # bytes fetched into the page cache more than once
+    reread_min_bytes: int = 1 * MiB  # bytes fetched into the page cache more than once ...
+    reread_min_fraction: float = 0.05  # ... and this share of the file's distinct fetched bytes
     # FUSE readahead: requests this small mean the kernel default (128 KiB) is in effect
     fuse_readahead_small: int = 128 * 1024
     fuse_readahead_min_requests: int = 16

@@ -22,9 +22,9 @@ def run(args: argparse.Namespace) -> int:
     from readtrace.record.prereq import all_checks
 
     checks = all_checks()
-    shown = [c for c in checks if args.all or not c.ok or not c.name.startswith("tracepoint ")]
-    present = sum(c.ok for c in checks if c.name.startswith("tracepoint "))
-    total = sum(c.name.startswith("tracepoint ") for c in checks)
+    shown = [c for c in checks if args.all or not c.ok or "tracepoint " not in c.name]
+    present = sum(c.ok for c in checks if "tracepoint " in c.name)
+    total = sum("tracepoint " in c.name for c in checks)
     table = Table(title="readtrace doctor")
     for column in ("prerequisite", "status", "detail", "fix"):
         table.add_column(column)

@@ -32,9 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.ebpf:
-        from readtrace.record.program import build_source
+        from readtrace.record.btf import BTFError
+        from readtrace.record.program import build_source, fuse_supported
 
-        print(build_source(with_fuse=True, coalesce=not args.no_coalesce))
+        try:
+            print(build_source(with_fuse=fuse_supported(), coalesce=not args.no_coalesce))
+        except BTFError as e:
+            raise ReadtraceError(f"kernel BTF: {e}", ExitStatus.PREREQUISITE) from e
         return ExitStatus.OK
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:

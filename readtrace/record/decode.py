@@ -68,19 +68,23 @@ class Decoder:
     tids: set[int] = field(default_factory=set)
     files: dict[tuple[int, int], FileInfo] = field(default_factory=dict)
     _fuse_open: dict[tuple[int, int], dict] = field(default_factory=dict)
+    mapped_names: dict[tuple[int, int], str] = field(default_factory=dict)  # from /proc/PID/maps
+    _ofd_files: list[pd.DataFrame] = field(default_factory=list)  # (ofd, ts_ns, dev, ino) seen so far
 
     def __post_init__(self):
         self.tids.add(self.root_pid)
         self._set_comm(self.root_pid, 0, Path("/proc/self/comm").read_text().strip())  # until it execs
 
     # --- strs ring: open / fork / thread / exec ---------------------------------------------------
-    def strs(self, rec: np.ndarray) -> pd.DataFrame:
-        if rec.size == 0:
-            return pd.DataFrame()
-        kinds = rec["kind"].astype(np.int64)
+    def note_strs(self, rec: np.ndarray) -> list[str]:
+        """Live part, while the processes exist: threads, comms, exec'd images, absolute open paths.
+
+        Returns the paths (opens made absolute) for ``strs_frame`` later: no pandas work here, so the
+        recorder takes little CPU from the workload while it runs.
+        """
+        kinds = rec["kind"]
         comms, paths = _cstr(rec["comm"]), _cstr(rec["path"])
-        is_open = kinds == KIND["OPEN"]
-        for i, kind in enumerate(kinds):
+        for i, kind in enumerate(kinds.tolist()):
             pid, tid, new_id = int(rec["pid"][i]), int(rec["tid"][i]), int(rec["arg"][i])
             ts = int(rec["ts_ns"][i])
             if kind in (KIND["FORK"], KIND["THREAD"]):
@@ -89,12 +93,23 @@ class Decoder:
             elif kind == KIND["EXEC"]:
                 self._set_comm(tid, ts, _exec_comm(paths[i], comms[i]))
                 self._remember_exec(paths[i])
+                self.mapped_names.update(mapped_files(pid))  # the kernel maps ld.so: never opened
             else:
                 if tid not in self.comm:
                     self._set_comm(tid, 0, comms[i])
-                if is_open[i]:
+                if kind == KIND["OPEN"]:
                     paths[i] = self._absolute(paths[i], pid)
                     self._remember_open(rec[i], paths[i])
+        is_open = kinds == KIND["OPEN"]
+        self._remember_ofds(rec["ofd"][is_open], rec["ts_ns"][is_open], rec["dev"][is_open], rec["ino"][is_open])
+        return paths
+
+    def strs_frame(self, rec: np.ndarray, paths: list[str]) -> pd.DataFrame:
+        """The events rows of open/fork/thread/exec records already seen by ``note_strs``."""
+        if rec.size == 0:
+            return pd.DataFrame()
+        kinds = rec["kind"].astype(np.int64)
+        is_open = kinds == KIND["OPEN"]
         return pd.DataFrame({
             "ts_ns": rec["ts_ns"].astype(np.int64), "pid": rec["pid"].astype(np.int32),
             "tid": rec["tid"].astype(np.int32), "comm": self._comms(rec["tid"], rec["ts_ns"]),
@@ -109,11 +124,38 @@ class Decoder:
     def _absolute(self, path: str, pid: int) -> str:
         if not path or os.path.isabs(path):
             return os.path.normpath(path) if path else path
-        try:
+        try:  # relative to the process's cwd now (a chdir between open and drain would mislead)
             base = os.readlink(f"/proc/{pid}/cwd")
         except OSError:  # the process is gone already: the command's working directory
             base = self.cwd
         return os.path.normpath(os.path.join(base, path))
+
+    def _remember_ofds(self, ofd, ts, dev, ino) -> None:
+        known = (np.asarray(ino) != 0) & (np.asarray(ofd) != 0)
+        if known.any():
+            self._ofd_files.append(pd.DataFrame({
+                "ofd": np.asarray(ofd, dtype=np.uint64)[known].astype(np.int64),
+                "ts_ns": np.asarray(ts, dtype=np.int64)[known],
+                "dev": np.asarray(dev)[known].astype(np.int64), "ino": np.asarray(ino)[known].astype(np.int64)}))
+            if len(self._ofd_files) > 64:  # compact: keep only where an ofd starts naming another file
+                h = pd.concat(self._ofd_files, ignore_index=True).sort_values(["ofd", "ts_ns"])
+                same = (h[["ofd", "dev", "ino"]] == h[["ofd", "dev", "ino"]].shift()).all(axis=1)
+                self._ofd_files = [h[~same]]
+
+    def _fill_read_files(self, rec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """dev/ino of reads (the probes leave them out): from the latest open of the same struct file."""
+        dev, ino = rec["dev"].astype(np.int64), rec["ino"].astype(np.int64)
+        missing = (ino == 0) & (rec["ofd"] != 0)
+        if not missing.any() or not self._ofd_files:
+            return dev, ino
+        history = pd.concat(self._ofd_files, ignore_index=True).sort_values("ts_ns")
+        wanted = pd.DataFrame({"ofd": rec["ofd"][missing].astype(np.int64),
+                               "ts_ns": rec["ts_ns"][missing].astype(np.int64),
+                               "order": np.arange(int(missing.sum()))}).sort_values("ts_ns")
+        found = pd.merge_asof(wanted, history, on="ts_ns", by="ofd", direction="backward").sort_values("order")
+        dev[missing] = found["dev"].fillna(0).to_numpy(dtype=np.int64)
+        ino[missing] = found["ino"].fillna(0).to_numpy(dtype=np.int64)
+        return dev, ino
 
     def _remember_open(self, r, path: str) -> None:
         if r["ret"] < 0 or not r["ino"]:
@@ -144,24 +186,24 @@ class Decoder:
         fuse = rec[kinds >= KIND["FUSE_SEND"]]
         return self._app(app), self._pages(pages), self._fuse(fuse)
 
-    def _note_unknown_files(self, pid: np.ndarray, dev: np.ndarray, ino: np.ndarray) -> None:
-        """Files never opened by the tree (mapped by exec or the loader): named from /proc/PID/maps."""
-        keys = np.unique(np.stack([pid.astype(np.int64), dev.astype(np.int64), ino.astype(np.int64)], axis=1),
-                         axis=0)
-        mapped: dict[int, dict] = {}
-        for p, d, i in keys:
-            key = (int(d), int(i))
-            if not i or key in self.files:
+    def _paths(self, pid: np.ndarray, dev: np.ndarray, ino: np.ndarray) -> np.ndarray:
+        """Path of each row's (dev, ino); files never opened by the tree (mapped by exec or the
+        loader) are named from /proc/PID/maps. Vectorised: Python work per distinct file only."""
+        codes, keys, first = _factorize_files(dev, ino)
+        paths = np.full(len(keys), None, dtype=object)
+        maps: dict[int, dict] = {}
+        for k, (d, i) in enumerate(keys):
+            if not i:
                 continue
-            if p not in mapped:
-                mapped[p] = mapped_files(int(p))
-            path = mapped[p].get(key)
-            self.files[key] = FileInfo(path, _size(path))
-
-    def _paths(self, pid: np.ndarray, dev: np.ndarray, ino: np.ndarray) -> list[str | None]:
-        self._note_unknown_files(pid, dev, ino)
-        known = self.files
-        return [known[(int(d), int(i))].path if i else None for d, i in zip(dev, ino, strict=True)]
+            info = self.files.get((d, i))
+            if info is None:
+                p = int(pid[first[k]])
+                if p not in maps:
+                    maps[p] = mapped_files(p)
+                path = maps[p].get((d, i)) or self.mapped_names.get((d, i))
+                info = self.files[(d, i)] = FileInfo(path, _size(path))
+            paths[k] = info.path
+        return paths[codes]
 
     def _set_comm(self, tid: int, ts: int, comm: str) -> None:
         self.comm[tid] = comm
@@ -169,15 +211,19 @@ class Decoder:
 
     def _comms(self, tids: np.ndarray, ts: np.ndarray) -> np.ndarray:
         """The comm each thread had at each timestamp (exec changes it mid-batch)."""
-        if not self._comm_history:
-            return np.full(len(tids), None, dtype=object)
-        history = pd.DataFrame(self._comm_history, columns=["tid", "ts_ns", "comm"]).sort_values("ts_ns")
-        rows = pd.DataFrame({"tid": tids.astype(np.int64), "ts_ns": ts.astype(np.int64),
-                             "order": np.arange(len(tids))}).sort_values("ts_ns")
-        history["tid"] = history["tid"].astype(np.int64)
-        history["ts_ns"] = history["ts_ns"].astype(np.int64)
-        merged = pd.merge_asof(rows, history, on="ts_ns", by="tid", direction="backward")
-        return merged.sort_values("order")["comm"].to_numpy(dtype=object)
+        codes, uniq = pd.factorize(tids.astype(np.int64))
+        history = pd.DataFrame(self._comm_history, columns=["tid", "ts_ns", "comm"])
+        changes = history.groupby("tid").size()
+        out = np.array([self.comm.get(int(t)) for t in uniq], dtype=object)[codes]
+        multi = [int(t) for t in uniq if changes.get(int(t), 0) > 1]
+        if multi:  # threads that exec'd: pick the comm in force at each row's time
+            rows = np.flatnonzero(np.isin(tids, multi))
+            h = history[history.tid.isin(multi)].astype({"tid": np.int64, "ts_ns": np.int64}).sort_values("ts_ns")
+            want = pd.DataFrame({"tid": tids[rows].astype(np.int64), "ts_ns": ts[rows].astype(np.int64),
+                                 "row": rows}).sort_values("ts_ns")
+            got = pd.merge_asof(want, h, on="ts_ns", by="tid", direction="backward")
+            out[got["row"].to_numpy()] = got["comm"].to_numpy(dtype=object)
+        return out
 
     def _app(self, rec: np.ndarray) -> pd.DataFrame:
         if rec.size == 0:
@@ -186,11 +232,13 @@ class Decoder:
         arg = rec["arg"].astype(np.int64)
         is_exit = kinds == KIND["EXIT"]
         arg = np.where(is_exit, exit_status(arg), arg)
+        self._remember_ofds(rec["ofd"], rec["ts_ns"], rec["dev"], rec["ino"])
+        dev, ino = self._fill_read_files(rec)
         return pd.DataFrame({
             "ts_ns": rec["ts_ns"].astype(np.int64), "pid": rec["pid"].astype(np.int32),
             "tid": rec["tid"].astype(np.int32), "comm": self._comms(rec["tid"], rec["ts_ns"]), "op": _APP_TABLE[kinds],
-            "fd": rec["fd"], "ofd": rec["ofd"].astype(np.int64), "path": self._paths(rec["pid"], rec["dev"], rec["ino"]),
-            "dev": rec["dev"].astype(np.int64), "ino": rec["ino"].astype(np.int64), "offset": rec["offset"],
+            "fd": rec["fd"], "ofd": rec["ofd"].astype(np.int64), "path": self._paths(rec["pid"], dev, ino),
+            "dev": dev, "ino": ino, "offset": rec["offset"],
             "size": rec["size"], "ret": rec["ret"], "latency_ns": rec["latency_ns"].astype(np.int64),
             "arg": arg, "count": rec["count"].astype(np.int64),
         })
@@ -249,6 +297,27 @@ class Decoder:
         rows = [self._fuse_row(req) for req in self._fuse_open.values()]
         self._fuse_open.clear()
         return [r for r in rows if r is not None]
+
+
+def _factorize_files(dev: np.ndarray, ino: np.ndarray):
+    """codes per row, the distinct (dev, ino) pairs, and the first row of each pair."""
+    dev, ino = dev.astype(np.uint64), ino.astype(np.uint64)
+    key = (dev << np.uint64(40)) ^ ino  # exact unless ino >= 2**40; verified below
+    codes, _uniq = pd.factorize(key)
+    if not len(codes):
+        return codes, [], np.empty(0, dtype=np.int64)
+    first = _first_rows(codes)
+    if not ((dev[first][codes] == dev) & (ino[first][codes] == ino)).all():  # a collision: exact path
+        codes = pd.DataFrame({"d": dev, "i": ino}).groupby(["d", "i"], sort=False).ngroup().to_numpy()
+        first = _first_rows(codes)
+    keys = list(zip(dev[first].astype(np.int64).tolist(), ino[first].astype(np.int64).tolist(), strict=True))
+    return codes, keys, first
+
+
+def _first_rows(codes: np.ndarray) -> np.ndarray:
+    first = np.empty(codes.max() + 1, dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes))[::-1]
+    return first
 
 
 def mapped_files(pid: int) -> dict[tuple[int, int], str]:

@@ -61,6 +61,7 @@ class HeldChild:
         os.close(go_r)
         os.close(err_w)
         self.pid = pid
+        self.returncode: int | None = None
         self._go = go_w
         self._err = err_r
 
@@ -94,7 +95,7 @@ class HeldChild:
             chunks.append(chunk)
         os.close(self._err)
         if chunks:
-            os.waitpid(self.pid, 0)
+            self._reap(os.waitpid(self.pid, 0)[1])
             raise ReadtraceError(f"cannot run command: {b''.join(chunks).decode(errors='replace')}",
                                  ExitStatus.NOT_FOUND)
 
@@ -104,14 +105,18 @@ class HeldChild:
             os.close(self._go)
             self._go = None
             os.close(self._err)
-            os.waitpid(self.pid, 0)
+            self._reap(os.waitpid(self.pid, 0)[1])
+
+    def _reap(self, status: int) -> int:
+        self.returncode = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+        return self.returncode
 
     def poll(self) -> int | None:
         """The exit code once the child exited (128+N when killed by signal N), else None."""
+        if self.returncode is not None:
+            return self.returncode
         pid, status = os.waitpid(self.pid, os.WNOHANG)
-        if pid == 0:
-            return None
-        return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+        return None if pid == 0 else self._reap(status)
 
     def stop(self, grace_s: float = 5.0) -> int:
         """SIGTERM, then SIGKILL after ``grace_s``; returns the exit code."""
@@ -128,5 +133,4 @@ class HeldChild:
                 return code
             time.sleep(0.02)
         os.kill(self.pid, signal.SIGKILL)
-        _, status = os.waitpid(self.pid, 0)
-        return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.waitstatus_to_exitcode(status)
+        return self._reap(os.waitpid(self.pid, 0)[1])

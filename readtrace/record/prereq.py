@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.record.program import FUSE_SOURCE, SOURCES, probe_text
+from readtrace.record.program import DISPATCH_SOURCE, FUSE_SOURCE, SOURCES, probe_text
 
 TRACEFS = Path("/sys/kernel/tracing")
 CAP_PERFMON, CAP_BPF, CAP_SYS_ADMIN = 38, 39, 21
@@ -78,6 +78,12 @@ def check_tracefs() -> Check:
                  "mount -t tracefs nodev /sys/kernel/tracing")
 
 
+def check_arch() -> Check:
+    machine = platform.machine()
+    return Check("x86_64", machine == "x86_64", machine,
+                 "the probes read syscall arguments with the x86_64 ABI; other architectures are not supported yet")
+
+
 def check_btf() -> Check:
     from readtrace.record.btf import BTFError
     from readtrace.record.program import kernel_offsets
@@ -93,15 +99,22 @@ def probe_tracepoints(source_names) -> list[tuple[str, str]]:
     """(category, name) of every TRACEPOINT_PROBE in the given probe sources."""
     found = []
     for name in source_names:
-        found += re.findall(r"TRACEPOINT_PROBE\((\w+),\s*(\w+)\)", probe_text(name))
+        text = probe_text(name)
+        found += re.findall(r"(?<!RAW_)TRACEPOINT_PROBE\((\w+),\s*(\w+)\)", text)
+        found += [("raw", tp) for tp in re.findall(r"RAW_TRACEPOINT_PROBE\((\w+)\)", text)]
     return found
 
 
 def check_tracepoints(source_names, required: bool) -> list[Check]:
     checks = []
     for category, name in probe_tracepoints(source_names):
-        ok = (TRACEFS / "events" / category / name).is_dir()
-        checks.append(Check(f"tracepoint {category}:{name}", ok, "present" if ok else "missing",
+        if category == "raw":  # a raw tracepoint: its event exists under some category
+            ok = any((TRACEFS / "events").glob(f"*/{name}"))
+            label = f"raw tracepoint {name}"
+        else:
+            ok = (TRACEFS / "events" / category / name).is_dir()
+            label = f"tracepoint {category}:{name}"
+        checks.append(Check(label, ok, "present" if ok else "missing",
                             "a kernel with this tracepoint (CONFIG_FTRACE_SYSCALLS, CONFIG_FUSE_FS ...)",
                             required))
     return checks
@@ -111,22 +124,19 @@ def check_fuse() -> list[Check]:
     from readtrace.record.program import fuse_supported
 
     dev = os.path.exists("/dev/fuse")
-    raw = (TRACEFS / "events" / "raw_syscalls" / "sys_exit").is_dir()
     return [
         Check("/dev/fuse", dev, "present" if dev else "missing",
               "modprobe fuse; apt-get install -y fuse3", required=False),
         Check("FUSE structs in BTF", fuse_supported(), "fuse_dev, fuse_conn",
               "load the fuse module (modprobe fuse) so /sys/kernel/btf has it", required=False),
-        Check("raw tracepoint sys_exit", raw, "present" if raw else "missing",
-              "a kernel with CONFIG_FTRACE_SYSCALLS", required=False),
     ]
 
 
 def all_checks() -> list[Check]:
     """Every prerequisite, in the order a fix should be attempted."""
-    checks = [check_privileges(), check_bcc(), check_headers(), check_tracefs(), check_btf()]
+    checks = [check_privileges(), check_bcc(), check_headers(), check_tracefs(), check_btf(), check_arch()]
     if checks[3].ok:
-        checks += check_tracepoints(SOURCES, required=True)
+        checks += check_tracepoints([*SOURCES, DISPATCH_SOURCE], required=True)
         checks += check_tracepoints([FUSE_SOURCE], required=False)
     checks += check_fuse()
     return checks

@@ -7,7 +7,6 @@ another kernel build.
 from __future__ import annotations
 
 import re
-from importlib import resources
 from pathlib import Path
 
 from readtrace.record.btf import BTFError, kernel_btf
@@ -17,6 +16,7 @@ HEADER = "readtrace.h"
 # Concatenation order matters: later files call helpers of earlier ones.
 SOURCES = ("common.bpf.c", "app.bpf.c", "pages.bpf.c", "proc.bpf.c")
 FUSE_SOURCE = "fuse.bpf.c"
+DISPATCH_SOURCE = "syscalls.bpf.c"  # last: calls into app (and fuse when included)
 
 EVENTS_RING_BYTES = 64 << 20
 STRS_RING_BYTES = 8 << 20
@@ -27,8 +27,8 @@ BTF_TOKENS = {
     "TASK_FILES": ("task_struct", "files"),
     "TASK_EXIT_CODE": ("task_struct", "exit_code"),
     "FILES_FDT": ("files_struct", "fdt"),
-    "FDTABLE_FD": ("fdtable", "fd"),
-    "FDTABLE_MAX_FDS": ("fdtable", "max_fds"),
+    "FILES_FDTAB": ("files_struct", "fdtab"),
+    "FILES_FD_ARRAY": ("files_struct", "fd_array"),
     "FILE_F_POS": ("file", "f_pos"),
     "FILE_F_INODE": ("file", "f_inode"),
     "FILE_PRIVATE_DATA": ("file", "private_data"),
@@ -37,16 +37,27 @@ BTF_TOKENS = {
     "INODE_I_SIZE": ("inode", "i_size"),
     "INODE_I_RDEV": ("inode", "i_rdev"),
     "SUPER_BLOCK_S_DEV": ("super_block", "s_dev"),
+    "ADDRESS_SPACE_HOST": ("address_space", "host"),
     "PT_REGS_ORIG_AX": ("pt_regs", "orig_ax"),
     "PT_REGS_DI": ("pt_regs", "di"),
     "PT_REGS_SI": ("pt_regs", "si"),
+    "PT_REGS_R10": ("pt_regs", "r10"),
     "FUSE_DEV_FC": ("fuse_dev", "fc"),
     "FUSE_CONN_DEV": ("fuse_conn", "dev"),
 }
-FUSE_TOKENS = ("INODE_I_RDEV", "PT_REGS_ORIG_AX", "PT_REGS_DI", "PT_REGS_SI", "FUSE_DEV_FC", "FUSE_CONN_DEV")
+FUSE_TOKENS = ("INODE_I_RDEV", "PT_REGS_ORIG_AX", "FUSE_DEV_FC", "FUSE_CONN_DEV")
+SYSCALL_ARG_REGS = ("di", "si", "dx", "r10", "r8", "r9")  # x86_64 syscall ABI, argument 1..6
+SYSCALL_NUMBERS = {  # x86_64
+    "NR_READ": 0, "NR_OPEN": 2, "NR_CLOSE": 3, "NR_LSEEK": 8, "NR_MMAP": 9, "NR_MUNMAP": 11,
+    "NR_PREAD64": 17, "NR_READV": 19, "NR_DUP": 32, "NR_DUP2": 33, "NR_FCNTL": 72, "NR_READAHEAD": 187,
+    "NR_FADVISE64": 221, "NR_OPENAT": 257, "NR_DUP3": 292, "NR_PREADV": 295, "NR_PREADV2": 327,
+    "NR_OPENAT2": 437,
+}
 
 CONSTANTS = {
-    "EVENTS_RING_PAGES": EVENTS_RING_BYTES // PAGE_SIZE,
+    "PID_LIMIT": 4 * 1024 * 1024,  # PID_MAX_LIMIT on 64-bit: every pid indexes the per-pid arrays
+    "SLOTS": 16384,  # per-thread state slots (tid % SLOTS), a power of two
+    "NR_OPEN_DEFAULT": 64,  # length of files_struct.fd_array (BITS_PER_LONG)
     "STRS_RING_PAGES": STRS_RING_BYTES // PAGE_SIZE,
     "IOV_MAX_SUMMED": 8,
     "MAP_ANONYMOUS_FLAG": 0x20,
@@ -54,6 +65,7 @@ CONSTANTS = {
     "F_DUPFD_CMD": 0,
     "F_DUPFD_CLOEXEC_CMD": 1030,
     "SYS_READ_NR": 0,  # x86_64
+    "PAGE_SHIFT": 12,
     "FUSE_READ_OPCODE": 15,
     "DEV_FUSE_RDEV": (10 << 20) | 229,  # /dev/fuse is char 10:229, kernel dev_t encoding
 }
@@ -69,10 +81,30 @@ def kind_numbers() -> dict[str, int]:
     return {name: int(num) for name, num in re.findall(r"RT_(\w+)\s*=\s*(\d+)", body)}
 
 
+# Layouts the probes rely on without a token: fd_to_file reads struct fdtable's head in one go.
+FIXED_LAYOUT = {("fdtable", "max_fds"): 0, ("fdtable", "fd"): 8}
+
+
 def kernel_offsets(with_fuse: bool) -> dict[str, int]:
     btf = kernel_btf()
+    for (struct, member), expected in FIXED_LAYOUT.items():
+        if btf.offset(struct, member) != expected:
+            raise BTFError(f"{struct}.{member} at {btf.offset(struct, member)}, probes expect {expected}")
     tokens = {t: sm for t, sm in BTF_TOKENS.items() if with_fuse or t not in FUSE_TOKENS}
-    return {token: btf.offset(struct, member) for token, (struct, member) in tokens.items()}
+    offsets = {token: btf.offset(struct, member) for token, (struct, member) in tokens.items()}
+    return {**offsets, **syscall_arg_slots(btf)}
+
+
+def syscall_arg_slots(btf) -> dict[str, int]:
+    """SYSARGn_SLOT: index of argument n in the 8 words of pt_regs read from r10 (syscalls.bpf.c)."""
+    base = btf.offset("pt_regs", "r10")
+    slots = {}
+    for n, reg in enumerate(SYSCALL_ARG_REGS, start=1):
+        delta = btf.offset("pt_regs", reg) - base
+        if delta % 8 or not 0 <= delta < 64:
+            raise BTFError(f"pt_regs.{reg} outside the 64 bytes after r10: unexpected layout")
+        slots[f"SYSARG{n}_SLOT"] = delta // 8
+    return slots
 
 
 def substitute(text: str, tokens: dict[str, int]) -> str:
@@ -81,12 +113,16 @@ def substitute(text: str, tokens: dict[str, int]) -> str:
     return pattern.sub(lambda m: str(tokens[m.group(1)]), text)
 
 
-def build_source(*, with_fuse: bool, coalesce: bool = True) -> str:
-    """The final C text of the probes, as compiled."""
+def build_source(*, with_fuse: bool, coalesce: bool = True, ring_bytes: int = EVENTS_RING_BYTES) -> str:
+    """The final C text of the probes, as compiled (BTFError when the kernel lacks a struct)."""
     parts = [probe_text(HEADER), *(probe_text(s) for s in SOURCES)]
     if with_fuse:
         parts.append(probe_text(FUSE_SOURCE))
-    tokens = {**CONSTANTS, **kernel_offsets(with_fuse), "COALESCE": int(coalesce)}
+    parts.append(probe_text(DISPATCH_SOURCE))
+    if ring_bytes < PAGE_SIZE or ring_bytes & (ring_bytes - 1):
+        raise ValueError("the events ring size must be a power of two of at least one page")
+    tokens = {**CONSTANTS, **SYSCALL_NUMBERS, **kernel_offsets(with_fuse), "COALESCE": int(coalesce),
+              "WITH_FUSE": int(with_fuse), "EVENTS_RING_PAGES": ring_bytes // PAGE_SIZE}
     header = "/* readtrace probes, generated: offsets from /sys/kernel/btf/vmlinux */\n"
     return header + substitute("\n".join(parts), tokens)
 
@@ -101,11 +137,47 @@ def fuse_supported() -> bool:
 
 
 def compile_program(source: str):
-    """Compile + load + attach (bcc attaches TRACEPOINT_PROBE/RAW_TRACEPOINT_PROBE itself)."""
+    """Compile + load + attach (bcc attaches TRACEPOINT_PROBE/RAW_TRACEPOINT_PROBE itself).
+
+    Raises ReadtraceError(PREREQUISITE) with one line when bcc cannot compile, load or attach.
+    """
+    from readtrace.errors import ExitStatus, ReadtraceError
     from readtrace.record.bccload import load_bcc
 
-    bcc = load_bcc()
-    return bcc.BPF(text=source.encode(), cflags=["-Wno-unused-function", "-Wno-macro-redefined"])
+    try:
+        bcc = load_bcc()
+        return bcc.BPF(text=source.encode(), cflags=["-Wno-unused-function", "-Wno-macro-redefined"])
+    except Exception as e:  # BccImportError, and bcc raises bare Exception for compile/load/attach
+        raise ReadtraceError(f"cannot load the probes: {e} (check: readtrace doctor; "
+                             "the C is printed by: readtrace record --ebpf)", ExitStatus.PREREQUISITE) from e
 
 
-__all__ = ["build_source", "compile_program", "fuse_supported", "kind_numbers", "resources"]
+
+
+
+def _detach_tracepoints(bpf) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(bpf.detach_tracepoint, list(bpf.tracepoint_fds)))
+
+
+def detach_in_background(bpf):
+    """Start detaching the tracepoints; returns the thread to pass to ``detach``.
+
+    Each detach waits for an RCU grace period (47 probes: ~2-4 s on this VM), so it runs while the
+    spool is decoded instead of after it. The maps stay usable until ``detach``.
+    """
+    import threading
+
+    thread = threading.Thread(target=_detach_tracepoints, args=(bpf,), name="readtrace-detach", daemon=True)
+    thread.start()
+    return thread
+
+
+def detach(bpf, background=None) -> None:
+    """Detach every probe and free the program (after a ``detach_in_background`` thread, if any)."""
+    if background is not None:
+        background.join()
+    _detach_tracepoints(bpf)
+    bpf.cleanup()

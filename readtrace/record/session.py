@@ -1,4 +1,11 @@
-"""A live recording: the loaded probes, their rings, the decoder and the trace writer."""
+"""A live recording: the loaded probes, their rings, the decoder and the trace writer.
+
+While the command runs, the fast ring is only copied to a spool file next to the trace (a memcpy
+per drain: the recorder takes almost no CPU from the workload); of the few open/fork/exec records
+only what needs /proc of live processes is done live (absolute paths, exec'd images). After the
+command exits they become rows, then the spool is decoded in chunks of CHUNK_RECORDS and appended to
+the trace: memory stays bounded.
+"""
 
 from __future__ import annotations
 
@@ -6,25 +13,33 @@ import numpy as np
 import pandas as pd
 
 from readtrace.record.decode import Decoder, files_table
-from readtrace.record.program import EVENTS_RING_BYTES
-from readtrace.record.records import EVENT_DTYPE, STR_EVENT_DTYPE
-from readtrace.record.ring import CallbackRing, FastRing
+from readtrace.record.program import CONSTANTS, EVENTS_RING_BYTES
+from readtrace.record.records import EVENT_DTYPE
+from readtrace.record.ring import RECORD_HEADER, CallbackRing, FastRing
 from readtrace.trace import TraceWriter
 
+SLOTS = CONSTANTS["SLOTS"]
+MERGED_PAGE_KINDS = 4  # probes/pages.bpf.c: RT_FAULT .. RT_MISS keep a run per thread
 FLUSH_ROWS = 200_000  # rows buffered per table before they go to disk (bounded memory)
+CHUNK_RECORDS = 500_000  # spooled records decoded at a time
+SPOOL_NAME = "events.spool"
 
 
 class Session:
     """Drains the rings into the trace; ``drain`` on a timer, ``finish`` once at the end."""
 
-    def __init__(self, bpf, writer: TraceWriter, decoder: Decoder):
+    def __init__(self, bpf, writer: TraceWriter, decoder: Decoder, ring_bytes: int = EVENTS_RING_BYTES):
         self.bpf = bpf
         self.writer = writer
         self.decoder = decoder
-        self.fast = FastRing(bpf[b"events"].map_fd, EVENTS_RING_BYTES)
+        self.fast = FastRing(bpf[b"events"].map_fd, ring_bytes)
         self.strs = CallbackRing(bpf, b"strs")
         self.records = 0
         self.calls = 0
+        self.max_drain_gap_s = 0.0
+        self._strs_seen: list[tuple[np.ndarray, list[str]]] = []  # decoded into rows after the run
+        self._spool_path = writer.path / SPOOL_NAME
+        self._spool = open(self._spool_path, "wb")  # noqa: SIM115 - closed in finish()
         self._buffers: dict[str, list[pd.DataFrame]] = {"events": [], "pages": [], "fuse": []}
         self._buffered = dict.fromkeys(self._buffers, 0)
 
@@ -40,21 +55,34 @@ class Session:
             for i in ids:
                 table[table.Key(i)] = table.Leaf(1)
 
-    def drain(self) -> None:
-        # Fast ring first, then strs: an open is committed before any read of its file, so after
-        # this order every read drained here has its open decoded too.
+    def drain(self) -> int:
+        """Copy the fast ring to the spool, note the strs ring (opens, forks, execs); records taken."""
         events = self.fast.drain()
+        if len(events):
+            events.tofile(self._spool)
         strs = self.strs.drain()
-        self._decode(strs, events)
+        if len(strs):
+            self._strs_seen.append((strs, self.decoder.note_strs(strs)))
+        return len(events) + len(strs)
 
-    def _decode(self, strs: np.ndarray, events: np.ndarray) -> None:
-        self.records += len(strs) + len(events)
-        opens = self.decoder.strs(strs)
-        app, pages, fuse_rows = self.decoder.events(events) if len(events) else (pd.DataFrame(),) * 2 + ([],)
-        app = pd.concat([f for f in (opens, app) if len(f)]) if len(opens) or len(app) else app
+    def _decode_spool(self) -> None:
+        with open(self._spool_path, "rb") as spool:
+            while len(chunk := np.fromfile(spool, dtype=EVENT_DTYPE, count=CHUNK_RECORDS)):
+                self._decode(chunk)
+        self._spool_path.unlink()
+
+    def _decode(self, events: np.ndarray) -> None:
+        self.records += len(events)
+        app, pages, fuse_rows = self.decoder.events(events)
         self._buffer("events", app)
         self._buffer("pages", pages)
         self._buffer("fuse", pd.DataFrame(fuse_rows))
+
+    def _decode_strs(self) -> None:
+        for rec, paths in self._strs_seen:
+            self.records += len(rec)
+            self._buffer("events", self.decoder.strs_frame(rec, paths))
+        self._strs_seen = []
 
     def _buffer(self, name: str, frame: pd.DataFrame) -> None:
         if not len(frame):
@@ -74,25 +102,42 @@ class Session:
         self._buffers[name], self._buffered[name] = [], 0
 
     def _pending_runs(self) -> np.ndarray:
-        """Merged reads / page runs still held in kernel maps (threads alive at the end)."""
+        """Merged reads / page runs still held in kernel slots (threads alive at the end)."""
+        record = EVENT_DTYPE.itemsize - RECORD_HEADER
+        header = np.array([record, 0], dtype="<u4").tobytes()
+        runs, page_runs = self.bpf[b"runs"], self.bpf[b"page_runs"]
         raw = []
-        header = np.array([EVENT_DTYPE.itemsize - 8, 0], dtype="<u4").tobytes()
-        for map_name in ("runs", "page_runs"):
-            for _key, value in self.bpf[map_name.encode()].items():
-                raw.append(header + bytes(value)[: EVENT_DTYPE.itemsize - 8])
+        for tid in sorted(self.decoder.tids):
+            slot = tid & (SLOTS - 1)
+            candidates = [runs[runs.Key(slot)]]
+            candidates += [page_runs[page_runs.Key(slot * MERGED_PAGE_KINDS + k)] for k in range(MERGED_PAGE_KINDS)]
+            for value in candidates:
+                ev = bytes(value)[:record]
+                held = np.frombuffer(header + ev, dtype=EVENT_DTYPE)
+                if held["count"][0] and held["tid"][0] == tid:
+                    raw.append(header + ev)
         return np.frombuffer(b"".join(raw), dtype=EVENT_DTYPE).copy() if raw else np.empty(0, EVENT_DTYPE)
 
     def lost(self) -> dict[str, int]:
         counts = self.bpf[b"lost"]
         totals = [sum(counts[counts.Key(i)]) for i in range(2)]
-        return {"events_ring": int(totals[0]), "strs_ring_or_map": int(totals[1])}
+        return {"events_ring_full": int(totals[0]), "strs_ring_full_or_slot_clash": int(totals[1])}
 
-    def finish(self, mounts) -> None:
-        """Final drain, the kernel-held runs, unfinished FUSE requests; everything to disk."""
+    def stop(self) -> dict[str, int]:
+        """Last drain and everything still held in kernel maps; the probes may be detached after."""
         self.drain()
-        self._decode(np.empty(0, dtype=STR_EVENT_DTYPE), self._pending_runs())
+        self._held_runs = self._pending_runs()
+        lost = self.lost()
+        self.fast.close()
+        self._spool.close()
+        return lost
+
+    def write(self, mounts) -> None:
+        """Decode the spool and the held runs, finish FUSE requests, write the files table."""
+        self._decode_strs()
+        self._decode_spool()
+        self._decode(self._held_runs)
         self._buffer("fuse", pd.DataFrame(self.decoder.unfinished_fuse()))
         for name in self._buffers:
             self._flush(name)
         self.writer.append("files", files_table(self.decoder.files, mounts))
-        self.fast.close()

@@ -13,7 +13,7 @@ import pandas as pd
 from readtrace.analyze import Analysis
 from readtrace.analyze.units import fmt_bytes, fmt_pct
 from readtrace.report import plots
-from readtrace.report.terminal import TerminalReport
+from readtrace.report.terminal import TerminalReport, relevant_streams
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1300px;color:#222}
@@ -56,13 +56,14 @@ def figures(a: Analysis) -> list[Figure]:
     path = a.files["path"].iloc[0] if len(a.files) else ""
     specs = [
         ("offset_time_task", f"Offset over time per task: {path}",
-         lambda: plots.get_offset_time_df(a, "task"), plots.plot_offset_time),
+         lambda: plots.get_offset_time_df(a, "task"), lambda df, ax: plots.plot_offset_time(df, ax=ax)),
         ("offset_time_handle", f"Offset over time per FUSE handle (what the daemon saw): {path}",
-         lambda: plots.get_offset_time_df(a, "handle"), plots.plot_offset_time),
+         lambda: plots.get_offset_time_df(a, "handle"),
+         lambda df, ax: plots.plot_offset_time(df, ax=ax, connect=True)),
         ("size_histogram", "Access sizes (Darshan bins)", lambda: plots.get_size_histogram_df(a),
-         plots.plot_size_histogram),
+         lambda df, ax: plots.plot_size_histogram(df, ax=ax, title="")),
         ("cache_misses", "Page-cache misses over time", lambda: plots.get_cache_misses_df(a),
-         plots.plot_cache_misses),
+         lambda df, ax: plots.plot_cache_misses(df, ax=ax, title="")),
     ]
     out = []
     for name, title, get, plot in specs:
@@ -71,8 +72,7 @@ def figures(a: Analysis) -> list[Figure]:
             out.append(Figure(title, None, why))
             continue
         df = get()
-        out.append(Figure(title, _png(lambda ax, df=df, plot=plot, title=title: plot(df, ax=ax, title=title)),
-                          None))
+        out.append(Figure(title, _png(lambda ax, df=df, plot=plot: plot(df, ax)), None))
     return out
 
 
@@ -87,16 +87,20 @@ def _table(rows: list[list], header: list[str], numeric: set[int]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _files_html(a: Analysis) -> str:
+def _files_html(a: Analysis, limit: int = 20) -> str:
     rows = [[f["path"], f["fstype"], fmt_bytes(f["bytes_read"]), fmt_pct(f["consecutive_fraction"]),
              fmt_pct(f["sequential_fraction"]), fmt_pct(f["seek_fraction"]), fmt_pct(f["cache_miss_fraction"]),
-             int(f["fuse_read_requests"]), int(f["page_faults"]), f["top_sizes"]] for _, f in a.files.iterrows()]
+             int(f["fuse_read_requests"]), int(f["page_faults"]),
+             f["top_sizes"] if isinstance(f["top_sizes"], list) else ""]
+            for _, f in a.files.head(limit).iterrows()]
+    more = (f"<p class='missing'>{len(a.files) - limit} more files (less read, local first) in --json</p>"
+            if len(a.files) > limit else "")
     return _table(rows, ["file", "fs", "read", "consecutive", "sequential", "after seek", "cache miss",
-                         "FUSE reads", "faults", "top sizes [bytes, count]"], {2, 3, 4, 5, 6, 7, 8})
+                         "FUSE reads", "faults", "top sizes [bytes, count]"], {2, 3, 4, 5, 6, 7, 8}) + more
 
 
 def _streams_html(a: Analysis, limit: int = 40) -> str:
-    s = a.streams.head(limit)
+    s = relevant_streams(a, ("fuse_handle", "ofd", "task"), limit)
     rows = []
     for _, r in s.iterrows():
         score = "" if pd.isna(r["interleave_score"]) else f"{r['interleave_score']:.2f}"
@@ -104,7 +108,8 @@ def _streams_html(a: Analysis, limit: int = 40) -> str:
                      fmt_pct(r["consecutive_fraction"]), fmt_pct(r["seek_fraction"]),
                      fmt_pct(r["task_consecutive_fraction"]), score,
                      "" if pd.isna(r["gcsfuse_requests"]) else int(r["gcsfuse_requests"])])
-    more = f"<p class='missing'>{len(a.streams) - limit} more streams in --json</p>" if len(a.streams) > limit else ""
+    more = (f"<p class='missing'>{len(a.streams) - len(s)} more streams (other files, processes, whole files) "
+            "in --json</p>" if len(a.streams) > len(s) else "")
     return _table(rows, ["kind", "stream", "file", "tasks", "bytes", "consecutive", "after seek",
                          "tasks' own consecutive", "interleave score", "gcsfuse requests"],
                   {3, 4, 5, 6, 7, 8, 9}) + more

@@ -26,9 +26,9 @@ FILE_KEYS = (
 STREAM_KEYS = (
     "kind", "stream", "path", "fstype", "pid", "tid", "ofd", "fh", "accesses", "faults", "bytes", "unique_bytes",
     "reread_amplification", "consecutive_fraction", "sequential_fraction", "random_fraction", "seek_fraction",
-    "consecutive_count_fraction", "sequential_count_fraction", "random_count_fraction", "seek_count_fraction",
+    "in_order_fraction", "consecutive_count_fraction", "sequential_count_fraction", "random_count_fraction", "seek_count_fraction", "in_order_count_fraction",
     "latency_p50_us", "latency_p99_us", "first_ts_ns", "last_ts_ns", "tasks", "concurrency",
-    "task_consecutive_fraction", "task_sequential_fraction", "task_in_order_fraction",
+    "cache_miss_bytes", "readahead_bytes", "readahead_windows", "task_consecutive_fraction", "task_sequential_fraction", "task_in_order_fraction",
     "min_task_consecutive_fraction", "interleave_score", "interleaved",
     "gcsfuse_seeks", "gcsfuse_requests", "gcsfuse_sequential_requests", "gcsfuse_read_type", "gcsfuse_random_after",
     "size_hist", "top_sizes", "top_strides",

@@ -50,10 +50,14 @@ def get_offset_time_df(a: Analysis, view: str = "task", max_points: int = MAX_PO
     return _thin(df, max_points)
 
 
-def plot_offset_time(df: pd.DataFrame, ax=None, title: str = "", max_series: int = 16):
+def plot_offset_time(df: pd.DataFrame, ax=None, title: str = "", max_series: int = 16, connect: bool = False):
+    """Offset against time, one colour per series; ``connect`` draws the merged order as a thin line
+    (how a handle's stream jumps between the tasks' regions)."""
     import matplotlib.pyplot as plt
 
     ax = ax or plt.gca()
+    if connect:
+        ax.plot(df["t_s"], df["offset_mib"], lw=0.4, color="grey", alpha=0.6, zorder=0, label="request order")
     top = df["series"].value_counts().index[:max_series]
     for name in sorted(top, key=str):
         part = df[df["series"] == name]

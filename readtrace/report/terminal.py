@@ -6,6 +6,7 @@ stream (tests render into a StringIO and compare lines).
 
 from __future__ import annotations
 
+import os
 import shlex
 from typing import IO
 
@@ -19,11 +20,24 @@ from readtrace.analyze.units import fmt_bytes, fmt_pct
 
 SEVERITY_STYLE = {"high": "bold red", "warn": "yellow", "info": "cyan"}
 STREAM_ROWS = 12
+PIPED_WIDTH = 140
 
 
-def _text(x, missing: str = "?") -> str:
-    """A cell for a text column that may hold None/NaN (pandas' missing string)."""
-    return missing if x is None or pd.isna(x) else str(x)
+def _is_terminal(out) -> bool:
+    isatty = getattr(out, "isatty", None)
+    return bool(isatty and isatty())
+FILE_ROWS = 10
+
+
+def relevant_streams(a: Analysis, kinds: tuple[str, ...], limit: int, top_files: int = 3) -> pd.DataFrame:
+    """The streams a reader needs: interleaved ones first, then those of the most important files
+    (remote first, then most read), by kind (handles before tasks) and bytes."""
+    s = a.streams
+    keep = s["kind"].isin(kinds) & (s["interleaved"] | s["file_id"].isin(a.files.index[:top_files]))
+    order = {k: i for i, k in enumerate(("fuse_handle", "ofd", "process", "task", "file"))}
+    picked = s[keep].assign(_kind=s["kind"].map(order), _not=~s["interleaved"])
+    return picked.sort_values(["_not", "_kind", "bytes"], ascending=[True, True, False], kind="stable") \
+        .drop(columns=["_kind", "_not"]).head(limit)
 
 
 def _us(x) -> str:
@@ -62,35 +76,36 @@ class TerminalReport:
         for col, just in (("file", "left"), ("fs", "left"), ("read", "right"), ("consec", "right"),
                           ("seq", "right"), ("random", "right"), ("after seek", "right"),
                           ("cache miss", "right"), ("FUSE reads", "right"), ("faults", "right")):
-            table.add_column(col, justify=just, overflow="fold")
-        files = self.a.files.sort_values("bytes_read", ascending=False, kind="stable")
-        shown = files[files["bytes_read"] > 0].head(self.stream_rows)
-        for _, f in shown.iterrows():
-            table.add_row(_text(f["path"]), _text(f["fstype"]), fmt_bytes(f["bytes_read"]),
+            table.add_column(col, justify=just, overflow="fold", no_wrap=col != "file",
+                             min_width=24 if col == "file" else None)
+        for _, f in self.a.files.head(FILE_ROWS).iterrows():
+            table.add_row(f["path"], f["fstype"] or "?", fmt_bytes(f["bytes_read"]),
                           fmt_pct(f["consecutive_fraction"]), fmt_pct(f["sequential_fraction"]),
                           fmt_pct(f["random_fraction"]), fmt_pct(f["seek_fraction"]),
                           fmt_pct(f["cache_miss_fraction"]), str(int(f["fuse_read_requests"])),
                           str(int(f["page_faults"])))
-        hidden = len(files) - len(shown)
-        note = Text(f"{hidden} more files (nothing read, or smaller): readtrace report --json", style="dim")
-        return Group(table, note) if hidden else table
+        hidden = len(self.a.files) - FILE_ROWS
+        note = Text(f"{hidden} more files (less read): readtrace report --json", style="dim")
+        return Group(table, note) if hidden > 0 else table
 
     def streams(self) -> RenderableType:
         s = self.a.streams
-        shown = s[s["kind"].isin(["fuse_handle", "ofd"])].head(self.stream_rows)
+        shown = relevant_streams(self.a, ("fuse_handle", "ofd"), self.stream_rows)
         table = Table(title="Open files and FUSE handles (merged over their tasks)", title_justify="left")
         for col in ("stream", "file", "tasks", "bytes", "consec", "after seek", "tasks' own consec", "score",
                     "gcsfuse requests", "p50"):
-            table.add_column(col, justify="left" if col in ("stream", "file") else "right", overflow="fold")
+            table.add_column(col, justify="left" if col in ("stream", "file") else "right", overflow="fold",
+                             min_width=20 if col == "file" else None)
         for _, r in shown.iterrows():
             score = "-" if pd.isna(r["interleave_score"]) else f"{r['interleave_score']:.2f}"
-            table.add_row(_text(r["stream"]), _text(r["path"]), str(int(r["tasks"])), fmt_bytes(r["bytes"]),
+            table.add_row(r["stream"], r["path"], str(int(r["tasks"])), fmt_bytes(r["bytes"]),
                           fmt_pct(r["consecutive_fraction"]), fmt_pct(r["seek_fraction"]),
                           fmt_pct(r["task_consecutive_fraction"]),
                           Text(score, style="bold red" if r["interleaved"] else ""),
                           f"{int(r['gcsfuse_requests'])} ({r['gcsfuse_read_type']})", _us(r["latency_p50_us"]))
         hidden = len(s) - len(shown)
-        note = Text(f"{hidden} more streams (per task, process, file): readtrace report --json", style="dim")
+        note = Text(f"{hidden} more streams (per task, process, file, smaller files): readtrace report --json",
+                    style="dim")
         return Group(table, note) if hidden else table
 
     def findings(self) -> RenderableType:
@@ -115,6 +130,8 @@ class TerminalReport:
         return [self.header(), self.files(), self.streams(), self.findings(), self.next_command()]
 
     def render(self, out: IO[str], width: int | None = None, color: bool | None = None) -> None:
+        if width is None and not _is_terminal(out) and "COLUMNS" not in os.environ:
+            width = PIPED_WIDTH  # a log or a pipe: rich's 80 columns would crush the paths
         console = Console(file=out, width=width, force_terminal=color, no_color=color is False,
                           highlight=False, soft_wrap=False)
         for r in self.renderables():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import itertools
+import json
 import os
 import threading
 import time
@@ -32,6 +33,7 @@ class Handle:
     fd: int
     path: str
     reader: HandleReader
+    path_json: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -103,11 +105,11 @@ class SimFS(mfusepy.Operations):
             self._on_ready()
 
     def destroy(self, path: str) -> None:
+        still_open = sum(h.reader.mode == "random" for h in self.handles.values())
         with self._counter_lock:
-            self.counters["modelled_wait_s"] = round(self.counters["modelled_wait_s"], 6)
-            self.counters["random_handles"] = sum(h.reader.mode == "random" for h in self.handles.values()) \
-                + self.counters["random_handles"]
-            self.log.write("counters", **self.counters)
+            final = {**self.counters, "modelled_wait_s": round(self.counters["modelled_wait_s"], 6),
+                     "random_handles": self.counters["random_handles"] + still_open}
+        self.log.write("counters", **final)
 
     # --- metadata --------------------------------------------------------------------------------
     def getattr(self, path: str, fh=None) -> dict:
@@ -146,7 +148,7 @@ class SimFS(mfusepy.Operations):
         except OSError as e:
             raise mfusepy.FuseOSError(e.errno) from None
         fh = next(self._next_fh)
-        self.handles[fh] = Handle(fd, path, HandleReader(os.fstat(fd).st_size))
+        self.handles[fh] = Handle(fd, path, HandleReader(os.fstat(fd).st_size), json.dumps(path))
         fi.fh = fh
         fi.keep_cache = int(self.config.keep_cache)
         with self._counter_lock:
@@ -191,9 +193,8 @@ class SimFS(mfusepy.Operations):
             c["backend_requests"] += plan.new_request
             c["seeks"] += plan.seek
             c["modelled_wait_s"] += cost
-        self.log.write("read", fh=fh, pid=pid, path=handle.path, offset=offset, size=size, returned=returned,
-                       new_request=plan.new_request, seek=plan.seek, mode=plan.mode, range_end=plan.range_end,
-                       cost_s=round(cost, 6), wait_s=round(wait, 6))
+        self.log.write_read(fh, pid, handle.path_json, offset, size, returned, plan.new_request, plan.seek,
+                            plan.mode, plan.range_end, cost, wait)
         return returned
 
 

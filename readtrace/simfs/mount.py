@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
@@ -106,9 +107,9 @@ class SimMount:
     def mounted(self) -> bool:
         return mount_entry(self.mountpoint) is not None
 
-    def wait(self) -> int:
-        """Block until the daemon exits (it exits when the file system is unmounted)."""
-        return self._process.wait()
+    def wait(self, timeout: float | None = None) -> int:
+        """Block until the daemon exits (it exits when the file system is unmounted); its exit code."""
+        return self._process.wait(timeout)
 
     def unmount(self, timeout: float = 10.0) -> None:
         """Unmount and reap the daemon; never leaves a mount behind. A busy mount is detached lazily
@@ -188,7 +189,10 @@ def _log_path(log: str | Path | None, overwrite: bool) -> str:
     path = os.path.abspath(log)
     if os.path.exists(path) and os.path.getsize(path) > 0 and not overwrite:
         raise ReadtraceError(f"simfs log exists (use --force to overwrite): {path}", ExitStatus.BAD_INPUT)
-    Path(path).write_text("")
+    try:
+        Path(path).write_text("")
+    except OSError as e:
+        raise ReadtraceError(f"cannot write simfs log {path}: {e.strerror}", ExitStatus.BAD_INPUT) from None
     return path
 
 
@@ -213,5 +217,6 @@ def _set_readahead(mountpoint: str, readahead_kib: int | None) -> tuple[str | No
         return None, None
     knob = Path(f"/sys/class/bdi/{entry.dev}/read_ahead_kb")
     if readahead_kib is not None and os.geteuid() == 0 and knob.exists():
-        knob.write_text(str(int(readahead_kib)))
+        with contextlib.suppress(OSError):  # read-only /sys (containers): report what is in effect
+            knob.write_text(str(int(readahead_kib)))
     return entry.dev, int(knob.read_text()) if knob.exists() else None

@@ -58,6 +58,7 @@ PAGES = pa.schema([
 
 # fuse: one row per FUSE request, joined from fuse_request_send/end and the daemon's /dev/fuse read.
 #   pid/tid: the requesting task (tid = fuse_in_header.pid); daemon_tid: the daemon thread that read it.
+#   reply_bytes: data bytes of the reply (reply length minus the 16-byte fuse_out_header), -1 on error.
 FUSE = pa.schema([
     ("ts_ns", pa.int64()),
     ("pid", pa.int32()),

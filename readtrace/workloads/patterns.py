@@ -74,9 +74,16 @@ def mmap_threads(layout: list[TensorInfo], workers: int) -> Tensors:
                     got[t.name] = dst
                 return got
 
-            with ThreadPoolExecutor(workers) as pool:
-                for got in pool.map(copy_run, split_contiguous(tensors, workers)):
-                    out.update(got)
+            # One intra-op thread: each worker's copies stay in that worker's task, as in a loader
+            # whose N threads each walk their own stretch of the mapping.
+            intra_op = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                with ThreadPoolExecutor(workers) as pool:
+                    for got in pool.map(copy_run, split_contiguous(tensors, workers)):
+                        out.update(got)
+            finally:
+                torch.set_num_threads(intra_op)
             del copy_run  # drop the closure's reference before the mapping closes
     return out
 
@@ -91,8 +98,13 @@ def _forked(layout: list[TensorInfo], workers: int, shared_fd: bool) -> Tensors:
         shared = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_SHARED)
         fd = os.open(path, os.O_RDONLY) if shared_fd else -1
         try:
-            pids = [_fork(functools.partial(_pread_run, path, fd, run, shared, base))
-                    for run in split_contiguous(tensors, workers)]
+            gate_r, gate_w = os.pipe()  # workers start together, as in a long load where fork skew is noise
+            try:
+                pids = [_fork(functools.partial(_pread_run, path, fd, run, shared, base), gate_r, gate_w)
+                        for run in split_contiguous(tensors, workers)]
+            finally:
+                os.close(gate_w)
+                os.close(gate_r)
             failed = [pid for pid in pids if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0]
             if failed:
                 raise ReadtraceError(f"{len(failed)} loader worker(s) failed reading {path}", ExitStatus.ERROR)
@@ -107,11 +119,14 @@ def _forked(layout: list[TensorInfo], workers: int, shared_fd: bool) -> Tensors:
     return out
 
 
-def _fork(work: Callable[[], None]) -> int:
+def _fork(work: Callable[[], None], gate_r: int, gate_w: int) -> int:
+    """Fork a worker that waits until the parent closes ``gate_w``, then runs ``work``."""
     pid = os.fork()
     if pid == 0:  # child: run, report by exit status only, never return into the caller's stack
         code = 1
         try:
+            os.close(gate_w)
+            os.read(gate_r, 1)  # EOF once the parent has forked every worker
             work()
             code = 0
         except BaseException as e:  # noqa: B036 - the child must reach os._exit whatever happens

@@ -1,0 +1,90 @@
+"""Recorder pieces without probes: BTF reader, program assembly, record layout, decoder logic."""
+
+import re
+
+import numpy as np
+import pytest
+from conftest import require
+
+from readtrace.record.decode import Decoder, _factorize_files, exit_status
+from readtrace.record.program import BTF_TOKENS, CONSTANTS, SYSCALL_NUMBERS, build_source, kind_numbers
+from readtrace.record.records import EVENT_DTYPE, KIND, STR_EVENT_DTYPE
+
+
+@pytest.fixture(scope="module")
+def btf():
+    from readtrace.record.btf import VMLINUX_BTF, kernel_btf
+
+    require(VMLINUX_BTF.exists(), "no kernel BTF (/sys/kernel/btf/vmlinux)")
+    return kernel_btf()
+
+
+def test_btf_reader_matches_the_x86_64_abi(btf):
+    # struct pt_regs is user-visible ABI (ptrace), its layout is fixed on x86_64.
+    assert [btf.offset("pt_regs", r) for r in ("r10", "r8", "si", "di", "orig_ax")] == [56, 72, 104, 112, 120]
+    assert btf.offset("iovec", "iov_len") == 8
+    assert btf.offset("fdtable", "max_fds") == 0 and btf.offset("fdtable", "fd") == 8
+
+
+def test_btf_reader_flattens_anonymous_members_and_rejects_unknown(btf):
+    from readtrace.record.btf import BTFError
+
+    assert btf.offset("file", "f_pos") > 0  # inside anonymous unions on recent kernels
+    with pytest.raises(BTFError):
+        btf.offset("file", "no_such_member")
+    with pytest.raises(BTFError):
+        btf.offset("no_such_struct_xyz", "x")
+
+
+def test_generated_program_has_every_token_substituted(btf):
+    src = build_source(with_fuse=True)
+    for token in [*BTF_TOKENS, *CONSTANTS, *SYSCALL_NUMBERS, "COALESCE", "WITH_FUSE", "SYSARG1_SLOT"]:
+        assert not re.search(rf"\b{token}\b", src), token
+    assert "#if 1" in src and "fuse_daemon_read" in src
+    assert "#if 0" in build_source(with_fuse=False)
+
+
+def test_record_layouts_match_the_header():
+    assert EVENT_DTYPE.itemsize == 96 + 8 and STR_EVENT_DTYPE.itemsize == 352
+    kinds = kind_numbers()
+    assert kinds["PREAD"] == 2 and kinds["FUSE_DAEMON_READ"] == 32 and len(set(kinds.values())) == len(kinds)
+
+
+def test_exit_status_decodes_wait_status():
+    assert list(exit_status(np.array([7 << 8, 0, 9, 15 | 0x80]))) == [7, 0, 137, 143]
+
+
+def test_factorize_files_is_exact_even_when_the_packed_key_collides():
+    dev = np.array([1, 1, 2, 1], dtype=np.uint32)
+    ino = np.array([10, 11, 10, 10], dtype=np.uint64)
+    codes, keys, _ = _factorize_files(dev, ino)
+    assert [keys[c] for c in codes] == [(1, 10), (1, 11), (2, 10), (1, 10)]
+    # (dev 0, ino 1<<40) and (dev 1, ino 0) pack to the same key: must still be told apart
+    codes, keys, _ = _factorize_files(np.array([0, 1], dtype=np.uint32), np.array([1 << 40, 0], dtype=np.uint64))
+    assert [keys[c] for c in codes] == [(0, 1 << 40), (1, 0)]
+
+
+def fuse_records(rows):
+    rec = np.zeros(len(rows), dtype=EVENT_DTYPE)
+    for i, row in enumerate(rows):
+        for k, v in row.items():
+            rec[i][k] = v
+    return rec
+
+
+def test_fuse_join_send_daemon_read_end():
+    d = Decoder(root_pid=100, cwd="/")
+    rec = fuse_records([
+        {"kind": KIND["FUSE_SEND"], "dev": 40, "arg": 7, "fd": 15, "pid": 100, "tid": 101, "ts_ns": 1000, "size": 80},
+        {"kind": KIND["FUSE_DAEMON_READ"], "dev": 40, "arg": 7, "fd": 15, "pid": 100, "tid": 101, "aux": 55,
+         "ofd": 2, "ret": 5, "offset": 8192, "size": 4096, "ts_ns": 1500},
+        {"kind": KIND["FUSE_END"], "dev": 40, "arg": 7, "size": 16 + 4096, "ret": 0, "ts_ns": 3000},
+        # a request of another process on the same connection: dropped
+        {"kind": KIND["FUSE_SEND"], "dev": 40, "arg": 9, "fd": 15, "pid": 999, "tid": 999, "ts_ns": 1100},
+        {"kind": KIND["FUSE_END"], "dev": 40, "arg": 9, "size": 16, "ret": 0, "ts_ns": 1200},
+    ])
+    _app, _pages, rows = d.events(rec)
+    assert rows == [{"ts_ns": 1000, "pid": 100, "tid": 101, "connection": 40, "unique": 7, "opcode": 15,
+                     "nodeid": 2, "fh": 5, "offset": 8192, "size": 4096, "reply_bytes": 4096,
+                     "latency_ns": 2000, "daemon_tid": 55}]
+    assert d.unfinished_fuse() == []

@@ -1,0 +1,101 @@
+"""End to end on real recordings: the example loads through the lab FUSE mount (gcsfuse profile),
+recorded with eBPF, analyzed. Known answers: a shared fd or one mapping faulted by several threads is
+an interleave (every task consecutive on its own, the handle not); own fds and one sequential reader
+are not; a cold local load is COLD_CACHE, the same load warm is not."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import pytest
+from conftest import fuse_available, require
+
+from readtrace.analyze import analyze
+from readtrace.trace import load_trace
+
+pytestmark = [pytest.mark.ebpf, pytest.mark.fuse, pytest.mark.slow]
+WORKERS = 4
+recorder = pytest.importorskip("readtrace.record", reason="the recorder (its own issue) is not merged here yet")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from readtrace.workloads import make_checkpoint
+
+    require(os.geteuid() == 0, "recording needs root")
+    return make_checkpoint(tmp_path_factory.mktemp("src"), 64)[0]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, checkpoint):
+    from readtrace.simfs import force_unmount, mount
+
+    require(*fuse_available())
+    mnt = tmp_path_factory.mktemp("mnt")
+    try:
+        with mount(checkpoint.parent, mnt, profile="gcsfuse", latency_ms=1.0) as m:
+            yield m
+    finally:
+        force_unmount(mnt)
+
+
+def record(path, pattern: str, out):
+    """Record ``python -m readtrace.workloads.load --pattern PATTERN PATH`` and analyze it."""
+    cmd = [sys.executable, "-m", "readtrace.workloads.load", "--pattern", pattern, "--workers", str(WORKERS),
+           str(path)]
+    result = recorder.record_command(cmd, out, quiet=True)
+    return analyze(load_trace(result.trace_path))
+
+
+def model_stream(a, kind, path):
+    s = a.streams[(a.streams["kind"] == kind) & (a.streams["path"] == str(path))]
+    return s.sort_values("bytes", ascending=False).iloc[0]
+
+
+def codes(a):
+    return {f.code for f in a.findings}
+
+
+@pytest.mark.parametrize("pattern", ["fork-shared-fd", "mmap-threads"])
+def test_shared_handle_is_an_interleave(lab, checkpoint, tmp_path, pattern):
+    path = f"{lab.mountpoint}/{checkpoint.name}"
+    a = record(path, pattern, tmp_path / "t.rtrace")
+    f = next(f for f in a.findings if f.code == "SHARED_FD_INTERLEAVE")
+    assert f.severity == "high" and path in f.message and "fuse.simfs-gcsfuse" in f.message
+    assert f.evidence[0].startswith("ReadFile (inode ")
+    h = model_stream(a, "fuse_handle", path)
+    assert h["interleaved"] and h["tasks"] >= 2
+    assert h["consecutive_fraction"] <= 0.3
+    assert h["task_in_order_fraction"] >= 0.8
+    if pattern == "fork-shared-fd":
+        assert h["min_task_consecutive_fraction"] >= 0.9
+    else:
+        assert "mmap mapping" in f.message and "MMAP_FAULT_STORM" in codes(a)
+
+
+@pytest.mark.parametrize("pattern", ["fork-own-fd", "sequential"])
+def test_own_fd_and_sequential_are_not(lab, checkpoint, tmp_path, pattern):
+    path = f"{lab.mountpoint}/{checkpoint.name}"
+    a = record(path, pattern, tmp_path / "t.rtrace")
+    assert not codes(a) & {"SHARED_FD_INTERLEAVE", "RANDOM_ON_FUSE_HANDLE"}, a.findings
+    assert model_stream(a, "fuse_handle", path)["consecutive_fraction"] >= 0.9
+
+
+def test_cold_then_warm_local_load(checkpoint, tmp_path):
+    local = tmp_path / "model.safetensors"
+    shutil.copyfile(checkpoint, local)
+    fd = os.open(local, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # evict this file only
+    finally:
+        os.close(fd)
+    cold = record(local, "sequential", tmp_path / "cold.rtrace")
+    f = next(f for f in cold.findings if f.code == "COLD_CACHE")
+    assert str(local) in "\n".join(f.evidence)
+    warm = record(local, "sequential", tmp_path / "warm.rtrace")
+    assert "COLD_CACHE" not in codes(warm)
+    row = warm.files[warm.files["path"] == str(local)].iloc[0]
+    assert row["cache_miss_fraction"] < 0.1
