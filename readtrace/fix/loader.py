@@ -30,7 +30,7 @@ from readtrace.fix.spans import split_spans
 
 DEFAULT_CHUNK_BYTES = 16 * MiB
 DEFAULT_BUFFERS = 2
-MAX_CUDA_THREADS = 8
+MAX_CUDA_THREADS = 16
 MADV_POPULATE_READ = 22  # linux/mman.h; not in Python's mmap module
 
 
@@ -48,7 +48,7 @@ def load_file(
 
     ``chunk_bytes`` is the size of each read; ``pinned`` stages device copies in page-locked memory;
     ``threads`` readers each own a contiguous range and an fd (default: 1 for CPU, where filling
-    fresh memory costs more than reading; up to 8 for CUDA, where reading from the page cache into
+    fresh memory costs more than reading; up to 16 for CUDA, where reading from the page cache into
     reused pinned buffers must keep up with the copy engine); ``num_buffers`` staging buffers per
     reader (2 = double buffering). ``cpu_storage`` for a CPU target: ``copy`` reads into one fresh
     allocation; ``map`` reads the data section sequentially through the same fd (into the page
