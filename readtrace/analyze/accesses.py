@@ -13,9 +13,8 @@ import pandas as pd
 
 from readtrace.analyze.fileindex import UNKNOWN, FileIndex
 from readtrace.analyze.grouping import dense_codes
-from readtrace.trace.schema import FUSE_READ
+from readtrace.trace.schema import FUSE_READ, READ_OPS
 
-READ_OPS = ("read", "pread", "readv", "preadv")
 SOURCE_READ, SOURCE_FAULT, SOURCE_FUSE = 0, 1, 2
 # Synthesized open-file keys when the recorder could not read the kernel's struct file * (positive,
 # so they never collide with kernel pointers, which are negative as int64): (pid, fd) or (pid, file).
@@ -118,19 +117,27 @@ def opened_at(keys: np.ndarray, ts: np.ndarray, opens: pd.DataFrame) -> np.ndarr
     return out
 
 
-def read_accesses(events: pd.DataFrame, files: FileIndex) -> tuple[Accesses, pd.DataFrame]:
+def read_accesses(events: pd.DataFrame, files: FileIndex, reads: pd.DataFrame | None = None
+                  ) -> tuple[Accesses, pd.DataFrame]:
     """Read syscalls that returned bytes at a known offset; also the reads that moved nothing
-    (``file``, ``ret``: 0 at end of file, < 0 failed) or whose offset is unknown."""
-    is_read = events["op"].isin(READ_OPS).to_numpy()
-    pick = None if is_read.all() else is_read  # column by column: never copy the whole table
+    (``file``, ``ret``: 0 at end of file, < 0 failed) or whose offset is unknown.
+
+    ``reads``: the read rows apart (a lean trace's ``Trace.reads``); ``events`` then holds the others.
+    """
+    if reads is None:
+        is_read = events["op"].isin(READ_OPS).to_numpy()
+        reads, others = events, events[~is_read]
+        pick = None if is_read.all() else is_read  # column by column: never copy the whole table
+    else:
+        others, pick = events, None
 
     def col(name: str) -> np.ndarray:
-        values = _i64(events[name])
+        values = _i64(reads[name])
         return values if pick is None else values[pick]
 
     pid, fd, ofd = col("pid"), col("fd"), col("ofd")
-    named = app_files(events[~is_read], files)
-    path = events["path"] if pick is None else events["path"][pick]
+    named = app_files(others, files)
+    path = reads["path"] if pick is None else reads["path"][pick]
     file = files.lookup(col("dev"), col("ino"), path)
     del path
     todo = file < 0
@@ -141,6 +148,7 @@ def read_accesses(events: pd.DataFrame, files: FileIndex) -> tuple[Accesses, pd.
         opens = named[named["op"] == "open"]
         file[todo] = _lookup_table(_fd_key(_i64(opens["pid"]), _i64(opens["fd"])), opens["file"].to_numpy(),
                                    _fd_key(pid[todo], fd[todo]))
+    del todo, fd
     ret, offset = col("ret"), col("offset")
     moved = (ret > 0) & (offset >= 0)
     idle = pd.DataFrame({"file": file[~moved], "ret": ret[~moved], "offset": offset[~moved]})
@@ -150,10 +158,11 @@ def read_accesses(events: pd.DataFrame, files: FileIndex) -> tuple[Accesses, pd.
         return values if keep is None else values[keep]
 
     # Without the kernel's struct file id, a (pid, fd) pair stands for the open file description.
-    ofd_key = ofd if (ofd != 0).all() else np.where(ofd != 0, ofd, _fd_key(pid, fd) | FD_KEY)
-    opened = opened_at(ofd_key, col("ts_ns"), events[events["op"] == "open"])
+    ofd_key = ofd if (ofd != 0).all() else np.where(ofd != 0, ofd, _fd_key(pid, col("fd")) | FD_KEY)
+    ts = col("ts_ns")
+    opened = opened_at(ofd_key, ts, others[others["op"] == "open"])
     acc = Accesses(
-        ts=kept(col("ts_ns")), pid=kept(pid), tid=kept(col("tid")), file=kept(file), ofd=kept(ofd_key),
+        ts=kept(ts), pid=kept(pid), tid=kept(col("tid")), file=kept(file), ofd=kept(ofd_key),
         opened=kept(opened), offset=kept(offset), nbytes=kept(ret), latency=kept(col("latency_ns")),
         source=np.full(int(moved.sum()), SOURCE_READ, np.int8))
     return acc, idle

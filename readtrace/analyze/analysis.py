@@ -178,8 +178,8 @@ def _files_table(files: pd.DataFrame, streams: pd.DataFrame, page_stats: pd.Data
 def _wall_s(trace: Trace, app: Accesses, fuse: Accesses) -> float | None:
     if trace.meta.get("wall_s") is not None:
         return float(trace.meta["wall_s"])
-    stamps = [s for s in (app.ts, fuse.ts, trace.pages["ts_ns"].to_numpy(), trace.events["ts_ns"].to_numpy())
-              if len(s)]
+    tables = (trace.pages, trace.events, *([trace.reads] if trace.reads is not None else []))
+    stamps = [s for s in (app.ts, fuse.ts, *(t["ts_ns"].to_numpy() for t in tables)) if len(s)]
     if not stamps:
         return None
     return (max(int(s.max()) for s in stamps) - min(int(s.min()) for s in stamps)) / 1e9
@@ -229,7 +229,7 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
 
     th = thresholds or Thresholds()
     index = FileIndex(trace.files)
-    reads, idle = read_accesses(trace.events, index)
+    reads, idle = read_accesses(trace.events, index, trace.reads)
     faults = fault_accesses(trace.events, trace.pages, index)
     app = Accesses.concat([reads, faults])
     fuse, handles = fuse_accesses(trace.fuse, index, np.unique(app.file))
