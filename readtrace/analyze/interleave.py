@@ -25,7 +25,7 @@ def per_task(acc: Accesses, codes: np.ndarray, n: int, sub: tuple[np.ndarray, in
     sub, n_sub = sub
     cl = classify(acc, sub, n_sub, orders)
     starts, _ = group_bounds(cl.codes, n_sub)
-    nb = acc.nbytes[cl.order]
+    nb = cl.nbytes
     parent = np.zeros(n_sub, dtype=np.int64)
     parent[sub] = codes
     sub_bytes = sorted_sum(starts, nb)

@@ -67,6 +67,10 @@ class BaseOrders:
         return rows[np.argsort(self.acc.latency[rows], kind="stable")]
 
     @cached_property
+    def has_faults(self) -> bool:
+        return bool((self.acc.source == SOURCE_FAULT).any())
+
+    @cached_property
     def size_bins(self) -> np.ndarray:
         return size_bin(self.acc.nbytes).astype(np.int8)
 
@@ -83,48 +87,52 @@ class Classified:
     order: np.ndarray
     codes: np.ndarray
     offset: np.ndarray
-    prev_end: np.ndarray  # the previous access's end; a group's first access: its own offset
+    nbytes: np.ndarray
+    gap: np.ndarray  # offset - the previous access's end (the stride); a group's first access: 0
     first: np.ndarray
 
     @property
     def consecutive(self) -> np.ndarray:
-        return self.offset == self.prev_end
+        return self.gap == 0
 
     @property
     def sequential(self) -> np.ndarray:
-        return self.offset >= self.prev_end
+        return self.gap >= 0
 
     def seek(self, window: int, reorder: int = 0) -> np.ndarray:
         """Back by more than ``reorder`` or forward by more than ``window`` from the previous end."""
-        return (self.offset < self.prev_end - reorder) | (self.offset > self.prev_end + window)
+        return (self.gap < -reorder) | (self.gap > window)
 
     def in_order(self, max_gap: int, reorder: int = 0) -> np.ndarray:
         """Within [previous end - ``reorder``, previous end + ``max_gap``]."""
-        return (self.offset >= self.prev_end - reorder) & (self.offset <= self.prev_end + max_gap)
+        return (self.gap >= -reorder) & (self.gap <= max_gap)
 
 
 def classify(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders) -> Classified:
     order = stable_by_group(codes, n, orders.by_time)
     c = codes[order]
     offset = acc.offset[order]
+    nbytes = acc.nbytes[order]
     first = first_in_group(c)
-    prev_end = np.empty_like(offset)
+    gap = np.zeros_like(offset)
     if len(offset):
-        prev_end[1:] = offset[:-1]
-        prev_end[1:] += acc.nbytes[order[:-1]]
-        prev_end[first] = offset[first]
-    return Classified(order=order, codes=c, offset=offset, prev_end=prev_end, first=first)
+        np.subtract(offset[1:], offset[:-1], out=gap[1:])
+        gap[1:] -= nbytes[:-1]
+        gap[first] = 0
+    return Classified(order=order, codes=c, offset=offset, nbytes=nbytes, gap=gap, first=first)
 
 
-def fractions(cl: Classified, starts: np.ndarray, nb: np.ndarray, counts: np.ndarray, nbytes: np.ndarray,
-              th: Thresholds) -> dict[str, np.ndarray]:
+def fractions(cl: Classified, starts: np.ndarray, counts: np.ndarray, nbytes: np.ndarray, th: Thresholds
+              ) -> dict[str, np.ndarray]:
     """consecutive / sequential / random / seek / in-order fractions, byte- and count-weighted."""
     out = {}
+    weighted = np.empty_like(cl.nbytes)  # one buffer for every flag's bytes
     with np.errstate(invalid="ignore", divide="ignore"):
         for name, flag in (("consecutive", cl.consecutive), ("sequential", cl.sequential),
                            ("seek", cl.seek(th.gcsfuse_seek_window, th.reorder_window)),
                            ("in_order", cl.in_order(th.interleave_max_gap, th.reorder_window))):
-            out[f"{name}_fraction"] = sorted_sum(starts, nb * flag) / nbytes
+            np.multiply(cl.nbytes, flag, out=weighted)
+            out[f"{name}_fraction"] = sorted_sum(starts, weighted) / nbytes
             out[f"{name}_count_fraction"] = sorted_sum(starts, flag) / counts
     out["random_fraction"] = 1 - out["sequential_fraction"]
     out["random_count_fraction"] = 1 - out["sequential_count_fraction"]
@@ -139,21 +147,20 @@ def summarize(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: 
     """
     cl = classify(acc, codes, n, orders)
     starts, counts = group_bounds(cl.codes, n)
-    nb = acc.nbytes[cl.order]
-    nbytes = sorted_sum(starts, nb)
+    nbytes = sorted_sum(starts, cl.nbytes)
     first_rows = cl.order[starts]
     last_rows = cl.order[starts + counts - 1]
     df = pd.DataFrame({
         "kind": kind, "file_id": acc.file[first_rows], "pid": acc.pid[first_rows], "tid": acc.tid[first_rows],
         "ofd": acc.ofd[first_rows], "opened": acc.opened[first_rows], "accesses": counts,
-        "faults": sorted_sum(starts, acc.source[cl.order] == SOURCE_FAULT), "bytes": nbytes,
-        **fractions(cl, starts, nb, counts, nbytes, th),
+        "faults": sorted_sum(starts, acc.source[cl.order] == SOURCE_FAULT) if orders.has_faults
+        else np.zeros(n, dtype=np.int64), "bytes": nbytes,
+        **fractions(cl, starts, counts, nbytes, th),
         "first_ts_ns": acc.ts[first_rows], "last_ts_ns": acc.ts[last_rows],
     })
-    del nb
-    df["top_strides"] = top_values(cl.codes, n, cl.offset - cl.prev_end)
+    df["top_strides"] = top_values(cl.codes, n, cl.gap)
     if replay:
-        _add_replay(df, cl, starts, acc, th)
+        _add_replay(df, cl, starts, th)
     del cl
     by_off = stable_by_group(codes, n, orders.by_offset)
     df["unique_bytes"] = union_length(codes[by_off], n, acc.offset[by_off],
@@ -191,8 +198,8 @@ def _tasks(acc: Accesses, codes: np.ndarray, n: int, sub: tuple[np.ndarray, int]
     return np.bincount(parent, minlength=n).astype(np.int64), max_overlap(parent, n, start, stop)
 
 
-def _add_replay(df: pd.DataFrame, cl: Classified, starts: np.ndarray, acc: Accesses, th: Thresholds) -> None:
-    r = gcsfuse.replay(cl.codes, starts, cl.offset, cl.prev_end, acc.nbytes[cl.order], th)
+def _add_replay(df: pd.DataFrame, cl: Classified, starts: np.ndarray, th: Thresholds) -> None:
+    r = gcsfuse.replay(cl.codes, starts, cl.offset, cl.gap, cl.nbytes, th)
     df["gcsfuse_seeks"] = r.seeks
     df["gcsfuse_requests"] = r.requests
     with np.errstate(invalid="ignore", divide="ignore"):
