@@ -28,8 +28,8 @@ class Accesses:
     """Column arrays, one row per access with bytes > 0 and a known offset."""
 
     ts: np.ndarray  # int64 ns
-    pid: np.ndarray  # int64
-    tid: np.ndarray  # int64
+    pid: np.ndarray  # int32 (the trace's dtype: no 10 M-row copy) or int64
+    tid: np.ndarray  # int32 or int64
     file: np.ndarray  # int64 file id (-1 unknown)
     ofd: np.ndarray  # int64 key: open file description (kernel struct file *, or synthesized), FUSE handle
     opened: np.ndarray  # int64: when that open file was opened, where its key was reused (else 0)
@@ -64,15 +64,23 @@ def _i64(series: pd.Series) -> np.ndarray:
     return series.to_numpy(dtype=np.int64, na_value=0)
 
 
+def _ints(series: pd.Series) -> np.ndarray:
+    """The column as integer numpy of its own width (a view), int64 where it is not integer."""
+    values = series.to_numpy()
+    return values if values.dtype.kind in "iu" else _i64(series)
+
+
 def _lookup_table(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray, default=UNKNOWN) -> np.ndarray:
-    """values[last row with key == wanted], vectorized; default where absent."""
+    """values[last row with key == wanted], vectorized; default where absent. Binary search in the
+    (few) distinct keys: no hash table over the (many) wanted rows."""
     if len(keys) == 0:
         return np.full(len(wanted), default, dtype=np.int64)
-    last = pd.Series(values).groupby(keys).last()
-    pos = pd.Index(last.index).get_indexer(wanted)
-    out = np.full(len(wanted), default, dtype=np.int64)
-    out[pos >= 0] = last.to_numpy()[pos[pos >= 0]]
-    return out
+    last = pd.Series(values).groupby(keys).last()  # sorted by key
+    index, found = last.index.to_numpy(), last.to_numpy()
+    pos = np.searchsorted(index, wanted)
+    pos[pos == len(index)] = 0
+    hit = index[pos] == wanted
+    return np.where(hit, found[pos], default).astype(np.int64, copy=False)
 
 
 def _fd_key(pid: np.ndarray, fd: np.ndarray) -> np.ndarray:
@@ -131,11 +139,11 @@ def read_accesses(events: pd.DataFrame, files: FileIndex, reads: pd.DataFrame | 
     else:
         others, pick = events, None
 
-    def col(name: str) -> np.ndarray:
-        values = _i64(reads[name])
+    def col(name: str, convert=_i64) -> np.ndarray:
+        values = convert(reads[name])
         return values if pick is None else values[pick]
 
-    pid, fd, ofd = col("pid"), col("fd"), col("ofd")
+    pid, fd, ofd = col("pid", _ints), col("fd"), col("ofd")
     named = app_files(others, files)
     path = reads["path"] if pick is None else reads["path"][pick]
     file = files.lookup(col("dev"), col("ino"), path)
@@ -162,7 +170,7 @@ def read_accesses(events: pd.DataFrame, files: FileIndex, reads: pd.DataFrame | 
     ts = col("ts_ns")
     opened = opened_at(ofd_key, ts, others[others["op"] == "open"])
     acc = Accesses(
-        ts=kept(ts), pid=kept(pid), tid=kept(col("tid")), file=kept(file), ofd=kept(ofd_key),
+        ts=kept(ts), pid=kept(pid), tid=kept(col("tid", _ints)), file=kept(file), ofd=kept(ofd_key),
         opened=kept(opened), offset=kept(offset), nbytes=kept(ret), latency=kept(col("latency_ns")),
         source=np.full(int(moved.sum()), SOURCE_READ, np.int8))
     return acc, idle

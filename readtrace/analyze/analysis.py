@@ -57,10 +57,11 @@ def _streams(app: Accesses, fuse: Accesses, handles: pd.DataFrame, th: Threshold
     one open file per file) reuses that summary instead of recomputing it.
     """
     orders = BaseOrders(app)
-    task = dense_codes(app.tid, app.file)
-    ofd = dense_codes(app.ofd, app.opened, app.file)
-    plan = (("ofd", ofd, None), ("task", task, None), ("process", dense_codes(app.pid, app.file), task),
-            ("file", dense_codes(app.file), task))
+    file = orders.factor("file")
+    task = dense_codes(orders.factor("tid"), file)
+    ofd = dense_codes(app.ofd, app.opened, file)
+    plan = (("ofd", ofd, None), ("task", task, None), ("process", dense_codes(app.pid, file), task),
+            ("file", dense_codes(file), task))
     done: list[tuple[tuple[np.ndarray, int], pd.DataFrame]] = []
     for kind, (codes, n), sub in plan:
         twin = next((df for (c, m), df in done if same_partition(codes, n, c, m)), None)
@@ -72,7 +73,7 @@ def _streams(app: Accesses, fuse: Accesses, handles: pd.DataFrame, th: Threshold
             df = summarize(app, codes, n, orders, th, kind, sub=sub)
         df["code"] = np.arange(n)
         done.append(((codes, n), df))
-    del orders, task, ofd, plan
+    del orders, task, ofd, plan, file
     frames = [df for _, df in done]
     frames.append(_shared(fuse, fuse.ofd, len(handles), BaseOrders(fuse), th, "fuse_handle"))
     frames[-1]["code"] = np.arange(len(handles))
@@ -104,7 +105,7 @@ def _shared(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: Th
             ) -> pd.DataFrame:
     """A kind whose streams several tasks can share (open files, FUSE handles): + replay + interleave.
     ``attrs["tasks"]``: the tasks' own figures inside each stream."""
-    sub = dense_codes(codes, acc.tid)
+    sub = dense_codes(codes, orders.factor("tid"))
     df = summarize(acc, codes, n, orders, th, kind, sub=sub, replay=True)
     columns, tasks = interleave.per_task(acc, codes, n, sub, orders, df, th)
     df = pd.concat([df, columns], axis=1)

@@ -58,15 +58,19 @@ def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, gap: np.nd
     bytes_before -= run_bytes
     bytes_before -= bytes_before[group_first_run][run_group]  # read on the handle before the run
     # random once >= 2 seeks with < 8 MiB read per seek on average (integer form of the average test)
-    is_random = (seeks_before >= th.gcsfuse_min_seeks_for_random) & \
-        (bytes_before < th.gcsfuse_max_random_read * seeks_before)
-    average = bytes_before  # reused in place: bytes_before is not needed any more
-    average //= np.maximum(seeks_before, 1)
-    del seeks_before
-    chunk = np.clip((average // MiB + 1) * MiB, th.gcsfuse_min_random_read, th.gcsfuse_max_random_read)
-    del average, bytes_before
+    is_random = bytes_before < seeks_before * th.gcsfuse_max_random_read
+    is_random &= seeks_before >= th.gcsfuse_min_seeks_for_random
+    chunk = bytes_before  # in place from here on: the average read per seek, rounded up to the next MiB
+    chunk //= np.maximum(seeks_before, 1, out=seeks_before)
+    del seeks_before, bytes_before
+    chunk //= MiB
+    chunk += 1
+    chunk *= MiB
+    np.clip(chunk, th.gcsfuse_min_random_read, th.gcsfuse_max_random_read, out=chunk)
     chunk[~is_random] = th.gcsfuse_sequential_read
-    span = -(-span // chunk)
+    np.negative(span, out=span)  # ceil(span / chunk) backend requests per run
+    span //= chunk
+    np.negative(span, out=span)
     del chunk
     requests = sorted_sum(group_first_run, np.maximum(1, span, out=span))
     random_after = np.zeros(n_groups, dtype=np.int64)

@@ -27,6 +27,8 @@ import pandas as pd
 from readtrace.analyze import gcsfuse
 from readtrace.analyze.accesses import SOURCE_FAULT, Accesses
 from readtrace.analyze.grouping import (
+    Factor,
+    factor,
     first_in_group,
     group_bounds,
     max_overlap,
@@ -49,11 +51,15 @@ class BaseOrders:
     acc: Accesses
 
     @cached_property
-    def by_time(self) -> np.ndarray:
+    def time_ordered(self) -> bool:
+        """Whether the accesses already are in time order (then ``by_time`` is None)."""
         ts = self.acc.ts
-        if len(ts) < 2 or bool(np.all(ts[1:] >= ts[:-1])):
-            return np.arange(len(ts))
-        return np.argsort(ts, kind="stable")
+        return len(ts) < 2 or bool(np.all(ts[1:] >= ts[:-1]))
+
+    @cached_property
+    def by_time(self) -> np.ndarray | None:
+        """Rows by time; None when they already are (no identity array kept)."""
+        return None if self.time_ordered else np.argsort(self.acc.ts, kind="stable")
 
     @cached_property
     def by_offset(self) -> np.ndarray:
@@ -66,6 +72,13 @@ class BaseOrders:
         rows = np.flatnonzero(self.acc.latency > 0)
         return rows[np.argsort(self.acc.latency[rows], kind="stable")]
 
+    def factor(self, name: str) -> Factor:
+        """The Accesses column ``name`` factorized once for every kind that groups by it."""
+        factors = self.__dict__.setdefault("_factors", {})
+        if name not in factors:
+            factors[name] = factor(getattr(self.acc, name))
+        return factors[name]
+
     @cached_property
     def has_faults(self) -> bool:
         return bool((self.acc.source == SOURCE_FAULT).any())
@@ -77,7 +90,7 @@ class BaseOrders:
     @cached_property
     def size_codes(self) -> tuple[np.ndarray, np.ndarray]:
         codes, uniques = pd.factorize(self.acc.nbytes)
-        return codes, np.asarray(uniques)
+        return codes.astype(np.int32) if len(uniques) < 2**31 else codes, np.asarray(uniques)
 
 
 @dataclass
@@ -110,9 +123,10 @@ class Classified:
 
 def classify(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders) -> Classified:
     order = stable_by_group(codes, n, orders.by_time)
-    c = codes[order]
-    offset = acc.offset[order]
-    nbytes = acc.nbytes[order]
+    if n <= 1 and orders.time_ordered:  # one stream, already in time order: views, no copies
+        c, offset, nbytes = codes, acc.offset, acc.nbytes
+    else:
+        c, offset, nbytes = codes[order], acc.offset[order], acc.nbytes[order]
     first = first_in_group(c)
     gap = np.zeros_like(offset)
     if len(offset):
