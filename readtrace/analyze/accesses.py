@@ -76,11 +76,10 @@ def _lookup_table(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray, defa
     if len(keys) == 0:
         return np.full(len(wanted), default, dtype=np.int64)
     last = pd.Series(values).groupby(keys).last()  # sorted by key
-    index, found = last.index.to_numpy(), last.to_numpy()
-    pos = np.searchsorted(index, wanted)
-    pos[pos == len(index)] = 0
-    hit = index[pos] == wanted
-    return np.where(hit, found[pos], default).astype(np.int64, copy=False)
+    pos = np.searchsorted(last.index.to_numpy(), wanted)
+    out = np.take(last.to_numpy(dtype=np.int64), pos, mode="clip")
+    out[np.take(last.index.to_numpy(), pos, mode="clip") != wanted] = default
+    return out
 
 
 def _fd_key(pid: np.ndarray, fd: np.ndarray) -> np.ndarray:
