@@ -62,18 +62,24 @@ def _streams(app: Accesses, fuse: Accesses, handles: pd.DataFrame, th: Threshold
     ofd = dense_codes(app.ofd, app.opened, file)
     plan = (("ofd", ofd, None), ("task", task, None), ("process", dense_codes(app.pid, file), task),
             ("file", dense_codes(file), task))
+    # Open files shared by tasks: their (open file, task) pieces usually are the task streams, so the
+    # task summary comes first and serves both (else the ofd summary serves the task kind below).
+    early = {} if same_partition(*ofd, *task) else \
+        {"task": summarize(app, *task, orders, th, "task", extents=True)}
     done: list[tuple[tuple[np.ndarray, int], pd.DataFrame]] = []
     for kind, (codes, n), sub in plan:
         twin = next((df for (c, m), df in done if same_partition(codes, n, c, m)), None)
-        if twin is not None and kind != "ofd":
+        if kind in early:
+            df = early[kind]
+        elif twin is not None and kind != "ofd":
             df = _relabel(twin, kind, app, codes, n)
         elif kind == "ofd":
-            df = _shared(app, codes, n, orders, th, kind)
+            df = _shared(app, codes, n, orders, th, kind, known=[(task, early["task"])] if early else [])
         else:
             df = summarize(app, codes, n, orders, th, kind, sub=sub)
         df["code"] = np.arange(n)
         done.append(((codes, n), df))
-    del orders, task, ofd, plan, file
+    del orders, task, ofd, plan, file, early
     frames = [df for _, df in done]
     frames.append(_shared(fuse, fuse.ofd, len(handles), BaseOrders(fuse), th, "fuse_handle"))
     frames[-1]["code"] = np.arange(len(handles))
@@ -94,6 +100,7 @@ def _relabel(twin: pd.DataFrame, kind: str, acc: Accesses, codes: np.ndarray, n:
     first = np.zeros(n, dtype=np.int64)
     first[codes[::-1]] = np.arange(len(codes))[::-1]  # the first row of each group
     df = twin.copy()
+    df.attrs.clear()  # the twin's own per-task pieces stay with the twin (no duplicate rows)
     df["kind"] = kind
     for col, values in (("pid", acc.pid), ("tid", acc.tid), ("ofd", acc.ofd), ("opened", acc.opened),
                         ("file_id", acc.file)):
@@ -101,13 +108,25 @@ def _relabel(twin: pd.DataFrame, kind: str, acc: Accesses, codes: np.ndarray, n:
     return df.drop(columns=[c for c in df.columns if c.startswith(_SHARED_ONLY_PREFIXES) or c == "interleaved"])
 
 
-def _shared(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: Thresholds, kind: str
-            ) -> pd.DataFrame:
+def _shared(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: Thresholds, kind: str,
+            known: list[tuple[tuple[np.ndarray, int], pd.DataFrame]] = ()) -> pd.DataFrame:
     """A kind whose streams several tasks can share (open files, FUSE handles): + replay + interleave.
-    ``attrs["tasks"]``: the tasks' own figures inside each stream."""
+    ``attrs["tasks"]``: the tasks' own figures inside each stream. ``known``: summaries (with
+    ``attrs["extents"]``) whose groups may be the (stream, task) pieces: then no second pass."""
     sub = dense_codes(codes, orders.factor("tid"))
-    df = summarize(acc, codes, n, orders, th, kind, sub=sub, replay=True)
-    columns, tasks = interleave.per_task(acc, codes, n, sub, orders, df, th)
+    df = summarize(acc, codes, n, orders, th, kind, sub=sub, replay=True, extents=True)
+    pieces = None
+    for (c, m), summary in [((codes, n), df), *known]:
+        if same_partition(*sub, c, m):
+            image = np.zeros(sub[1], dtype=np.int64)
+            image[sub[0]] = c  # piece -> group of that summary
+            pieces = interleave.summarized_pieces(summary, summary.attrs["extents"]).take(image)
+            break
+    for _, summary in [((codes, n), df), *known]:
+        summary.attrs.clear()
+    if pieces is None:
+        pieces = interleave.classify_pieces(acc, *sub, orders, th)
+    columns, tasks = interleave.per_task(codes, n, sub, pieces, df, th)
     df = pd.concat([df, columns], axis=1)
     df.attrs["tasks"] = tasks.assign(kind=kind)
     return df

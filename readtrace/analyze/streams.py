@@ -158,11 +158,20 @@ def fractions(cl: Classified, starts: np.ndarray, counts: np.ndarray, nbytes: np
     return out
 
 
+def group_extents(cl: Classified, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per group: the lowest offset read and the furthest end."""
+    if len(starts) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.minimum.reduceat(cl.offset, starts), np.maximum.reduceat(cl.offset + cl.nbytes, starts)
+
+
 def summarize(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: Thresholds, kind: str,
-              sub: tuple[np.ndarray, int] | None = None, replay: bool = False) -> pd.DataFrame:
+              sub: tuple[np.ndarray, int] | None = None, replay: bool = False, extents: bool = False
+              ) -> pd.DataFrame:
     """One row per stream code 0..n-1 with every per-stream figure.
 
     ``sub``: codes of the (stream, task) pieces, for tasks and concurrency; None when a stream is one task.
+    ``extents``: also ``attrs["extents"]``, each stream's lowest offset and furthest end.
     """
     cl = classify(acc, codes, n, orders)
     starts, counts = group_bounds(cl.codes, n)
@@ -178,6 +187,8 @@ def summarize(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: 
         "first_ts_ns": acc.ts[first_rows], "last_ts_ns": acc.ts[last_rows],
     })
     df["top_strides"] = top_values(cl.codes, n, cl.gap)
+    if extents:
+        df.attrs["extents"] = group_extents(cl, starts)
     if replay:
         _add_replay(df, cl, starts, th)
     del cl
