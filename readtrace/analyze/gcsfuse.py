@@ -49,7 +49,9 @@ def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, gap: np.nd
     opens[starts] = True  # ... and each group's first read
     runs = np.flatnonzero(opens)
     del opens
-    span, run_bytes = _run_extent(runs, offset, nbytes)
+    if len(runs) < 2**31:
+        runs = runs.astype(np.int32)
+    span, run_bytes = _run_extent(runs, offset, nbytes)  # views of nbytes when every read is a run
     run_group = codes[runs]
     group_first_run = np.searchsorted(runs, starts)
     seeks_before = np.arange(len(runs))
@@ -68,27 +70,27 @@ def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, gap: np.nd
     chunk *= MiB
     np.clip(chunk, th.gcsfuse_min_random_read, th.gcsfuse_max_random_read, out=chunk)
     chunk[~is_random] = th.gcsfuse_sequential_read
-    np.negative(span, out=span)  # ceil(span / chunk) backend requests per run
-    span //= chunk
-    np.negative(span, out=span)
+    per_run = span - 1  # ceil(span / chunk) backend requests per run (span >= 1)
+    per_run //= chunk
+    per_run += 1
     del chunk
-    requests = sorted_sum(group_first_run, np.maximum(1, span, out=span))
+    requests = sorted_sum(group_first_run, np.maximum(1, per_run, out=per_run))
+    del per_run
     random_after = np.zeros(n_groups, dtype=np.int64)
     first_random = np.flatnonzero(is_random)
     if len(first_random):
         first_random = first_random[np.r_[True, run_group[first_random][1:] != run_group[first_random][:-1]]]
         g = run_group[first_random]
         random_after[g] = runs[first_random] - starts[g] + 1
-    run_bytes *= is_random
-    return Replay(seeks=seeks, requests=requests, random_bytes=sorted_sum(group_first_run, run_bytes),
-                  random_after=random_after)
+    random_bytes = sorted_sum(group_first_run, np.where(is_random, run_bytes, 0))
+    return Replay(seeks=seeks, requests=requests, random_bytes=random_bytes, random_after=random_after)
 
 
 def _run_extent(runs: np.ndarray, offset: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per run (rows ``runs[i]`` up to the next run): bytes from its first offset to its furthest end,
     and bytes read. Every read its own run (a shared handle read in turns): both are the read sizes."""
     if len(runs) == len(offset):
-        return nbytes.copy(), nbytes.copy()
+        return nbytes, nbytes
     end = offset + nbytes
     span = np.maximum.reduceat(end, runs)
     del end

@@ -64,7 +64,7 @@ def stable_by_group(codes: np.ndarray, n_groups: int, base: np.ndarray | None) -
     """``base`` (row indices; None: every row in order) reordered by group, keeping base order within
     each group."""
     if n_groups <= 1:
-        return np.arange(len(codes)) if base is None else base
+        return np.arange(len(codes), dtype=np.int32 if len(codes) < 2**31 else np.int64) if base is None else base
     c = codes if base is None else codes[base]
     if n_groups <= np.iinfo(np.uint16).max:
         c = c.astype(np.uint16)
