@@ -73,10 +73,10 @@ def stable_by_group(codes: np.ndarray, n_groups: int, base: np.ndarray | None) -
 
 
 def group_bounds(sorted_codes: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
-    """Start index and length of each group in an array sorted by code."""
-    counts = np.bincount(sorted_codes, minlength=n_groups)
-    starts = np.zeros(n_groups, dtype=np.int64)
-    np.cumsum(counts[:-1], out=starts[1:])
+    """Start index and length of each group in an array sorted by code (binary search: no pass over
+    the rows)."""
+    starts = np.searchsorted(sorted_codes, np.arange(n_groups)).astype(np.int64)
+    counts = np.diff(starts, append=len(sorted_codes))
     return starts, counts
 
 

@@ -133,8 +133,9 @@ def classify(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders) -> Cl
     else:
         c, offset, nbytes = codes[order], acc.offset[order], acc.nbytes[order]
     first = first_in_group(c)
-    gap = np.zeros_like(offset)
+    gap = np.empty_like(offset)
     if len(offset):
+        gap[0] = 0
         np.subtract(offset[1:], offset[:-1], out=gap[1:])
         gap[1:] -= nbytes[:-1]
         gap[first] = 0
@@ -193,16 +194,18 @@ def summarize(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: 
         _add_replay(df, cl, starts, th)
     del cl
     by_off = stable_by_group(codes, n, orders.by_offset)
-    df["unique_bytes"] = union_length(codes[by_off], n, acc.offset[by_off],
-                                      acc.offset[by_off] + acc.nbytes[by_off]).astype(np.int64)
+    offset = acc.offset[by_off]
+    df["unique_bytes"] = union_length(codes[by_off], n, offset, offset + acc.nbytes[by_off]).astype(np.int64)
+    del offset
     del by_off
     df["reread_amplification"] = df["bytes"] / df["unique_bytes"].where(df["unique_bytes"] > 0)
     if replay:
         df["gcsfuse_sequential_requests"] = gcsfuse.sequential_requests(df["unique_bytes"].to_numpy(), th)
     timed = stable_by_group(codes, n, orders.timed) if len(orders.timed) else orders.timed
+    timed_codes, latency = codes[timed], acc.latency[timed]
     for q in (50, 99):
-        df[f"latency_p{q}_us"] = quantiles(codes[timed], n, acc.latency[timed], q / 100) / 1e3
-    del timed
+        df[f"latency_p{q}_us"] = quantiles(timed_codes, n, latency, q / 100) / 1e3
+    del timed, timed_codes, latency
     hist = np.bincount(codes.astype(np.int64) * len(LABELS) + orders.size_bins,
                        minlength=n * len(LABELS)).reshape(n, len(LABELS))
     df["size_hist"] = [dict(zip(LABELS, row.tolist(), strict=True)) for row in hist]
