@@ -76,9 +76,13 @@ def _lookup_table(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray, defa
     if len(keys) == 0:
         return np.full(len(wanted), default, dtype=np.int64)
     last = pd.Series(values).groupby(keys).last()  # sorted by key
-    pos = np.searchsorted(last.index.to_numpy(), wanted)
-    out = np.take(last.to_numpy(dtype=np.int64), pos, mode="clip")
-    out[np.take(last.index.to_numpy(), pos, mode="clip") != wanted] = default
+    index, found = last.index.to_numpy(), last.to_numpy(dtype=np.int64)
+    if len(index) == 1:  # one key (e.g. one shared open file): a comparison, no search
+        return np.where(wanted == index[0], found[0], np.int64(default))
+    pos = np.searchsorted(index, wanted)
+    np.minimum(pos, len(index) - 1, out=pos)
+    out = found[pos]
+    out[index[pos] != wanted] = default
     return out
 
 
