@@ -232,7 +232,8 @@ def _gather(parquet: pq.ParquetFile, picks: list[tuple[int, np.ndarray | None]],
 
     One row group at a time into numpy columns allocated once: the peak is the result plus one row
     group, not two copies of the table (Arrow's and pandas'). Numeric nulls become 0 (the recorder
-    writes none). Text stays dictionary-encoded: pandas categoricals."""
+    writes none; a full load gives NaN there, which the analysis reads as 0 too). Text stays
+    dictionary-encoded: pandas categoricals."""
     n = sum(parquet.metadata.row_group(i).num_rows if m is None else int(m.sum()) for i, m in picks)
     numeric = {f.name: np.empty(n, dtype=f.type.to_pandas_dtype()) for f in schema
                if not pa.types.is_dictionary(f.type)}
@@ -281,7 +282,7 @@ def load_trace(path: str | os.PathLike, lean: bool = False) -> Trace:
 
     ``lean`` (for the analysis of big traces): text columns as pandas categoricals, and the read
     syscalls apart in ``trace.reads`` with only ``READ_COLUMNS``; ``trace.events`` then holds every
-    other event. Read in row batches: the whole events table is never in memory at once.
+    other event. Read row group by row group: the whole events table is never in memory at once.
     """
     path = Path(path)
     if not path.exists():
