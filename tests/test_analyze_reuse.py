@@ -49,3 +49,13 @@ def test_every_task_of_a_stream_listed_once():
         t = analyze(make_trace(**load_case(kind))).stream_tasks
         assert not t.duplicated(["kind", "code", "tid"]).any(), kind
         assert np.array_equal(np.sort(t["tid"].unique()), np.arange(101, 102 if kind == "sequential" else 105))
+
+
+def test_forward_only_streams_skip_the_union_and_agree_with_it():
+    from readtrace.analyze.streams import _unique_bytes
+
+    a = analyze(make_trace(**load_case("shared", workers=4, chunks=16)))
+    task, n = dense_codes(a.app.tid, a.app.file)  # every task reads its part forward: no union needed
+    got = a.streams[a.streams["kind"] == "task"].sort_values("code")["unique_bytes"].to_numpy()
+    assert np.array_equal(got, _unique_bytes(a.app, task, n, BaseOrders(a.app)))
+    assert np.array_equal(got, np.full(4, 16 * 256 * 1024))

@@ -192,12 +192,9 @@ def summarize(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: 
         df.attrs["extents"] = group_extents(cl, starts)
     if replay:
         _add_replay(df, cl, starts, th)
+    forward_only = bool(cl.sequential.all())
     del cl
-    by_off = stable_by_group(codes, n, orders.by_offset)
-    offset = acc.offset[by_off]
-    df["unique_bytes"] = union_length(codes[by_off], n, offset, offset + acc.nbytes[by_off]).astype(np.int64)
-    del offset
-    del by_off
+    df["unique_bytes"] = nbytes if forward_only else _unique_bytes(acc, codes, n, orders)
     df["reread_amplification"] = df["bytes"] / df["unique_bytes"].where(df["unique_bytes"] > 0)
     if replay:
         df["gcsfuse_sequential_requests"] = gcsfuse.sequential_requests(df["unique_bytes"].to_numpy(), th)
@@ -213,6 +210,14 @@ def summarize(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: 
     df["top_sizes"] = top_values(codes, n, sizes, k=4, value_codes=size_codes)
     df["tasks"], df["concurrency"] = _tasks(acc, codes, n, sub)
     return df
+
+
+def _unique_bytes(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders) -> np.ndarray:
+    """Bytes of the union of each stream's reads (rows in offset order per stream).
+    (Streams that only move forward read disjoint ranges: their union is their bytes, no sort.)"""
+    by_off = stable_by_group(codes, n, orders.by_offset)
+    offset = acc.offset[by_off]
+    return union_length(codes[by_off], n, offset, offset + acc.nbytes[by_off]).astype(np.int64)
 
 
 def _tasks(acc: Accesses, codes: np.ndarray, n: int, sub: tuple[np.ndarray, int] | None
