@@ -62,9 +62,9 @@ def touch(tensors) -> None:
         torch.cuda.synchronize()
 
 
-def own_fd(threads: int) -> Loader:
+def own_fd(threads: int, cpu_storage: str = "copy") -> Loader:
     def make(path, device):
-        return lambda: touch(load_file(path, device, threads=threads).values())
+        return lambda: touch(load_file(path, device, threads=threads, cpu_storage=cpu_storage).values())
     return make
 
 
@@ -171,7 +171,10 @@ def main(argv=None) -> int:
         return 3
     threads = args.threads or ([1, 2] if args.device == "cpu" else [1, 8])
     loaders: dict[str, Loader] = {"dd bs=16M": dd}
-    loaders.update({f"readtrace own-fd x{t}": own_fd(t) for t in threads})
+    copy = " (copy)" if args.device == "cpu" else ""
+    loaders.update({f"readtrace own-fd{copy} x{t}": own_fd(t) for t in threads})
+    if args.device == "cpu":
+        loaders["readtrace own-fd (map) x1"] = own_fd(1, "map")
     loaders.update({"readtrace prefetch + mmap load": prefetch_then_mmap,
                     "safetensors load_file (mmap)": safetensors_mmap,
                     "safetensors load_file (pread)": safetensors_pread,

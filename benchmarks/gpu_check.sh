@@ -7,7 +7,8 @@
 # There (device tool: carry [".whl"], timeout_s 420):
 #     bash benchmarks/gpu_check.sh
 # Results land in $OUT (or ./gpu-check-out): gpu_check.log, pytest.txt, bench_loader_cuda.json, summary.txt.
-# Tunables: GPU_CHECK_SIZE_MIB (default 2048), GPU_CHECK_REPEAT (3), GPU_CHECK_DIR (a disk dir, /var/tmp).
+# Tunables: GPU_CHECK_SIZE_MIB (default 2048), GPU_CHECK_REPEAT (3), GPU_CHECK_DIR (a disk dir, /var/tmp),
+# GPU_CHECK_THREADS (own-fd reader thread counts to compare, e.g. "8 16").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 WHEELS=.whl
@@ -64,13 +65,14 @@ install_missing "${PEERS[@]}" || true
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 
 echo "== CUDA tests ($(( $(date +%s) - started )) s)"
-$PY -m pytest -q -rs -p no:cacheprovider tests/test_loader.py tests/test_shim.py -m "cuda or not slow" \
+$PY -m pytest -q -rs -p no:cacheprovider tests/test_loader.py tests/test_shim.py tests/test_staging_pool.py \
+    tests/test_workloads.py -m "cuda or not slow" \
     2>&1 | tee "$OUT/pytest.txt" | tail -25
 tests_rc=${PIPESTATUS[0]}
 
 echo "== CUDA benchmark ($(( $(date +%s) - started )) s)"
 $PY benchmarks/bench_loader.py --device cuda --size-mib "${GPU_CHECK_SIZE_MIB:-2048}" \
-    --repeat "${GPU_CHECK_REPEAT:-3}" --dir "${GPU_CHECK_DIR:-/var/tmp}" --out "$OUT/bench_loader_cuda.json"
+    --repeat "${GPU_CHECK_REPEAT:-3}" ${GPU_CHECK_THREADS:+--threads $GPU_CHECK_THREADS} --dir "${GPU_CHECK_DIR:-/var/tmp}" --out "$OUT/bench_loader_cuda.json"
 bench_rc=$?
 
 {

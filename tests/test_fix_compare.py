@@ -175,3 +175,29 @@ def _table(result) -> str:
     out = io.StringIO()
     render_table(result, out)
     return out.getvalue()
+
+
+def test_table_from_recorded_summaries():
+    """Rendering only (synthetic runs): trace rows and findings appear when the runs were recorded."""
+    from readtrace.fix.compare import Comparison, Run
+    from readtrace.fix.manifest import Manifest, ManifestDiff
+
+    def run(side, wall, loader, summary):
+        return Run(side, 0, 0, wall, Manifest([], [{"seconds": loader}]), f"{side}.rtrace", summary)
+
+    base = {"cache_miss_bytes": 1 << 30, "bytes_read": 1 << 30, "fuse_read_requests": 5512,
+            "handle_consecutive_fraction": 0.12, "lost_events": 0, "findings": ["SHARED_FD_INTERLEAVE"]}
+    fixed = {"cache_miss_bytes": 1 << 30, "bytes_read": 2 << 30, "fuse_read_requests": 24,
+             "handle_consecutive_fraction": 1.0, "lost_events": 0, "findings": []}
+    comparison = Comparison(["python", "load.py"], "both", ["/m/model.safetensors"],
+                            [run("baseline", 130.0, 128.0, base), run("fixed", 2.0, 1.5, fixed)], [],
+                            ManifestDiff(64, 64, [], [], []))
+    lines = [line.split() for line in _table(comparison).splitlines()]
+    assert ["wall", "time", "130.00", "s", "2.00", "s", "65.0x", "faster"] in lines
+    assert ["FUSE", "read", "requests", "5,512", "24"] in lines
+    assert ["%", "consecutive", "on", "the", "handle", "12", "%", "100", "%"] in lines
+    assert ["bytes", "fetched", "(page-cache", "misses)", "1.0", "GiB", "1.0", "GiB"] in lines
+    assert ["findings", "baseline:", "SHARED_FD_INTERLEAVE"] in lines and ["findings", "fixed:", "none"] in lines
+    assert ["tensors", "identical", "64/64", "yes"] in lines
+    data = to_json(comparison)
+    assert data["baseline"]["fuse_read_requests"] == 5512 and data["speedup"] == 65.0

@@ -52,12 +52,14 @@ def state_dicts(draw):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(tensors=state_dicts(), chunk=st.sampled_from([1, 7, 64, 1 << 20]), threads=st.integers(1, 3))
-def test_equals_safetensors_on_random_files(tensors, chunk, threads):
+@given(tensors=state_dicts(), chunk=st.sampled_from([1, 7, 64, 1 << 20]), threads=st.integers(1, 3),
+       cpu_storage=st.sampled_from(["copy", "map"]))
+def test_equals_safetensors_on_random_files(tensors, chunk, threads, cpu_storage):
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.safetensors")
         save_file(tensors, path, metadata={"format": "pt"})
-        assert_same_tensors(reference_load(path), load_file(path, chunk_bytes=chunk, threads=threads))
+        got = load_file(path, chunk_bytes=chunk, threads=threads, cpu_storage=cpu_storage)
+        assert_same_tensors(reference_load(path), got)
 
 
 def test_special_tensors(tmp_path):
@@ -93,9 +95,10 @@ def test_unaligned_offsets_are_copied_not_refused(tmp_path):
     header = (b'{"a":{"dtype":"U8","shape":[3],"data_offsets":[0,3]},'
               b'"b":{"dtype":"F32","shape":[2],"data_offsets":[3,11]}}')
     path = write_raw(tmp_path, header, u8 + f32)
-    got = load_file(path)
-    assert got["a"].tolist() == [1, 2, 3] and got["b"].tolist() == [1.5, -2.0]
-    assert_same_tensors(reference_load(path), got)
+    for mode in ("copy", "map"):
+        got = load_file(path, cpu_storage=mode)
+        assert got["a"].tolist() == [1, 2, 3] and got["b"].tolist() == [1.5, -2.0]
+        assert_same_tensors(reference_load(path), got)
 
 
 def file_bytes(header: bytes, data: bytes, *, length: int | None = None) -> bytes:
@@ -243,3 +246,33 @@ def test_staging_pipeline_on_cpu(tmp_path, slot, buffers):
         assert bytes(dest.numpy()) == data[10:]
         short = torch.empty(100, dtype=torch.uint8)
         assert _copy_through_staging(fd, 9_950, short, min(slot, 100), False, buffers) == 50  # file ends
+
+
+def test_mapped_tensors_are_private_and_outlive_the_fd(tmp_path):
+    path = tmp_path / "m.safetensors"
+    save_file({"w": torch.arange(1024, dtype=torch.float32), "s": torch.tensor(1.0, dtype=torch.float64)}, path)
+    before = path.read_bytes()
+    got = load_file(path, cpu_storage="map")
+    got["w"] += 1  # copy-on-write: the file never changes
+    assert got["w"][5].item() == 6.0 and path.read_bytes() == before
+    assert got["s"].item() == 1.0
+
+
+def test_mapped_load_reports_shrinking_and_bad_mode(tmp_path, monkeypatch):
+    import readtrace.fix.loader as loader
+
+    path = tmp_path / "m.safetensors"
+    save_file({"w": torch.randn(4096)}, path)
+    with pytest.raises(Exception) as err:
+        load_file(path, cpu_storage="lazy")
+    assert getattr(err.value, "exit_code", None) == ExitStatus.USAGE
+    original = loader.read_header
+
+    def read_then_truncate(fd, p):
+        header = original(fd, p)
+        os.truncate(path, header.data_start + 100)
+        return header
+
+    monkeypatch.setattr(loader, "read_header", read_then_truncate)
+    with pytest.raises(CheckpointFormatError, match="truncated while reading"):
+        load_file(path, cpu_storage="map")

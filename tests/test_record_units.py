@@ -4,6 +4,7 @@ import re
 
 import numpy as np
 import pytest
+from conftest import require
 
 from readtrace.record.decode import Decoder, _factorize_files, exit_status
 from readtrace.record.program import BTF_TOKENS, CONSTANTS, SYSCALL_NUMBERS, build_source, kind_numbers
@@ -14,8 +15,7 @@ from readtrace.record.records import EVENT_DTYPE, KIND, STR_EVENT_DTYPE
 def btf():
     from readtrace.record.btf import VMLINUX_BTF, kernel_btf
 
-    if not VMLINUX_BTF.exists():
-        pytest.skip("no kernel BTF")
+    require(VMLINUX_BTF.exists(), "no kernel BTF (/sys/kernel/btf/vmlinux)")
     return kernel_btf()
 
 

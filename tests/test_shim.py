@@ -156,7 +156,7 @@ def test_auto_strategy_follows_the_file_system(workload, monkeypatch):
     monkeypatch.setattr(shim._STATE, "config", shim.Config(strategy="auto"))
     local = str(workload / "a.safetensors")  # on a local disk: mmap for CPU, own-fd for CUDA
     assert (shim.strategy_for(local, "cpu"), shim.strategy_for(local, "cuda:0")) == ("none", "own-fd")
-    monkeypatch.setattr(shim, "mount_of", lambda p: shim.Mount("/mnt", "fuse.gcsfuse", "bucket"))
+    monkeypatch.setattr(shim, "is_remote", lambda p: True)
     assert shim.strategy_for(local, "cpu") == "both"
 
 

@@ -32,3 +32,15 @@ def test_take_skips_buffers_that_do_not_fit():
     assert got is big
     (again,) = pool.take(1, 1, pinned=False)
     assert again is small
+
+
+def test_digest_of_a_temporary_copy_is_of_the_right_bytes():
+    """tensor_digest hashes a copy when the tensor is not contiguous (and, on CUDA, always): the copy
+    must stay alive while it is hashed (seen on the H200: small tensors hashed freed memory)."""
+    import hashlib
+
+    from readtrace.fix.manifest import tensor_digest
+
+    for n in range(1, 40):
+        t = torch.arange(n * 3, dtype=torch.int16).reshape(n, 3).t()  # not contiguous: digest copies
+        assert tensor_digest(t) == hashlib.sha256(t.contiguous().numpy().tobytes()).hexdigest()

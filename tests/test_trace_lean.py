@@ -16,8 +16,8 @@ GCS = "/mnt/model/model.safetensors"
 
 def _mixed_trace(path):
     """Row groups of every kind: mixed (open + reads), reads only, other events only. Also reads
-    without a kernel open-file id, an EOF read, a failed read, an mmap with faults by a forked child,
-    page-cache misses and FUSE requests."""
+    without a kernel open-file id, an EOF read, a failed read, a merged run of reads (count 4), an mmap
+    with faults by a forked child, page-cache misses and FUSE requests."""
     case = load_case("shared", cold=True)
     events = case["events"]
     writer = TraceWriter(path)
@@ -31,6 +31,9 @@ def _mixed_trace(path):
         "dev": [FUSE_DEV, 0, 0, FUSE_DEV, 0, 0], "ino": [NODE, 0, 0, NODE, 0, 0],
         "offset": [-1, 0, 4096, 0, -1, 8192], "size": [-1, 4096, 4096, 1 << 20, -1, 4096],
         "ret": [5, 4096, 0, 0, 301, -5], "arg": [0, 0, 0, 0x7F0000000000, 301, 0]})
+    writer.append("events", {  # a row group of one merged run: 4 reads of 4 KiB (the recorder's count)
+        "ts_ns": [16], "pid": [300], "tid": [300], "op": ["read"], "fd": [5], "ofd": [0], "offset": [16384],
+        "size": [16384], "ret": [16384], "latency_ns": [4000], "count": [4]})
     faults = pd.DataFrame({"ts_ns": 20 + np.arange(64), "pid": 301, "tid": 301, "op": "fault", "dev": FUSE_DEV,
                            "ino": NODE, "offset": np.arange(64) * 4096, "size": 4096})
     writer.append("pages", pd.concat([case["pages"], faults], ignore_index=True))
@@ -71,6 +74,7 @@ def test_lean_analysis_equals_full(tmp_path, case):
     assert lean == full
     if case == "mixed":
         assert full["summary"]["page_faults"] == 64 and full["files"][0]["empty_reads"] == 1
+        assert full["summary"]["reads"] == load_case("shared")["events"]["op"].eq("pread").sum() + 1 + 4  # + the 4 KiB read, + the run
 
 
 def test_lean_load_reports_damage(tmp_path):

@@ -9,6 +9,7 @@ import pandas as pd
 
 from readtrace.analyze import interleave, pagecache
 from readtrace.analyze.accesses import SOURCE_READ, Accesses, fault_accesses, fuse_accesses, read_accesses
+from readtrace.analyze.coalesced import expand_coalesced
 from readtrace.analyze.fileindex import FileIndex
 from readtrace.analyze.grouping import dense_codes, same_partition
 from readtrace.analyze.streams import KINDS, BaseOrders, summarize
@@ -249,8 +250,11 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
 
     th = thresholds or Thresholds()
     index = FileIndex(trace.files)
-    reads, idle = read_accesses(trace.events, index, trace.reads)
-    faults = fault_accesses(trace.events, trace.pages, index)
+    events = expand_coalesced(trace.events)
+    lean_reads = expand_coalesced(trace.reads) if trace.reads is not None else None
+    reads, idle = read_accesses(events, index, lean_reads)
+    del lean_reads
+    faults = fault_accesses(events, trace.pages, index)
     app = Accesses.concat([reads, faults])
     fuse, handles = fuse_accesses(trace.fuse, index, np.unique(app.file))
     pages = pagecache.page_rows(trace.pages, index)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 
@@ -47,7 +48,9 @@ def run(args) -> int:
 
     command, cwd, files = _target(args.target)
     if not args.compare:
-        with shim_environment(args.strategy, None, device=args.device) as env:
+        files = args.files or files
+        extra = {"READTRACE_PREFETCH_FILES": os.pathsep.join(files)} if files else None
+        with shim_environment(args.strategy, None, device=args.device, extra=extra) as env:
             return subprocess.run(command, env=env, cwd=cwd).returncode
     recorder, why_not = (None, "runs not recorded (--no-record)") if args.no_record else default_recorder()
     log = (lambda line: print(f"readtrace: {line}", file=sys.stderr)) if not args.json else (lambda line: None)

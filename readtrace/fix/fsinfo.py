@@ -37,6 +37,16 @@ NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "lustre", "ceph", "glusterfs", "9p"
 MEMORY_FS = ("tmpfs", "ramfs", "hugetlbfs")
 
 
+def is_remote(path: str | os.PathLike) -> bool:
+    """On a FUSE or network file system (False when it cannot be told)."""
+    try:
+        mount = mount_of(path)
+    except OSError:
+        return False
+    fstype = mount.fstype if mount else ""
+    return fstype == "fuse" or fstype.startswith(("fuse.", "fuseblk")) or fstype in NETWORK_FS
+
+
 def cold_cache_caveat(fstype: str) -> str | None:
     """Why dropping the kernel page cache may not make a file on ``fstype`` cold (None: it does)."""
     if fstype == "fuse" or fstype.startswith(("fuse.", "fuseblk")):

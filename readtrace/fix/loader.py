@@ -13,6 +13,8 @@ threads or processes), the header validated here, then the data section in big s
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 import os
 import threading
 from collections.abc import Callable
@@ -22,12 +24,14 @@ import torch
 
 from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.fix.fileio import MiB, open_fd, read_into, tensor_bytes
+from readtrace.fix.fsinfo import is_remote
 from readtrace.fix.header import CheckpointFormatError, Header, read_header
 from readtrace.fix.spans import split_spans
 
 DEFAULT_CHUNK_BYTES = 16 * MiB
 DEFAULT_BUFFERS = 2
-MAX_CUDA_THREADS = 8
+MAX_CUDA_THREADS = 16
+MADV_POPULATE_READ = 22  # linux/mman.h; not in Python's mmap module
 
 
 def load_file(
@@ -38,23 +42,36 @@ def load_file(
     pinned: bool = True,
     threads: int | None = None,
     num_buffers: int = DEFAULT_BUFFERS,
+    cpu_storage: str = "auto",
 ) -> dict[str, torch.Tensor]:
     """Load every tensor of the safetensors file ``path`` onto ``device``.
 
     ``chunk_bytes`` is the size of each read; ``pinned`` stages device copies in page-locked memory;
     ``threads`` readers each own a contiguous range and an fd (default: 1 for CPU, where filling
-    fresh memory costs more than reading; up to 8 for CUDA, where reading from the page cache into
+    fresh memory costs more than reading; up to 16 for CUDA, where reading from the page cache into
     reused pinned buffers must keep up with the copy engine); ``num_buffers`` staging buffers per
-    reader (2 = double buffering). Raises ``CheckpointFormatError`` (exit code BAD_INPUT) for a
-    malformed, truncated or empty file.
+    reader (2 = double buffering). ``cpu_storage`` for a CPU target: ``copy`` reads into one fresh
+    allocation; ``map`` reads the data section sequentially through the same fd (into the page
+    cache) and then maps the file privately, so the tensors share the page cache's pages instead of
+    paying for first touch of fresh memory (one fd, one open: it works on FUSE mounts that drop the
+    cache on every open). ``auto`` (default): ``map`` on local file systems, ``copy`` on FUSE and
+    network ones, where a later open() by anyone may invalidate the cached pages under a mapping
+    and every touch would fetch them again. Raises ``CheckpointFormatError`` (exit code BAD_INPUT) for a malformed,
+    truncated or empty file.
     """
     target = resolve_device(device)
     if threads is None:
         threads = min(MAX_CUDA_THREADS, os.cpu_count() or 1) if target.type == "cuda" else 1
     if chunk_bytes <= 0 or threads <= 0 or num_buffers <= 0:
         raise ReadtraceError("chunk_bytes, threads and num_buffers must be positive", ExitStatus.USAGE)
+    if cpu_storage not in ("auto", "copy", "map"):
+        raise ReadtraceError(f"cpu_storage must be auto, copy or map, not {cpu_storage!r}", ExitStatus.USAGE)
+    if cpu_storage == "auto":
+        cpu_storage = "copy" if is_remote(path) else "map"
     with open_fd(path) as fd:
         header = read_header(fd, path)
+        if target.type == "cpu" and cpu_storage == "map":
+            return tensor_views(header, _read_then_map(path, fd, header, chunk_bytes))
         stage_on = target if target.type in ("cpu", "cuda") else torch.device("cpu")
         storage = torch.empty(header.data_len, dtype=torch.uint8, device=stage_on)
         if stage_on.type == "cuda":
@@ -87,10 +104,34 @@ def tensor_views(header: Header, storage: torch.Tensor) -> dict[str, torch.Tenso
             tensors[info.name] = torch.empty(info.shape, dtype=info.dtype, device=storage.device)
             continue
         raw = storage[info.begin:info.end]
-        if info.begin % info.dtype.itemsize:  # torch cannot view unaligned bytes as a wider dtype
+        if raw.data_ptr() % info.dtype.itemsize:  # unaligned: torch cannot view it as a wider dtype
             raw = raw.clone()
         tensors[info.name] = raw.view(info.dtype).view(info.shape)
     return tensors
+
+
+def _read_then_map(path, fd: int, header: Header, chunk_bytes: int) -> torch.Tensor:
+    """Read the data section front to back through ``fd`` (filling the page cache), then map it."""
+    if header.data_len == 0:
+        return torch.empty(0, dtype=torch.uint8)
+    scratch = memoryview(bytearray(min(chunk_bytes, header.data_len)))
+    pos = 0
+    while pos < header.data_len:
+        n = read_into(fd, scratch[:min(len(scratch), header.data_len - pos)], header.data_start + pos,
+                      chunk_bytes=chunk_bytes)
+        if n == 0:
+            raise CheckpointFormatError(path, f"truncated while reading: got {pos} of {header.data_len} bytes")
+        pos += n
+    size = header.data_start + header.data_len
+    if os.fstat(fd).st_size < size:
+        raise CheckpointFormatError(path, "truncated while reading: the file shrank")
+    # Private and writable, like safetensors' own mapping: a write copies that page, the file never
+    # changes. MAP_POPULATE would pre-fault for writing and copy every page; MADV_POPULATE_READ maps
+    # the cached pages read-only in one call (Linux 5.14+; older kernels fault them in on first use).
+    mapped = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    with contextlib.suppress(OSError):
+        mapped.madvise(MADV_POPULATE_READ)
+    return torch.frombuffer(mapped, dtype=torch.uint8, count=header.data_len, offset=header.data_start)
 
 
 # A reader fills ``dest`` (a uint8 tensor slice) from ``offset`` of ``fd``; returns the bytes read.

@@ -28,7 +28,8 @@ def raw_bytes(tensor: torch.Tensor) -> torch.Tensor:
 
 def tensor_digest(tensor: torch.Tensor) -> str:
     """sha256 of the tensor's bytes in memory order."""
-    return hashlib.sha256(tensor_bytes(raw_bytes(tensor))).hexdigest()
+    raw = raw_bytes(tensor)  # keep it referenced: tensor_bytes() views its memory without owning it
+    return hashlib.sha256(tensor_bytes(raw)).hexdigest()
 
 
 def tensor_record(file: str, name: str, tensor: torch.Tensor, *, index=None, digest: bool = True) -> dict:

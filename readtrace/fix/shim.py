@@ -28,7 +28,7 @@ from readtrace.errors import ReadtraceError
 from readtrace.fix import loader
 from readtrace.fix import prefetch as prefetcher
 from readtrace.fix.fileio import MiB, open_fd
-from readtrace.fix.fsinfo import NETWORK_FS, Mount, mount_of  # noqa: F401 - Mount re-exported for tests
+from readtrace.fix.fsinfo import is_remote
 from readtrace.fix.header import read_header
 from readtrace.fix.manifest import append_lines, tensor_record
 from readtrace.fix.residency import cache_survives_open
@@ -91,12 +91,9 @@ def strategy_for(path: str, device) -> str:
     chosen = _STATE.config.strategy
     if chosen != "auto":
         return chosen
-    try:
-        mount = mount_of(path)
-    except OSError:  # missing file: let the original loader report it its own way
-        return "none"
-    fstype = mount.fstype if mount else ""
-    if fstype.startswith("fuse") or fstype in NETWORK_FS:
+    if not os.path.exists(path):
+        return "none"  # let the original loader report it its own way
+    if is_remote(path):
         return "both"
     return "own-fd" if str(device).startswith("cuda") or isinstance(device, int) else "none"
 

@@ -12,7 +12,7 @@ import os
 import time
 
 from readtrace.errors import ReadtraceError
-from readtrace.fix.fsinfo import NETWORK_FS, mount_of
+from readtrace.fix.fsinfo import is_remote
 from readtrace.fix.prefetch import DEFAULT_THREADS, prefetch
 from readtrace.fix.residency import cache_survives_open
 
@@ -23,7 +23,7 @@ def prefetch_at_start(env=os.environ) -> None:
     if strategy not in ("prefetch", "both", "auto") or not files or env.get("READTRACE_PREFETCHED"):
         return
     if strategy == "auto":
-        files = [f for f in files if _remote(f)]
+        files = [f for f in files if is_remote(f)]
     files = [f for f in files if _cache_kept(f)]  # else the loader's own open() drops what we read
     if not files:
         return
@@ -50,15 +50,6 @@ def _cache_kept(path: str) -> bool:
         return cache_survives_open(path)
     except (OSError, ReadtraceError):
         return False
-
-
-def _remote(path: str) -> bool:
-    try:
-        mount = mount_of(path)
-    except OSError:
-        return False
-    fstype = mount.fstype if mount else ""
-    return fstype.startswith("fuse") or fstype in NETWORK_FS
 
 
 def _note(env, record: dict) -> None:

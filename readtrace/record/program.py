@@ -58,7 +58,6 @@ CONSTANTS = {
     "PID_LIMIT": 4 * 1024 * 1024,  # PID_MAX_LIMIT on 64-bit: every pid indexes the per-pid arrays
     "SLOTS": 16384,  # per-thread state slots (tid % SLOTS), a power of two
     "NR_OPEN_DEFAULT": 64,  # length of files_struct.fd_array (BITS_PER_LONG)
-    "EVENTS_RING_PAGES": EVENTS_RING_BYTES // PAGE_SIZE,
     "STRS_RING_PAGES": STRS_RING_BYTES // PAGE_SIZE,
     "IOV_MAX_SUMMED": 8,
     "MAP_ANONYMOUS_FLAG": 0x20,
@@ -114,14 +113,16 @@ def substitute(text: str, tokens: dict[str, int]) -> str:
     return pattern.sub(lambda m: str(tokens[m.group(1)]), text)
 
 
-def build_source(*, with_fuse: bool, coalesce: bool = True) -> str:
+def build_source(*, with_fuse: bool, coalesce: bool = True, ring_bytes: int = EVENTS_RING_BYTES) -> str:
     """The final C text of the probes, as compiled (BTFError when the kernel lacks a struct)."""
     parts = [probe_text(HEADER), *(probe_text(s) for s in SOURCES)]
     if with_fuse:
         parts.append(probe_text(FUSE_SOURCE))
     parts.append(probe_text(DISPATCH_SOURCE))
+    if ring_bytes < PAGE_SIZE or ring_bytes & (ring_bytes - 1):
+        raise ValueError("the events ring size must be a power of two of at least one page")
     tokens = {**CONSTANTS, **SYSCALL_NUMBERS, **kernel_offsets(with_fuse), "COALESCE": int(coalesce),
-              "WITH_FUSE": int(with_fuse)}
+              "WITH_FUSE": int(with_fuse), "EVENTS_RING_PAGES": ring_bytes // PAGE_SIZE}
     header = "/* readtrace probes, generated: offsets from /sys/kernel/btf/vmlinux */\n"
     return header + substitute("\n".join(parts), tokens)
 

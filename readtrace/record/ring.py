@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import mmap
-import struct
 
 import numpy as np
 
@@ -32,11 +31,16 @@ class FastRing:
         self._producer = mmap.mmap(map_fd, page + 2 * data_bytes, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
         self._page = page
         self.stride = EVENT_DTYPE.itemsize
+        # The positions are read and written as whole aligned 64-bit words (numpy element access):
+        # struct.pack_into writes byte by byte, and the kernel then sees torn consumer positions
+        # (a carry into a higher byte looks like the consumer went back: "ring full", events lost).
+        self._cons_pos = np.frombuffer(self._consumer, dtype="<u8", count=1)
+        self._prod_pos = np.frombuffer(self._producer, dtype="<u8", count=1)
 
     def drain(self) -> np.ndarray:
         """All committed records since the last call, copied out, as a structured array."""
-        cons = struct.unpack_from("<Q", self._consumer, 0)[0]
-        prod = struct.unpack_from("<Q", self._producer, 0)[0]
+        cons = int(self._cons_pos[0])
+        prod = int(self._prod_pos[0])
         n = (prod - cons) // self.stride
         if n <= 0:
             return np.empty(0, dtype=EVENT_DTYPE)
@@ -49,10 +53,11 @@ class FastRing:
         out = raw.copy()
         if n and (out["hdr_len"] != EVENT_DTYPE.itemsize - RECORD_HEADER).any():
             raise RuntimeError("events ring holds a record of an unexpected size")
-        struct.pack_into("<Q", self._consumer, 0, cons + n * self.stride)
+        self._cons_pos[0] = cons + n * self.stride
         return out
 
     def close(self) -> None:
+        del self._cons_pos, self._prod_pos  # release the exports before unmapping
         self._consumer.close()
         self._producer.close()
 

@@ -28,14 +28,15 @@ SPOOL_NAME = "events.spool"
 class Session:
     """Drains the rings into the trace; ``drain`` on a timer, ``finish`` once at the end."""
 
-    def __init__(self, bpf, writer: TraceWriter, decoder: Decoder):
+    def __init__(self, bpf, writer: TraceWriter, decoder: Decoder, ring_bytes: int = EVENTS_RING_BYTES):
         self.bpf = bpf
         self.writer = writer
         self.decoder = decoder
-        self.fast = FastRing(bpf[b"events"].map_fd, EVENTS_RING_BYTES)
+        self.fast = FastRing(bpf[b"events"].map_fd, ring_bytes)
         self.strs = CallbackRing(bpf, b"strs")
         self.records = 0
         self.calls = 0
+        self.max_drain_gap_s = 0.0
         self._strs_seen: list[tuple[np.ndarray, list[str]]] = []  # decoded into rows after the run
         self._spool_path = writer.path / SPOOL_NAME
         self._spool = open(self._spool_path, "wb")  # noqa: SIM115 - closed in finish()
@@ -54,14 +55,15 @@ class Session:
             for i in ids:
                 table[table.Key(i)] = table.Leaf(1)
 
-    def drain(self) -> None:
-        """Copy the fast ring to the spool, decode the strs ring (opens, forks, execs)."""
+    def drain(self) -> int:
+        """Copy the fast ring to the spool, note the strs ring (opens, forks, execs); records taken."""
         events = self.fast.drain()
         if len(events):
             events.tofile(self._spool)
         strs = self.strs.drain()
         if len(strs):
             self._strs_seen.append((strs, self.decoder.note_strs(strs)))
+        return len(events) + len(strs)
 
     def _decode_spool(self) -> None:
         with open(self._spool_path, "rb") as spool:

@@ -6,6 +6,7 @@ stream (tests render into a StringIO and compare lines).
 
 from __future__ import annotations
 
+import os
 import shlex
 from typing import IO
 
@@ -19,6 +20,12 @@ from readtrace.analyze.units import fmt_bytes, fmt_pct
 
 SEVERITY_STYLE = {"high": "bold red", "warn": "yellow", "info": "cyan"}
 STREAM_ROWS = 12
+PIPED_WIDTH = 140
+
+
+def _is_terminal(out) -> bool:
+    isatty = getattr(out, "isatty", None)
+    return bool(isatty and isatty())
 FILE_ROWS = 10
 
 
@@ -123,6 +130,8 @@ class TerminalReport:
         return [self.header(), self.files(), self.streams(), self.findings(), self.next_command()]
 
     def render(self, out: IO[str], width: int | None = None, color: bool | None = None) -> None:
+        if width is None and not _is_terminal(out) and "COLUMNS" not in os.environ:
+            width = PIPED_WIDTH  # a log or a pipe: rich's 80 columns would crush the paths
         console = Console(file=out, width=width, force_terminal=color, no_color=color is False,
                           highlight=False, soft_wrap=False)
         for r in self.renderables():
