@@ -52,15 +52,16 @@ def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, gap: np.nd
     if len(runs) < 2**31:
         runs = runs.astype(np.int32)
     span, run_bytes = _run_extent(runs, offset, nbytes)  # views of nbytes when every read is a run
-    run_group = codes[runs]
+    run_group = codes if len(runs) == n else codes[runs]
     group_first_run = np.searchsorted(runs, starts)
-    seeks_before = np.arange(len(runs))
-    seeks_before -= group_first_run[run_group]  # seeks seen when the run opens
+    seeks_before = np.arange(len(runs), dtype=runs.dtype)
+    seeks_before -= group_first_run.astype(runs.dtype)[run_group]  # seeks seen when the run opens
     bytes_before = np.cumsum(run_bytes)
     bytes_before -= run_bytes
     bytes_before -= bytes_before[group_first_run][run_group]  # read on the handle before the run
-    # random once >= 2 seeks with < 8 MiB read per seek on average (integer form of the average test)
-    is_random = bytes_before < seeks_before * th.gcsfuse_max_random_read
+    # random once >= 2 seeks with < 8 MiB read per seek on average (integer form of the average test:
+    # bytes < seeks * 8 MiB  <=>  bytes // 8 MiB < seeks, without an overflowing product)
+    is_random = bytes_before // th.gcsfuse_max_random_read < seeks_before
     is_random &= seeks_before >= th.gcsfuse_min_seeks_for_random
     chunk = bytes_before  # in place from here on: the average read per seek, rounded up to the next MiB
     chunk //= np.maximum(seeks_before, 1, out=seeks_before)

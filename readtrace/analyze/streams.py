@@ -217,7 +217,9 @@ def _unique_bytes(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders) 
     (Streams that only move forward read disjoint ranges: their union is their bytes, no sort.)"""
     by_off = stable_by_group(codes, n, orders.by_offset)
     offset = acc.offset[by_off]
-    return union_length(codes[by_off], n, offset, offset + acc.nbytes[by_off]).astype(np.int64)
+    end = acc.nbytes[by_off]
+    end += offset
+    return union_length(codes[by_off], n, offset, end).astype(np.int64)
 
 
 def _tasks(acc: Accesses, codes: np.ndarray, n: int, sub: tuple[np.ndarray, int] | None
