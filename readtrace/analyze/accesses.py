@@ -13,9 +13,8 @@ import pandas as pd
 
 from readtrace.analyze.fileindex import UNKNOWN, FileIndex
 from readtrace.analyze.grouping import dense_codes
-from readtrace.trace.schema import FUSE_READ
+from readtrace.trace.schema import FUSE_READ, READ_OPS
 
-READ_OPS = ("read", "pread", "readv", "preadv")
 SOURCE_READ, SOURCE_FAULT, SOURCE_FUSE = 0, 1, 2
 # Synthesized open-file keys when the recorder could not read the kernel's struct file * (positive,
 # so they never collide with kernel pointers, which are negative as int64): (pid, fd) or (pid, file).
@@ -29,8 +28,8 @@ class Accesses:
     """Column arrays, one row per access with bytes > 0 and a known offset."""
 
     ts: np.ndarray  # int64 ns
-    pid: np.ndarray  # int64
-    tid: np.ndarray  # int64
+    pid: np.ndarray  # int32 (the trace's dtype: no 10 M-row copy) or int64
+    tid: np.ndarray  # int32 or int64
     file: np.ndarray  # int64 file id (-1 unknown)
     ofd: np.ndarray  # int64 key: open file description (kernel struct file *, or synthesized), FUSE handle
     opened: np.ndarray  # int64: when that open file was opened, where its key was reused (else 0)
@@ -65,14 +64,25 @@ def _i64(series: pd.Series) -> np.ndarray:
     return series.to_numpy(dtype=np.int64, na_value=0)
 
 
+def _ints(series: pd.Series) -> np.ndarray:
+    """The column as integer numpy of its own width (a view), int64 where it is not integer."""
+    values = series.to_numpy()
+    return values if values.dtype.kind in "iu" else _i64(series)
+
+
 def _lookup_table(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray, default=UNKNOWN) -> np.ndarray:
-    """values[last row with key == wanted], vectorized; default where absent."""
+    """values[last row with key == wanted], vectorized; default where absent. Binary search in the
+    (few) distinct keys: no hash table over the (many) wanted rows."""
     if len(keys) == 0:
         return np.full(len(wanted), default, dtype=np.int64)
-    last = pd.Series(values).groupby(keys).last()
-    pos = pd.Index(last.index).get_indexer(wanted)
-    out = np.full(len(wanted), default, dtype=np.int64)
-    out[pos >= 0] = last.to_numpy()[pos[pos >= 0]]
+    last = pd.Series(values).groupby(keys).last()  # sorted by key
+    index, found = last.index.to_numpy(), last.to_numpy(dtype=np.int64)
+    if len(index) == 1:  # one key (e.g. one shared open file): a comparison, no search
+        return np.where(wanted == index[0], found[0], np.int64(default))
+    pos = np.searchsorted(index, wanted)
+    np.minimum(pos, len(index) - 1, out=pos)
+    out = found[pos]
+    out[index[pos] != wanted] = default
     return out
 
 
@@ -118,19 +128,27 @@ def opened_at(keys: np.ndarray, ts: np.ndarray, opens: pd.DataFrame) -> np.ndarr
     return out
 
 
-def read_accesses(events: pd.DataFrame, files: FileIndex) -> tuple[Accesses, pd.DataFrame]:
+def read_accesses(events: pd.DataFrame, files: FileIndex, reads: pd.DataFrame | None = None
+                  ) -> tuple[Accesses, pd.DataFrame]:
     """Read syscalls that returned bytes at a known offset; also the reads that moved nothing
-    (``file``, ``ret``: 0 at end of file, < 0 failed) or whose offset is unknown."""
-    is_read = events["op"].isin(READ_OPS).to_numpy()
-    pick = None if is_read.all() else is_read  # column by column: never copy the whole table
+    (``file``, ``ret``: 0 at end of file, < 0 failed) or whose offset is unknown.
 
-    def col(name: str) -> np.ndarray:
-        values = _i64(events[name])
+    ``reads``: the read rows apart (a lean trace's ``Trace.reads``); ``events`` then holds the others.
+    """
+    if reads is None:
+        is_read = events["op"].isin(READ_OPS).to_numpy()
+        reads, others = events, events[~is_read]
+        pick = None if is_read.all() else is_read  # column by column: never copy the whole table
+    else:
+        others, pick = events, None
+
+    def col(name: str, convert=_i64) -> np.ndarray:
+        values = convert(reads[name])
         return values if pick is None else values[pick]
 
-    pid, fd, ofd = col("pid"), col("fd"), col("ofd")
-    named = app_files(events[~is_read], files)
-    path = events["path"] if pick is None else events["path"][pick]
+    pid, fd, ofd = col("pid", _ints), col("fd"), col("ofd")
+    named = app_files(others, files)
+    path = reads["path"] if pick is None else reads["path"][pick]
     file = files.lookup(col("dev"), col("ino"), path)
     del path
     todo = file < 0
@@ -141,6 +159,7 @@ def read_accesses(events: pd.DataFrame, files: FileIndex) -> tuple[Accesses, pd.
         opens = named[named["op"] == "open"]
         file[todo] = _lookup_table(_fd_key(_i64(opens["pid"]), _i64(opens["fd"])), opens["file"].to_numpy(),
                                    _fd_key(pid[todo], fd[todo]))
+    del todo, fd
     ret, offset = col("ret"), col("offset")
     moved = (ret > 0) & (offset >= 0)
     idle = pd.DataFrame({"file": file[~moved], "ret": ret[~moved], "offset": offset[~moved]})
@@ -150,10 +169,11 @@ def read_accesses(events: pd.DataFrame, files: FileIndex) -> tuple[Accesses, pd.
         return values if keep is None else values[keep]
 
     # Without the kernel's struct file id, a (pid, fd) pair stands for the open file description.
-    ofd_key = ofd if (ofd != 0).all() else np.where(ofd != 0, ofd, _fd_key(pid, fd) | FD_KEY)
-    opened = opened_at(ofd_key, col("ts_ns"), events[events["op"] == "open"])
+    ofd_key = ofd if (ofd != 0).all() else np.where(ofd != 0, ofd, _fd_key(pid, col("fd")) | FD_KEY)
+    ts = col("ts_ns")
+    opened = opened_at(ofd_key, ts, others[others["op"] == "open"])
     acc = Accesses(
-        ts=kept(col("ts_ns")), pid=kept(pid), tid=kept(col("tid")), file=kept(file), ofd=kept(ofd_key),
+        ts=kept(ts), pid=kept(pid), tid=kept(col("tid", _ints)), file=kept(file), ofd=kept(ofd_key),
         opened=kept(opened), offset=kept(offset), nbytes=kept(ret), latency=kept(col("latency_ns")),
         source=np.full(int(moved.sum()), SOURCE_READ, np.int8))
     return acc, idle

@@ -58,22 +58,29 @@ def _streams(app: Accesses, fuse: Accesses, handles: pd.DataFrame, th: Threshold
     one open file per file) reuses that summary instead of recomputing it.
     """
     orders = BaseOrders(app)
-    task = dense_codes(app.tid, app.file)
-    ofd = dense_codes(app.ofd, app.opened, app.file)
-    plan = (("ofd", ofd, None), ("task", task, None), ("process", dense_codes(app.pid, app.file), task),
-            ("file", dense_codes(app.file), task))
+    file = orders.factor("file")
+    task = dense_codes(orders.factor("tid"), file)
+    ofd = dense_codes(app.ofd, app.opened, file)
+    plan = (("ofd", ofd, None), ("task", task, None), ("process", dense_codes(app.pid, file), task),
+            ("file", dense_codes(file), task))
+    # Open files shared by tasks: their (open file, task) pieces usually are the task streams, so the
+    # task summary comes first and serves both (else the ofd summary serves the task kind below).
+    early = {} if same_partition(*ofd, *task) else \
+        {"task": summarize(app, *task, orders, th, "task", extents=True)}
     done: list[tuple[tuple[np.ndarray, int], pd.DataFrame]] = []
     for kind, (codes, n), sub in plan:
         twin = next((df for (c, m), df in done if same_partition(codes, n, c, m)), None)
-        if twin is not None and kind != "ofd":
+        if kind in early:
+            df = early[kind]
+        elif twin is not None and kind != "ofd":
             df = _relabel(twin, kind, app, codes, n)
         elif kind == "ofd":
-            df = _shared(app, codes, n, orders, th, kind)
+            df = _shared(app, codes, n, orders, th, kind, known=[(task, early["task"])] if early else [])
         else:
             df = summarize(app, codes, n, orders, th, kind, sub=sub)
         df["code"] = np.arange(n)
         done.append(((codes, n), df))
-    del orders, task, ofd, plan
+    del orders, task, ofd, plan, file, early
     frames = [df for _, df in done]
     frames.append(_shared(fuse, fuse.ofd, len(handles), BaseOrders(fuse), th, "fuse_handle"))
     frames[-1]["code"] = np.arange(len(handles))
@@ -94,6 +101,7 @@ def _relabel(twin: pd.DataFrame, kind: str, acc: Accesses, codes: np.ndarray, n:
     first = np.zeros(n, dtype=np.int64)
     first[codes[::-1]] = np.arange(len(codes))[::-1]  # the first row of each group
     df = twin.copy()
+    df.attrs.clear()  # the twin's own per-task pieces stay with the twin (no duplicate rows)
     df["kind"] = kind
     for col, values in (("pid", acc.pid), ("tid", acc.tid), ("ofd", acc.ofd), ("opened", acc.opened),
                         ("file_id", acc.file)):
@@ -101,13 +109,25 @@ def _relabel(twin: pd.DataFrame, kind: str, acc: Accesses, codes: np.ndarray, n:
     return df.drop(columns=[c for c in df.columns if c.startswith(_SHARED_ONLY_PREFIXES) or c == "interleaved"])
 
 
-def _shared(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: Thresholds, kind: str
-            ) -> pd.DataFrame:
+def _shared(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: Thresholds, kind: str,
+            known: list[tuple[tuple[np.ndarray, int], pd.DataFrame]] = ()) -> pd.DataFrame:
     """A kind whose streams several tasks can share (open files, FUSE handles): + replay + interleave.
-    ``attrs["tasks"]``: the tasks' own figures inside each stream."""
-    sub = dense_codes(codes, acc.tid)
-    df = summarize(acc, codes, n, orders, th, kind, sub=sub, replay=True)
-    columns, tasks = interleave.per_task(acc, codes, n, sub, orders, df, th)
+    ``attrs["tasks"]``: the tasks' own figures inside each stream. ``known``: summaries (with
+    ``attrs["extents"]``) whose groups may be the (stream, task) pieces: then no second pass."""
+    sub = dense_codes(codes, orders.factor("tid"))
+    df = summarize(acc, codes, n, orders, th, kind, sub=sub, replay=True, extents=True)
+    pieces = None
+    for (c, m), summary in [((codes, n), df), *known]:
+        if same_partition(*sub, c, m):
+            image = np.zeros(sub[1], dtype=np.int64)
+            image[sub[0]] = c  # piece -> group of that summary
+            pieces = interleave.summarized_pieces(summary, summary.attrs["extents"]).take(image)
+            break
+    for _, summary in [((codes, n), df), *known]:
+        summary.attrs.clear()
+    if pieces is None:
+        pieces = interleave.classify_pieces(acc, *sub, orders, th)
+    columns, tasks = interleave.per_task(codes, n, sub, pieces, df, th)
     df = pd.concat([df, columns], axis=1)
     df.attrs["tasks"] = tasks.assign(kind=kind)
     return df
@@ -179,8 +199,8 @@ def _files_table(files: pd.DataFrame, streams: pd.DataFrame, page_stats: pd.Data
 def _wall_s(trace: Trace, app: Accesses, fuse: Accesses) -> float | None:
     if trace.meta.get("wall_s") is not None:
         return float(trace.meta["wall_s"])
-    stamps = [s for s in (app.ts, fuse.ts, trace.pages["ts_ns"].to_numpy(), trace.events["ts_ns"].to_numpy())
-              if len(s)]
+    tables = (trace.pages, trace.events, *([trace.reads] if trace.reads is not None else []))
+    stamps = [s for s in (app.ts, fuse.ts, *(t["ts_ns"].to_numpy() for t in tables)) if len(s)]
     if not stamps:
         return None
     return (max(int(s.max()) for s in stamps) - min(int(s.min()) for s in stamps)) / 1e9
@@ -231,7 +251,9 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     th = thresholds or Thresholds()
     index = FileIndex(trace.files)
     events = expand_coalesced(trace.events)
-    reads, idle = read_accesses(events, index)
+    lean_reads = expand_coalesced(trace.reads) if trace.reads is not None else None
+    reads, idle = read_accesses(events, index, lean_reads)
+    del lean_reads
     faults = fault_accesses(events, trace.pages, index)
     app = Accesses.concat([reads, faults])
     fuse, handles = fuse_accesses(trace.fuse, index, np.unique(app.file))

@@ -30,49 +30,73 @@ class Replay:
     random_after: np.ndarray  # 1-based access number at which it turned random; 0 = never
 
 
-def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, prev_end: np.ndarray,
+def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, gap: np.ndarray,
            nbytes: np.ndarray, th: Thresholds) -> Replay:
-    """Rows ordered by (group, time); ``starts``: each group's first row; ``prev_end``: the previous
-    read's end (a group's first read: its own offset).
+    """Rows ordered by (group, time); ``starts``: each group's first row; ``gap``: offset minus the
+    previous read's end (a group's first read: 0).
 
     gcsfuse decides the read type when it opens a reader (getReadInfo), i.e. at the first read and at
     every seek: the replay works on those "runs" only, so per-read work is one flag and one cumsum.
+    Runs the whole trace through (every read of a shared handle can be a seek): temporaries are
+    freed as soon as they are used.
     """
     n_groups, n = len(starts), len(offset)
     if n == 0:
         zeros = np.zeros(n_groups, dtype=np.int64)
         return Replay(seeks=zeros, requests=zeros, random_bytes=zeros, random_after=zeros)
-    opens = (offset < prev_end - th.reorder_window) | (offset > prev_end + th.gcsfuse_seek_window)  # seeks ...
+    opens = (gap < -th.reorder_window) | (gap > th.gcsfuse_seek_window)  # seeks ...
     seeks = sorted_sum(starts, opens)
     opens[starts] = True  # ... and each group's first read
     runs = np.flatnonzero(opens)
     del opens
-    run_group = codes[runs]
+    if len(runs) < 2**31:
+        runs = runs.astype(np.int32)
+    span, run_bytes = _run_extent(runs, offset, nbytes)  # views of nbytes when every read is a run
+    run_group = codes if len(runs) == n else codes[runs]
     group_first_run = np.searchsorted(runs, starts)
-    seeks_before = np.arange(len(runs)) - group_first_run[run_group]  # seeks seen when the run opens
-    cum = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(nbytes, out=cum[1:])
-    run_end_row = np.r_[runs[1:], n]
-    bytes_before = cum[runs] - cum[starts[run_group]]
-    run_bytes = cum[run_end_row] - cum[runs]
-    del cum
-    # random once >= 2 seeks with < 8 MiB read per seek on average (integer form of the average test)
-    is_random = (seeks_before >= th.gcsfuse_min_seeks_for_random) & \
-        (bytes_before < th.gcsfuse_max_random_read * seeks_before)
-    average = bytes_before // np.maximum(seeks_before, 1)
-    chunk = np.where(is_random,
-                     np.clip((average // MiB + 1) * MiB, th.gcsfuse_min_random_read, th.gcsfuse_max_random_read),
-                     th.gcsfuse_sequential_read)
-    span = np.maximum.reduceat(offset + nbytes, runs) - offset[runs]
-    requests = sorted_sum(group_first_run, np.maximum(1, -(-span // chunk)))
+    seeks_before = np.arange(len(runs), dtype=runs.dtype)
+    seeks_before -= group_first_run.astype(runs.dtype)[run_group]  # seeks seen when the run opens
+    bytes_before = np.cumsum(run_bytes)
+    bytes_before -= run_bytes
+    bytes_before -= bytes_before[group_first_run][run_group]  # read on the handle before the run
+    # random once >= 2 seeks with < 8 MiB read per seek on average (integer form of the average test:
+    # bytes < seeks * 8 MiB  <=>  bytes // 8 MiB < seeks, without an overflowing product)
+    is_random = bytes_before // th.gcsfuse_max_random_read < seeks_before
+    is_random &= seeks_before >= th.gcsfuse_min_seeks_for_random
+    chunk = bytes_before  # in place from here on: the average read per seek, rounded up to the next MiB
+    chunk //= np.maximum(seeks_before, 1, out=seeks_before)
+    del seeks_before, bytes_before
+    chunk //= MiB
+    chunk += 1
+    chunk *= MiB
+    np.clip(chunk, th.gcsfuse_min_random_read, th.gcsfuse_max_random_read, out=chunk)
+    chunk[~is_random] = th.gcsfuse_sequential_read
+    per_run = span - 1  # ceil(span / chunk) backend requests per run (span >= 1)
+    per_run //= chunk
+    per_run += 1
+    del chunk
+    requests = sorted_sum(group_first_run, np.maximum(1, per_run, out=per_run))
+    del per_run
     random_after = np.zeros(n_groups, dtype=np.int64)
     first_random = np.flatnonzero(is_random)
     if len(first_random):
         first_random = first_random[np.r_[True, run_group[first_random][1:] != run_group[first_random][:-1]]]
         g = run_group[first_random]
         random_after[g] = runs[first_random] - starts[g] + 1
-    return Replay(seeks=seeks, requests=requests, random_bytes=sorted_sum(group_first_run, run_bytes * is_random),
-                  random_after=random_after)
+    random_bytes = sorted_sum(group_first_run, np.where(is_random, run_bytes, 0))
+    return Replay(seeks=seeks, requests=requests, random_bytes=random_bytes, random_after=random_after)
+
+
+def _run_extent(runs: np.ndarray, offset: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per run (rows ``runs[i]`` up to the next run): bytes from its first offset to its furthest end,
+    and bytes read. Every read its own run (a shared handle read in turns): both are the read sizes."""
+    if len(runs) == len(offset):
+        return nbytes, nbytes
+    end = offset + nbytes
+    span = np.maximum.reduceat(end, runs)
+    del end
+    span -= offset[runs]
+    return span, np.add.reduceat(nbytes, runs)
 
 
 def sequential_requests(unique_bytes: np.ndarray, th: Thresholds) -> np.ndarray:

@@ -6,6 +6,8 @@ order (time, offset, latency) inside each group; for < 65,536 groups numpy uses 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -15,15 +17,32 @@ _OFFSET_BITS = 44  # offsets below 16 TiB; code << 44 + end stays inside int64 f
 _DENSE_TABLE = 1 << 24  # combine codes through a lookup table up to this many (code, code) pairs
 
 
-def dense_codes(*keys: np.ndarray) -> tuple[np.ndarray, int]:
-    """One dense code per distinct tuple of keys (each key an int array of equal length)."""
-    codes, uniques = pd.factorize(keys[0])
-    n = len(uniques)
+@dataclass(frozen=True)
+class Factor:
+    """A key numbered 0..n-1 in order of first appearance (``pd.factorize``), kept for reuse."""
+
+    codes: np.ndarray
+    n: int
+
+
+def factor(key: np.ndarray | Factor) -> Factor:
+    if isinstance(key, Factor):
+        return key
+    if len(key) and key.min() == key.max():  # one value (e.g. no reused open-file ids): nothing to hash
+        return Factor(np.zeros(len(key), dtype=np.int32), 1)
+    codes, uniques = pd.factorize(key)
+    return Factor(codes.astype(np.int32) if len(uniques) < 2**31 else codes, len(uniques))
+
+
+def dense_codes(*keys: np.ndarray | Factor) -> tuple[np.ndarray, int]:
+    """One dense code per distinct tuple of keys (each key an int array of equal length, or its Factor)."""
+    first = factor(keys[0])
+    codes, n = first.codes, first.n
     for key in keys[1:]:
-        sub, sub_uniques = pd.factorize(key)
-        packed = codes.astype(np.int64) * len(sub_uniques) + sub
-        if n * len(sub_uniques) <= _DENSE_TABLE:  # no hashing: mark the pairs present, number them
-            present = np.bincount(packed, minlength=n * len(sub_uniques)) > 0
+        sub = factor(key)
+        packed = codes.astype(np.int64) * sub.n + sub.codes
+        if n * sub.n <= _DENSE_TABLE:  # no hashing: mark the pairs present, number them
+            present = np.bincount(packed, minlength=n * sub.n) > 0
             remap = np.cumsum(present) - 1
             codes, n = remap[packed], int(present.sum())
         else:
@@ -41,21 +60,23 @@ def same_partition(a: np.ndarray, n_a: int, b: np.ndarray, n_b: int) -> bool:
     return bool(np.array_equal(image[a], b))
 
 
-def stable_by_group(codes: np.ndarray, n_groups: int, base: np.ndarray) -> np.ndarray:
-    """``base`` (row indices) reordered by group, keeping base order within each group."""
+def stable_by_group(codes: np.ndarray, n_groups: int, base: np.ndarray | None) -> np.ndarray:
+    """``base`` (row indices; None: every row in order) reordered by group, keeping base order within
+    each group."""
     if n_groups <= 1:
-        return base
-    c = codes[base]
+        return np.arange(len(codes), dtype=np.int32 if len(codes) < 2**31 else np.int64) if base is None else base
+    c = codes if base is None else codes[base]
     if n_groups <= np.iinfo(np.uint16).max:
         c = c.astype(np.uint16)
-    return base[np.argsort(c, kind="stable")]
+    order = np.argsort(c, kind="stable")
+    return order if base is None else base[order]
 
 
 def group_bounds(sorted_codes: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
-    """Start index and length of each group in an array sorted by code."""
-    counts = np.bincount(sorted_codes, minlength=n_groups)
-    starts = np.zeros(n_groups, dtype=np.int64)
-    np.cumsum(counts[:-1], out=starts[1:])
+    """Start index and length of each group in an array sorted by code (binary search: no pass over
+    the rows)."""
+    starts = np.searchsorted(sorted_codes, np.arange(n_groups)).astype(np.int64)
+    counts = np.diff(starts, append=len(sorted_codes))
     return starts, counts
 
 

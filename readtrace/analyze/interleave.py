@@ -9,43 +9,73 @@ score = (byte-weighted in-order fraction of the tasks' own streams) - (that of t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
 from readtrace.analyze.accesses import Accesses
 from readtrace.analyze.grouping import group_bounds, group_sum, sorted_sum
-from readtrace.analyze.streams import BaseOrders, classify
+from readtrace.analyze.streams import BaseOrders, classify, group_extents
 from readtrace.analyze.thresholds import Thresholds
 
 
-def per_task(acc: Accesses, codes: np.ndarray, n: int, sub: tuple[np.ndarray, int], orders: BaseOrders,
-             streams: pd.DataFrame, th: Thresholds) -> tuple[pd.DataFrame, pd.DataFrame]:
+@dataclass
+class Pieces:
+    """Per (stream, task) piece: the task's own figures inside one stream."""
+
+    tid: np.ndarray
+    bytes: np.ndarray
+    consecutive: np.ndarray  # byte-weighted fractions
+    sequential: np.ndarray
+    in_order: np.ndarray
+    first_offset: np.ndarray
+    last_end: np.ndarray
+
+    def take(self, index: np.ndarray) -> Pieces:
+        return Pieces(**{name: values[index] for name, values in vars(self).items()})
+
+
+def classify_pieces(acc: Accesses, sub: np.ndarray, n_sub: int, orders: BaseOrders, th: Thresholds) -> Pieces:
+    """The pieces classified on their own."""
+    cl = classify(acc, sub, n_sub, orders)
+    starts, _ = group_bounds(cl.codes, n_sub)
+    nb = cl.nbytes
+    sub_bytes = sorted_sum(starts, nb)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        own = {name: sorted_sum(starts, nb * flag) / sub_bytes
+               for name, flag in (("consecutive", cl.consecutive), ("sequential", cl.sequential),
+                                  ("in_order", cl.in_order(th.interleave_max_gap, th.reorder_window)))}
+    first_offset, last_end = group_extents(cl, starts)
+    return Pieces(tid=acc.tid[cl.order[starts]], bytes=sub_bytes, **own, first_offset=first_offset,
+                  last_end=last_end)
+
+
+def summarized_pieces(df: pd.DataFrame, extents: tuple[np.ndarray, np.ndarray]) -> Pieces:
+    """The pieces as the summary of a kind with the very same groups saw them (no second pass)."""
+    return Pieces(tid=df["tid"].to_numpy(), bytes=df["bytes"].to_numpy(),
+                  consecutive=df["consecutive_fraction"].to_numpy(),
+                  sequential=df["sequential_fraction"].to_numpy(), in_order=df["in_order_fraction"].to_numpy(),
+                  first_offset=extents[0], last_end=extents[1])
+
+
+def per_task(codes: np.ndarray, n: int, sub: tuple[np.ndarray, int], pieces: Pieces, streams: pd.DataFrame,
+             th: Thresholds) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Interleave columns for ``streams`` (one row per code): the tasks' own fractions and the score;
     and the tasks' own figures, one row per (stream, task). ``sub``: codes of the (stream, task) pieces."""
     sub, n_sub = sub
-    cl = classify(acc, sub, n_sub, orders)
-    starts, _ = group_bounds(cl.codes, n_sub)
-    nb = acc.nbytes[cl.order]
     parent = np.zeros(n_sub, dtype=np.int64)
     parent[sub] = codes
-    sub_bytes = sorted_sum(starts, nb)
     with np.errstate(invalid="ignore", divide="ignore"):
-        weight = group_sum(parent, n, sub_bytes)
-        fractions = {}
-        for name, flag in (("consecutive", cl.consecutive), ("sequential", cl.sequential),
-                           ("in_order", cl.in_order(th.interleave_max_gap, th.reorder_window))):
-            own = sorted_sum(starts, nb * flag) / sub_bytes
-            fractions[name] = own
-            fractions[f"task_{name}_fraction"] = group_sum(parent, n, own * sub_bytes) / weight
-    out = pd.DataFrame({k: v for k, v in fractions.items() if k.startswith("task_")})
-    out["min_task_consecutive_fraction"] = pd.Series(fractions["consecutive"]).groupby(parent).min() \
+        weight = group_sum(parent, n, pieces.bytes)
+        out = pd.DataFrame({f"task_{name}_fraction": group_sum(parent, n, getattr(pieces, name) * pieces.bytes)
+                            / weight for name in ("consecutive", "sequential", "in_order")})
+    out["min_task_consecutive_fraction"] = pd.Series(pieces.consecutive).groupby(parent).min() \
         .reindex(range(n)).to_numpy()
     tasks = pd.DataFrame({
-        "code": parent, "tid": acc.tid[cl.order[starts]], "bytes": sub_bytes,
-        "consecutive_fraction": fractions["consecutive"], "sequential_fraction": fractions["sequential"],
-        "in_order_fraction": fractions["in_order"], "first_offset": np.minimum.reduceat(cl.offset, starts)
-        if len(starts) else np.zeros(0, np.int64),
-        "last_end": np.maximum.reduceat(cl.offset + nb, starts) if len(starts) else np.zeros(0, np.int64)})
+        "code": parent, "tid": pieces.tid, "bytes": pieces.bytes, "consecutive_fraction": pieces.consecutive,
+        "sequential_fraction": pieces.sequential, "in_order_fraction": pieces.in_order,
+        "first_offset": pieces.first_offset, "last_end": pieces.last_end})
     merged_in_order = streams["in_order_fraction"].to_numpy()
     out["interleave_score"] = out["task_in_order_fraction"].to_numpy() - merged_in_order
     out["interleaved"] = (

@@ -58,9 +58,10 @@ def attribute(rows: pd.DataFrame, acc: Accesses) -> pd.DataFrame:
         return wanted.iloc[:0].assign(ofd=np.int64(0), opened=np.int64(0), file_id=np.int64(0))
     key = (wanted["tid"].to_numpy().astype(np.int64) << 24) ^ wanted["file"].to_numpy()
     left = pd.DataFrame({"ts": wanted["ts_ns"].to_numpy(), "key": key, "row": np.arange(len(wanted))})
-    mine = np.flatnonzero(np.isin((acc.tid << 24) ^ acc.file, np.unique(key)))  # only these tasks' accesses
+    tid = acc.tid.astype(np.int64)
+    mine = np.flatnonzero(np.isin((tid << 24) ^ acc.file, np.unique(key)))  # only these tasks' accesses
     mine = mine[np.argsort(acc.ts[mine], kind="stable")]
-    right = pd.DataFrame({"ts": acc.ts[mine], "key": (acc.tid[mine] << 24) ^ acc.file[mine],
+    right = pd.DataFrame({"ts": acc.ts[mine], "key": (tid[mine] << 24) ^ acc.file[mine],
                           "ofd": acc.ofd[mine], "opened": acc.opened[mine]})
     joined = pd.merge_asof(left.sort_values("ts", kind="stable"), right, on="ts", by="key",
                            direction="nearest").sort_values("row")

@@ -27,6 +27,8 @@ import pandas as pd
 from readtrace.analyze import gcsfuse
 from readtrace.analyze.accesses import SOURCE_FAULT, Accesses
 from readtrace.analyze.grouping import (
+    Factor,
+    factor,
     first_in_group,
     group_bounds,
     max_overlap,
@@ -42,6 +44,11 @@ from readtrace.analyze.thresholds import Thresholds
 KINDS = ("task", "process", "ofd", "fuse_handle", "file")
 
 
+def _narrow(rows: np.ndarray) -> np.ndarray:
+    """Row indices as int32 where they fit: half the memory of a kept 10 M-row order."""
+    return rows.astype(np.int32) if len(rows) < 2**31 else rows
+
+
 @dataclass
 class BaseOrders:
     """Row orders and per-row values of one Accesses computed once and shared by every stream kind."""
@@ -49,22 +56,37 @@ class BaseOrders:
     acc: Accesses
 
     @cached_property
-    def by_time(self) -> np.ndarray:
+    def time_ordered(self) -> bool:
+        """Whether the accesses already are in time order (then ``by_time`` is None)."""
         ts = self.acc.ts
-        if len(ts) < 2 or bool(np.all(ts[1:] >= ts[:-1])):
-            return np.arange(len(ts))
-        return np.argsort(ts, kind="stable")
+        return len(ts) < 2 or bool(np.all(ts[1:] >= ts[:-1]))
+
+    @cached_property
+    def by_time(self) -> np.ndarray | None:
+        """Rows by time; None when they already are (no identity array kept)."""
+        return None if self.time_ordered else np.argsort(self.acc.ts, kind="stable")
 
     @cached_property
     def by_offset(self) -> np.ndarray:
         """By (file, offset): every stream lies inside one file, so this is offset order per stream."""
-        return np.lexsort((self.acc.offset, self.acc.file))
+        return _narrow(np.lexsort((self.acc.offset, self.acc.file)))
 
     @cached_property
     def timed(self) -> np.ndarray:
         """Rows with a latency, by latency."""
-        rows = np.flatnonzero(self.acc.latency > 0)
+        rows = _narrow(np.flatnonzero(self.acc.latency > 0))
         return rows[np.argsort(self.acc.latency[rows], kind="stable")]
+
+    def factor(self, name: str) -> Factor:
+        """The Accesses column ``name`` factorized once for every kind that groups by it."""
+        factors = self.__dict__.setdefault("_factors", {})
+        if name not in factors:
+            factors[name] = factor(getattr(self.acc, name))
+        return factors[name]
+
+    @cached_property
+    def has_faults(self) -> bool:
+        return bool((self.acc.source == SOURCE_FAULT).any())
 
     @cached_property
     def size_bins(self) -> np.ndarray:
@@ -73,7 +95,7 @@ class BaseOrders:
     @cached_property
     def size_codes(self) -> tuple[np.ndarray, np.ndarray]:
         codes, uniques = pd.factorize(self.acc.nbytes)
-        return codes, np.asarray(uniques)
+        return codes.astype(np.int32) if len(uniques) < 2**31 else codes, np.asarray(uniques)
 
 
 @dataclass
@@ -83,89 +105,104 @@ class Classified:
     order: np.ndarray
     codes: np.ndarray
     offset: np.ndarray
-    prev_end: np.ndarray  # the previous access's end; a group's first access: its own offset
+    nbytes: np.ndarray
+    gap: np.ndarray  # offset - the previous access's end (the stride); a group's first access: 0
     first: np.ndarray
 
     @property
     def consecutive(self) -> np.ndarray:
-        return self.offset == self.prev_end
+        return self.gap == 0
 
     @property
     def sequential(self) -> np.ndarray:
-        return self.offset >= self.prev_end
+        return self.gap >= 0
 
     def seek(self, window: int, reorder: int = 0) -> np.ndarray:
         """Back by more than ``reorder`` or forward by more than ``window`` from the previous end."""
-        return (self.offset < self.prev_end - reorder) | (self.offset > self.prev_end + window)
+        return (self.gap < -reorder) | (self.gap > window)
 
     def in_order(self, max_gap: int, reorder: int = 0) -> np.ndarray:
         """Within [previous end - ``reorder``, previous end + ``max_gap``]."""
-        return (self.offset >= self.prev_end - reorder) & (self.offset <= self.prev_end + max_gap)
+        return (self.gap >= -reorder) & (self.gap <= max_gap)
 
 
 def classify(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders) -> Classified:
     order = stable_by_group(codes, n, orders.by_time)
-    c = codes[order]
-    offset = acc.offset[order]
+    if n <= 1 and orders.time_ordered:  # one stream, already in time order: views, no copies
+        c, offset, nbytes = codes, acc.offset, acc.nbytes
+    else:
+        c, offset, nbytes = codes[order], acc.offset[order], acc.nbytes[order]
     first = first_in_group(c)
-    prev_end = np.empty_like(offset)
+    gap = np.empty_like(offset)
     if len(offset):
-        prev_end[1:] = offset[:-1]
-        prev_end[1:] += acc.nbytes[order[:-1]]
-        prev_end[first] = offset[first]
-    return Classified(order=order, codes=c, offset=offset, prev_end=prev_end, first=first)
+        gap[0] = 0
+        np.subtract(offset[1:], offset[:-1], out=gap[1:])
+        gap[1:] -= nbytes[:-1]
+        gap[first] = 0
+    return Classified(order=order, codes=c, offset=offset, nbytes=nbytes, gap=gap, first=first)
 
 
-def fractions(cl: Classified, starts: np.ndarray, nb: np.ndarray, counts: np.ndarray, nbytes: np.ndarray,
-              th: Thresholds) -> dict[str, np.ndarray]:
+def fractions(cl: Classified, starts: np.ndarray, counts: np.ndarray, nbytes: np.ndarray, th: Thresholds
+              ) -> dict[str, np.ndarray]:
     """consecutive / sequential / random / seek / in-order fractions, byte- and count-weighted."""
     out = {}
+    weighted = np.empty_like(cl.nbytes)  # one buffer for every flag's bytes
     with np.errstate(invalid="ignore", divide="ignore"):
         for name, flag in (("consecutive", cl.consecutive), ("sequential", cl.sequential),
                            ("seek", cl.seek(th.gcsfuse_seek_window, th.reorder_window)),
                            ("in_order", cl.in_order(th.interleave_max_gap, th.reorder_window))):
-            out[f"{name}_fraction"] = sorted_sum(starts, nb * flag) / nbytes
+            np.multiply(cl.nbytes, flag, out=weighted)
+            out[f"{name}_fraction"] = sorted_sum(starts, weighted) / nbytes
             out[f"{name}_count_fraction"] = sorted_sum(starts, flag) / counts
     out["random_fraction"] = 1 - out["sequential_fraction"]
     out["random_count_fraction"] = 1 - out["sequential_count_fraction"]
     return out
 
 
+def group_extents(cl: Classified, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per group: the lowest offset read and the furthest end."""
+    if len(starts) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.minimum.reduceat(cl.offset, starts), np.maximum.reduceat(cl.offset + cl.nbytes, starts)
+
+
 def summarize(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: Thresholds, kind: str,
-              sub: tuple[np.ndarray, int] | None = None, replay: bool = False) -> pd.DataFrame:
+              sub: tuple[np.ndarray, int] | None = None, replay: bool = False, extents: bool = False
+              ) -> pd.DataFrame:
     """One row per stream code 0..n-1 with every per-stream figure.
 
     ``sub``: codes of the (stream, task) pieces, for tasks and concurrency; None when a stream is one task.
+    ``extents``: also ``attrs["extents"]``, each stream's lowest offset and furthest end.
     """
     cl = classify(acc, codes, n, orders)
     starts, counts = group_bounds(cl.codes, n)
-    nb = acc.nbytes[cl.order]
-    nbytes = sorted_sum(starts, nb)
+    nbytes = sorted_sum(starts, cl.nbytes)
     first_rows = cl.order[starts]
     last_rows = cl.order[starts + counts - 1]
     df = pd.DataFrame({
         "kind": kind, "file_id": acc.file[first_rows], "pid": acc.pid[first_rows], "tid": acc.tid[first_rows],
         "ofd": acc.ofd[first_rows], "opened": acc.opened[first_rows], "accesses": counts,
-        "faults": sorted_sum(starts, acc.source[cl.order] == SOURCE_FAULT), "bytes": nbytes,
-        **fractions(cl, starts, nb, counts, nbytes, th),
+        "faults": sorted_sum(starts, acc.source[cl.order] == SOURCE_FAULT) if orders.has_faults
+        else np.zeros(n, dtype=np.int64), "bytes": nbytes,
+        **fractions(cl, starts, counts, nbytes, th),
         "first_ts_ns": acc.ts[first_rows], "last_ts_ns": acc.ts[last_rows],
     })
-    del nb
-    df["top_strides"] = top_values(cl.codes, n, cl.offset - cl.prev_end)
+    df["top_strides"] = top_values(cl.codes, n, cl.gap)
+    if extents:
+        df.attrs["extents"] = group_extents(cl, starts)
     if replay:
-        _add_replay(df, cl, starts, acc, th)
+        _add_replay(df, cl, starts, th)
+    forward_only = bool(cl.sequential.all())
     del cl
-    by_off = stable_by_group(codes, n, orders.by_offset)
-    df["unique_bytes"] = union_length(codes[by_off], n, acc.offset[by_off],
-                                      acc.offset[by_off] + acc.nbytes[by_off]).astype(np.int64)
-    del by_off
+    df["unique_bytes"] = nbytes if forward_only else _unique_bytes(acc, codes, n, orders)
     df["reread_amplification"] = df["bytes"] / df["unique_bytes"].where(df["unique_bytes"] > 0)
     if replay:
         df["gcsfuse_sequential_requests"] = gcsfuse.sequential_requests(df["unique_bytes"].to_numpy(), th)
     timed = stable_by_group(codes, n, orders.timed) if len(orders.timed) else orders.timed
+    timed_codes, latency = codes[timed], acc.latency[timed]
     for q in (50, 99):
-        df[f"latency_p{q}_us"] = quantiles(codes[timed], n, acc.latency[timed], q / 100) / 1e3
-    del timed
+        df[f"latency_p{q}_us"] = quantiles(timed_codes, n, latency, q / 100) / 1e3
+    del timed, timed_codes, latency
     hist = np.bincount(codes.astype(np.int64) * len(LABELS) + orders.size_bins,
                        minlength=n * len(LABELS)).reshape(n, len(LABELS))
     df["size_hist"] = [dict(zip(LABELS, row.tolist(), strict=True)) for row in hist]
@@ -173,6 +210,16 @@ def summarize(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: 
     df["top_sizes"] = top_values(codes, n, sizes, k=4, value_codes=size_codes)
     df["tasks"], df["concurrency"] = _tasks(acc, codes, n, sub)
     return df
+
+
+def _unique_bytes(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders) -> np.ndarray:
+    """Bytes of the union of each stream's reads (rows in offset order per stream).
+    (Streams that only move forward read disjoint ranges: their union is their bytes, no sort.)"""
+    by_off = stable_by_group(codes, n, orders.by_offset)
+    offset = acc.offset[by_off]
+    end = acc.nbytes[by_off]
+    end += offset
+    return union_length(codes[by_off], n, offset, end).astype(np.int64)
 
 
 def _tasks(acc: Accesses, codes: np.ndarray, n: int, sub: tuple[np.ndarray, int] | None
@@ -191,8 +238,8 @@ def _tasks(acc: Accesses, codes: np.ndarray, n: int, sub: tuple[np.ndarray, int]
     return np.bincount(parent, minlength=n).astype(np.int64), max_overlap(parent, n, start, stop)
 
 
-def _add_replay(df: pd.DataFrame, cl: Classified, starts: np.ndarray, acc: Accesses, th: Thresholds) -> None:
-    r = gcsfuse.replay(cl.codes, starts, cl.offset, cl.prev_end, acc.nbytes[cl.order], th)
+def _add_replay(df: pd.DataFrame, cl: Classified, starts: np.ndarray, th: Thresholds) -> None:
+    r = gcsfuse.replay(cl.codes, starts, cl.offset, cl.gap, cl.nbytes, th)
     df["gcsfuse_seeks"] = r.seeks
     df["gcsfuse_requests"] = r.requests
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -13,8 +13,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import pyarrow as pa
-
 from readtrace.analyze import Thresholds, analyze
 from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.trace import load_trace, newest_trace
@@ -47,8 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
     thresholds = Thresholds().override(args.threshold)
     html_out, perfetto_out = _output(args.html, args.force), _output(args.perfetto, args.force)
-    trace = load_trace(args.trace or newest_trace())
-    pa.default_memory_pool().release_unused()  # Arrow keeps freed read buffers: hand them back first
+    trace = load_trace(args.trace or newest_trace(), lean=True)
     a = analyze(trace, thresholds)
     if html_out:
         html.write_html(a, html_out)

@@ -19,12 +19,14 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from readtrace.errors import ReadtraceError, TraceError
-from readtrace.trace.schema import TABLES, default_for
+from readtrace.trace.schema import READ_COLUMNS, READ_OPS, TABLES, default_for
 
 FORMAT_NAME = "readtrace-trace"
 FORMAT_VERSION = 1
@@ -34,7 +36,11 @@ META_FILE = "meta.json"
 
 @dataclass
 class Trace:
-    """A loaded trace: ``meta`` dict and one DataFrame per table."""
+    """A loaded trace: ``meta`` dict and one DataFrame per table.
+
+    ``reads`` is None except after ``load_trace(lean=True)``: then it holds the read syscalls
+    (``READ_OPS``, only ``READ_COLUMNS``) and ``events`` every other event.
+    """
 
     meta: dict
     events: pd.DataFrame
@@ -42,6 +48,7 @@ class Trace:
     fuse: pd.DataFrame
     files: pd.DataFrame
     path: Path | None = field(default=None)
+    reads: pd.DataFrame | None = field(default=None)
 
 
 def _to_table(name: str, data) -> pa.Table:
@@ -170,25 +177,113 @@ def _read_meta(path: Path) -> dict:
     return meta
 
 
-def _read_table(path: Path, name: str, expected_rows: int | None) -> pd.DataFrame:
+def _open_table(path: Path, name: str, expected_rows: int | None, lean: bool) -> pq.ParquetFile:
+    """The table's Parquet file, checked against meta.json (rows) and the schema (columns).
+    ``lean``: text columns come dictionary-encoded (pandas categoricals)."""
     file = path / f"{name}.parquet"
     if not file.exists():
         raise TraceError(f"{path}: truncated trace: {file.name} is missing")
+    strings = [f.name for f in TABLES[name] if pa.types.is_string(f.type)]
     try:
-        table = pq.read_table(file)
+        parquet = pq.ParquetFile(file, read_dictionary=strings if lean else None)
     except (pa.ArrowException, OSError) as e:
         raise TraceError(f"{path}: corrupt trace: {file.name}: {e}") from e
-    if expected_rows is not None and table.num_rows != expected_rows:
-        raise TraceError(f"{path}: truncated trace: {file.name} has {table.num_rows} rows, "
-                         f"meta says {expected_rows}")
-    missing = set(TABLES[name].names) - set(table.column_names)
+    rows = parquet.metadata.num_rows
+    if expected_rows is not None and rows != expected_rows:
+        raise TraceError(f"{path}: truncated trace: {file.name} has {rows} rows, meta says {expected_rows}")
+    missing = set(TABLES[name].names) - set(parquet.schema_arrow.names)
     if missing:
         raise TraceError(f"{path}: corrupt trace: {file.name} lacks columns {sorted(missing)}")
-    return table.select(TABLES[name].names).cast(TABLES[name]).to_pandas()
+    return parquet
 
 
-def load_trace(path: str | os.PathLike) -> Trace:
-    """Read a trace directory; raises TraceError (one clear line) when it cannot be used."""
+def _target_schema(name: str, columns=None, lean: bool = False) -> pa.Schema:
+    """The table's schema (or its ``columns``); lean: text dictionary-encoded."""
+    fields = [TABLES[name].field(c) for c in (columns or TABLES[name].names)]
+    if lean:
+        fields = [f.with_type(pa.dictionary(pa.int32(), f.type)) if pa.types.is_string(f.type) else f
+                  for f in fields]
+    return pa.schema(fields)
+
+
+def _frame(table: pa.Table, schema: pa.Schema) -> pd.DataFrame:
+    """Arrow -> pandas, each column freed once converted (no second copy of the table at peak)."""
+    return table.select(schema.names).cast(schema).to_pandas(self_destruct=True, split_blocks=True)
+
+
+def _read_all(path: Path, name: str, read, *args):
+    """Run ``read(*args)``; Parquet errors while reading become one-line TraceErrors."""
+    try:
+        return read(*args)
+    except (pa.ArrowException, OSError) as e:
+        raise TraceError(f"{path}: corrupt trace: {name}.parquet: {e}") from e
+
+
+def _is_read(op: pa.ChunkedArray) -> np.ndarray:
+    """Whether each row is a read syscall, from the dictionary-encoded ``op`` column."""
+    op = op.combine_chunks()
+    hit = pc.is_in(op.dictionary, value_set=pa.array(READ_OPS))
+    return pc.fill_null(pc.take(hit, op.indices), False).to_numpy(zero_copy_only=False)
+
+
+def _gather(parquet: pq.ParquetFile, picks: list[tuple[int, np.ndarray | None]], schema: pa.Schema
+            ) -> pd.DataFrame:
+    """The rows ``picks`` selects ((row group, row mask or None for all of them)) as a DataFrame.
+
+    One row group at a time into numpy columns allocated once: the peak is the result plus one row
+    group, not two copies of the table (Arrow's and pandas'). Numeric nulls become 0 (the recorder
+    writes none; a full load gives NaN there, which the analysis reads as 0 too). Text stays
+    dictionary-encoded: pandas categoricals."""
+    n = sum(parquet.metadata.row_group(i).num_rows if m is None else int(m.sum()) for i, m in picks)
+    numeric = {f.name: np.empty(n, dtype=f.type.to_pandas_dtype()) for f in schema
+               if not pa.types.is_dictionary(f.type)}
+    text: dict[str, list] = {f.name: [] for f in schema if pa.types.is_dictionary(f.type)}
+    start = 0
+    for i, mask in picks:
+        group = parquet.read_row_group(i, columns=schema.names).cast(schema)
+        if mask is not None:
+            group = group.filter(mask)
+        stop = start + group.num_rows
+        for name, out in numeric.items():
+            out[start:stop] = pc.fill_null(group.column(name), 0).to_numpy()
+        for name, chunks in text.items():
+            chunks.extend(group.column(name).chunks)
+        start = stop
+        del group
+    columns = {**numeric, **{name: pa.chunked_array(chunks, type=schema.field(name).type).to_pandas()
+                             for name, chunks in text.items()}}
+    return pd.DataFrame({name: columns[name] for name in schema.names}, copy=False)
+
+
+def _load_table(path: Path, name: str, expected_rows: int | None, lean: bool) -> pd.DataFrame:
+    parquet = _open_table(path, name, expected_rows, lean)
+    schema = _target_schema(name, lean=lean)
+    return _frame(_read_all(path, name, parquet.read, schema.names), schema)
+
+
+def _split_reads(parquet: pq.ParquetFile) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(read syscalls with READ_COLUMNS, every other event), row group by row group. Row groups of
+    reads only (the bulk of a trace) are read with READ_COLUMNS only."""
+    masks = [_is_read(parquet.read_row_group(i, columns=["op"]).column(0)) for i in range(parquet.num_row_groups)]
+    reads = [(i, None if m.all() else m) for i, m in enumerate(masks) if m.any()]
+    others = [(i, None if not m.any() else ~m) for i, m in enumerate(masks) if not m.all()]
+    return (_gather(parquet, reads, _target_schema("events", READ_COLUMNS, lean=True)),
+            _gather(parquet, others, _target_schema("events", lean=True)))
+
+
+def _load_events_lean(path: Path, expected_rows: int | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(reads, other events) of a lean load."""
+    parquet = _open_table(path, "events", expected_rows, lean=True)
+    return _read_all(path, "events", _split_reads, parquet)
+
+
+def load_trace(path: str | os.PathLike, lean: bool = False) -> Trace:
+    """Read a trace directory; raises TraceError (one clear line) when it cannot be used.
+
+    ``lean`` (for the analysis of big traces): text columns as pandas categoricals, and the read
+    syscalls apart in ``trace.reads`` with only ``READ_COLUMNS``; ``trace.events`` then holds every
+    other event. Read row group by row group: the whole events table is never in memory at once.
+    """
     path = Path(path)
     if not path.exists():
         raise TraceError(f"{path}: no such trace")
@@ -196,8 +291,16 @@ def load_trace(path: str | os.PathLike) -> Trace:
         raise TraceError(f"{path}: not a readtrace trace (expected a {SUFFIX} directory)")
     meta = _read_meta(path)
     rows = meta.get("rows", {})
-    frames = {name: _read_table(path, name, rows.get(name)) for name in TABLES}
-    return Trace(meta=meta, path=path, **frames)
+    reads = None
+    if lean:
+        reads, events = _load_events_lean(path, rows.get("events"))
+    else:
+        events = _load_table(path, "events", rows.get("events"), lean=False)
+    frames = {name: _load_table(path, name, rows.get(name), lean=lean and name != "files")
+              for name in TABLES if name != "events"}
+    if lean:
+        pa.default_memory_pool().release_unused()  # Arrow keeps freed read buffers: hand them back
+    return Trace(meta=meta, path=path, events=events, reads=reads, **frames)
 
 
 def newest_trace(directory: str | os.PathLike = ".") -> Path:

@@ -14,6 +14,11 @@ EVENT_OPS = (
     "open", "close", "dup", "read", "pread", "readv", "preadv", "mmap", "munmap", "lseek",
     "fadvise", "readahead", "fork", "exec", "exit", "thread",
 )
+# The read syscalls: the bulk of a trace. A lean load (``load_trace(lean=True)``) keeps them apart with
+# only READ_COLUMNS, the columns a read needs (open-file, file and byte range, time, latency).
+READ_OPS = ("read", "pread", "readv", "preadv")
+READ_COLUMNS = ("ts_ns", "pid", "tid", "fd", "ofd", "path", "dev", "ino", "offset", "size", "ret", "latency_ns",
+                "count")
 PAGE_OPS = ("fault", "map_pages", "get_pages", "miss", "sync_ra", "async_ra")
 
 # events: the application (syscall) view.
