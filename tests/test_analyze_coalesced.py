@@ -35,7 +35,7 @@ def test_expand_leaves_uncoalesced_traces_alone():
 
 
 def test_a_merged_4k_storm_is_still_small_requests():
-    trace = make_trace(events=_storm(20), files=files_frame("/n/f", 40 * 4 * KiB, "fuse.gcsfuse", dev=50, ino=9))
+    trace = make_trace(events=_storm(20), files=files_frame("/n/f", 1 << 30, "fuse.gcsfuse", dev=50, ino=9))
     a = analyze(trace)
     assert "SMALL_REQUESTS" in codes(a)
     f = only(a, "SMALL_REQUESTS")

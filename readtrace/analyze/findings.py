@@ -112,19 +112,28 @@ def random_on_fuse_handle(a: Analysis) -> list[Finding]:
 
 
 def small_requests(a: Analysis) -> list[Finding]:
+    """Many reads under 1 MiB on a file big enough to be read in large ones (a 300 KiB .py file read in
+    8 KiB pieces is not a finding)."""
     th = a.thresholds
     reads = a.app.source == SOURCE_READ
     file, nbytes = a.app.file[reads], a.app.nbytes[reads]
+    ids = a.files.index.to_numpy()  # file ids (the table is filtered and sorted)
+    n_ids = int(max(ids.max(initial=-1), file.max(initial=-1))) + 1
+    total = np.bincount(file, minlength=n_ids)[ids]
+    small_count = np.bincount(file[nbytes < th.small_request_size], minlength=n_ids)[ids]
+    big_enough = np.maximum(a.files["size"].to_numpy(), a.files["bytes_read"].to_numpy()) >= \
+        th.small_request_min_file_bytes
+    flagged = (total >= th.small_request_min_count) & big_enough & \
+        (small_count > th.small_request_fraction * np.maximum(total, 1))
     out = []
-    for file_id, row in a.files.iterrows():
+    for pos in np.flatnonzero(flagged):
+        row, file_id = a.files.iloc[pos], ids[pos]
         sizes = nbytes[file == file_id]
-        small = int((sizes < th.small_request_size).sum())
-        if len(sizes) < th.small_request_min_count or small / len(sizes) <= th.small_request_fraction:
-            continue
+        small, count = int(small_count[pos]), int(total[pos])
         prof = fs_profile(row["fstype"])
         out.append(Finding(
             "SMALL_REQUESTS", "warn" if prof.remote else "info",
-            f"{small} of {len(sizes)} reads of {row['path']} ({fmt_pct(small / len(sizes))}) are smaller than "
+            f"{small} of {count} reads of {row['path']} ({fmt_pct(small / count)}) are smaller than "
             f"{fmt_bytes(th.small_request_size)} (median {fmt_bytes(np.median(sizes))}) on "
             f"{_fs_note(row['fstype'])}",
             evidence=[f"sizes: {_hist_line(row['size_hist'])}", f"top sizes (bytes, count): {row['top_sizes']}"],

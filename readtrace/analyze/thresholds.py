@@ -37,6 +37,7 @@ class Thresholds:
     small_request_size: int = 1 * MiB
     small_request_fraction: float = 0.1
     small_request_min_count: int = 16
+    small_request_min_file_bytes: int = 16 * MiB  # smaller files cannot be read in large requests anyway
     # mmap page faults
     mmap_fault_min_count: int = 256
     # page cache
