@@ -116,6 +116,7 @@ def small_requests(a: Analysis) -> list[Finding]:
     8 KiB pieces is not a finding)."""
     th = a.thresholds
     reads = a.app.source == SOURCE_READ
+    reads &= a.app.file >= 0  # -1: a file the trace could not name
     file, nbytes = a.app.file[reads], a.app.nbytes[reads]
     ids = a.files.index.to_numpy()  # file ids (the table is filtered and sorted)
     n_ids = int(max(ids.max(initial=-1), file.max(initial=-1))) + 1
