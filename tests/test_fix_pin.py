@@ -15,6 +15,7 @@ import os
 import pytest
 from conftest import fuse_available, require
 
+from readtrace.fix import startup
 from readtrace.fix.evict import evict
 from readtrace.fix.pin import PinnedFile
 from readtrace.fix.prefetch import prefetch
@@ -96,3 +97,33 @@ def test_pin_of_an_empty_or_missing_file_is_harmless(tmp_path):
     assert missing.error and missing.pin(0, 4096) is False
     pinned.release()
     missing.release()
+
+
+def locked_kib() -> int:
+    with open("/proc/self/status", encoding="ascii") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmLck:"))
+
+
+def test_shim_releases_the_pin_once_the_file_is_loaded(tmp_path, monkeypatch):
+    """Start-up prefetch holds its pins; the shim's release after a load unlocks exactly that file."""
+    require(os.geteuid() == 0, "needs root: RLIMIT_MEMLOCK would refuse to lock 2 x 4 MiB")
+    paths = []
+    for name in ("a.bin", "b.bin"):
+        (tmp_path / name).write_bytes(os.urandom(4 << 20))
+        paths.append(str(tmp_path / name))
+    monkeypatch.setattr(startup, "_cache_kept", lambda path: True)
+    monkeypatch.setattr(startup, "_HELD", [])
+    before = locked_kib()
+    env = {"READTRACE_FIX": "prefetch", "READTRACE_PREFETCH_FILES": os.pathsep.join(paths)}
+    startup.prefetch_at_start(env)
+    try:
+        assert env["READTRACE_PREFETCHED"] == os.pathsep.join(paths)
+        assert locked_kib() - before == 2 * 4096
+        startup.release_pin(paths[0])
+        assert locked_kib() - before == 4096
+        startup.release_pin(paths[0])  # idempotent
+        assert locked_kib() - before == 4096
+    finally:
+        for pins in startup._HELD:
+            pins.release()
+    assert locked_kib() == before

@@ -15,7 +15,7 @@ import ctypes
 import mmap
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DEFAULT_HOLD_S = 300.0
 MAX_SHARE_OF_AVAILABLE = 0.5
@@ -38,6 +38,7 @@ class PinnedFile:
     addr: int | None
     pinned_bytes: int = 0
     error: str | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
     def map(cls, path: str) -> PinnedFile:
@@ -70,10 +71,11 @@ class PinnedFile:
         return True
 
     def release(self) -> None:
-        """Unlock and unmap (munmap drops the locks); idempotent."""
-        if self.addr is not None:
-            _libc.munmap(self.addr, self.size)
-            self.addr = None
+        """Unlock and unmap (munmap drops the locks); idempotent and safe against a racing timer."""
+        with self._lock:
+            if self.addr is not None:
+                _libc.munmap(self.addr, self.size)
+                self.addr = None
 
 
 class Pins:

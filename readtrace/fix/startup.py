@@ -48,6 +48,14 @@ def prefetch_at_start(env=os.environ) -> None:
                 "pinned_bytes": result.pinned_bytes, "pin_note": result.pin_note, "pid": os.getpid()})
 
 
+def release_pin(path: str) -> None:
+    """``path`` has been loaded: its prefetched pages need not stay locked any longer."""
+    for pins in _HELD:
+        for pinned in pins.files:
+            if os.path.abspath(pinned.path) == os.path.abspath(path):
+                pinned.release()
+
+
 def already_prefetched(path: str, env=os.environ) -> bool:
     return path in env.get("READTRACE_PREFETCHED", "").split(os.pathsep)
 
