@@ -56,10 +56,11 @@ def test_fix_removes_the_shared_handle_penalty(lab, pattern):
     assert result.diff.all_identical and result.diff.count == tensors
     # baseline: every jump on the shared handle reopens a backend stream; fixed: the start-up prefetch
     # reads the file once, sequentially, on a few own handles, and the load hits the page cache.
-    # (the fixed run is usually 5 streams: the probe and 4 prefetch threads; now and then the kernel
-    # drops part of the prefetched cache before the load reads it, so allow a margin)
+    # The prefetched pages are pinned until the load used them (proactive reclaim, e.g. this VM's
+    # kdamond, cannot drop them in between), so the loader itself opens no stream: only the
+    # residency probe, the header and the 4 prefetch threads do.
     assert streams["baseline"] > 30
-    assert streams["fixed"] * 2 < streams["baseline"]
+    assert streams["fixed"] <= 8, streams
 
 
 def test_compare_names_a_mount_that_drops_the_cache(tmp_path):

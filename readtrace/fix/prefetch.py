@@ -14,10 +14,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.fix.fileio import MiB, open_fd, read_into
+from readtrace.fix.pin import Pins, fits_in_memory
 from readtrace.fix.spans import Piece, split_pieces
 
 DEFAULT_CHUNK_BYTES = 16 * MiB
@@ -33,6 +34,12 @@ class PrefetchResult:
     seconds: float
     local_rank: int = 0
     local_world_size: int = 1
+    pins: Pins | None = field(default=None, compare=False, repr=False)  # held pages (pin=True)
+    pin_note: str = ""  # why nothing or not everything was pinned
+
+    @property
+    def pinned_bytes(self) -> int:
+        return self.pins.pinned_bytes if self.pins else 0
 
     @property
     def gbps(self) -> float:
@@ -46,12 +53,15 @@ def prefetch(
     threads: int = DEFAULT_THREADS,
     progress: bool | None = None,
     distributed: bool | None = None,
+    pin: bool = False,
 ) -> PrefetchResult:
     """Read ``paths`` once, sequentially, so that later loads hit the page cache.
 
     ``progress``: a progress bar on stderr (default: when stderr is a terminal). ``distributed``:
     split over local ranks (default: when LOCAL_RANK/LOCAL_WORLD_SIZE are set and torch.distributed
-    is initialised; then every rank must call prefetch with the same paths).
+    is initialised; then every rank must call prefetch with the same paths). ``pin``: lock each
+    range in memory right after reading it (``readtrace.fix.pin``), so proactive reclaim cannot drop
+    it before the loader uses it; call ``result.pins.release()`` (or ``.hold(s)``) when done.
     """
     if chunk_bytes <= 0 or threads <= 0:
         raise ReadtraceError("chunk_bytes and threads must be positive", ExitStatus.USAGE)
@@ -61,14 +71,28 @@ def prefetch(
     mine = split_pieces(pieces, world)[rank] if world > 1 else pieces
     shares = split_pieces(mine, threads)
     total = sum(end - start for _, start, end in mine)
+    pins, pin_note = _pins_for(mine, total) if pin else (None, "")
     show = sys.stderr.isatty() if progress is None else progress
     started = time.perf_counter()
-    with _progress_bar(total, show) as advance, ThreadPoolExecutor(max(len(shares), 1)) as pool:
-        futures = [pool.submit(_read_share, share, chunk_bytes, advance) for share in shares]
-        done = sum(f.result() for f in futures)
+    try:
+        with _progress_bar(total, show) as advance, ThreadPoolExecutor(max(len(shares), 1)) as pool:
+            futures = [pool.submit(_read_share, share, chunk_bytes, advance, pins) for share in shares]
+            done = sum(f.result() for f in futures)
+    except BaseException:
+        if pins is not None:
+            pins.release()
+        raise
     if world > 1:
         _barrier()
-    return PrefetchResult(len(pieces), done, time.perf_counter() - started, rank, world)
+    if pins is not None:
+        pin_note = "; ".join(pins.errors)
+    return PrefetchResult(len(pieces), done, time.perf_counter() - started, rank, world, pins, pin_note)
+
+
+def _pins_for(pieces: list[Piece], total: int) -> tuple[Pins | None, str]:
+    if not fits_in_memory(total):
+        return None, f"not pinned: {total} bytes are more than half of MemAvailable"
+    return Pins.for_paths(list(dict.fromkeys(path for path, _, _ in pieces))), ""
 
 
 def local_rank_and_size() -> tuple[int, int]:
@@ -81,16 +105,19 @@ def local_rank_and_size() -> tuple[int, int]:
     return (rank, world) if 0 <= rank < world else (0, 1)
 
 
-def _read_share(share: list[Piece], chunk_bytes: int, advance: Callable[[int], None]) -> int:
+def _read_share(share: list[Piece], chunk_bytes: int, advance: Callable[[int], None], pins: Pins | None) -> int:
     buf = memoryview(bytearray(chunk_bytes))
     done = 0
     for path, start, end in share:
+        pinned = pins.get(path) if pins is not None else None
         with open_fd(path) as fd:
             pos = start
             while pos < end:
                 n = read_into(fd, buf[:min(chunk_bytes, end - pos)], pos, chunk_bytes=chunk_bytes)
                 if n == 0:
                     break  # the file shrank: nothing more to cache
+                if pinned is not None:
+                    pinned.pin(pos, pos + n)
                 pos += n
                 advance(n)
         done += pos - start

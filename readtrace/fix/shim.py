@@ -32,7 +32,7 @@ from readtrace.fix.fsinfo import is_remote
 from readtrace.fix.header import read_header
 from readtrace.fix.manifest import append_lines, tensor_record
 from readtrace.fix.residency import cache_survives_open
-from readtrace.fix.startup import already_prefetched
+from readtrace.fix.startup import already_prefetched, release_pin
 from readtrace.fix.strategies import STRATEGIES
 
 
@@ -114,6 +114,7 @@ def load_file(filename, device="cpu", *args, **kwargs):
                 try:
                     tensors = loader.load_file(path, device, chunk_bytes=_STATE.config.chunk_bytes,
                                                threads=_STATE.config.threads)
+                    release_pin(path)
                 except ReadtraceError as e:
                     fallback = str(e)
                     tensors = original(filename, device, *args, **kwargs)
@@ -218,6 +219,7 @@ class _Handle:
             try:
                 self._tensors = loader.load_file(self._path, self._device, chunk_bytes=_STATE.config.chunk_bytes,
                                                  threads=_STATE.config.threads)
+                release_pin(self._path)
             except ReadtraceError as e:  # e.g. no GPU: the original handle serves every tensor
                 self._fallback, self._header = str(e), None
                 self._inner = _STATE.originals["safe_open"](self._path, "pt", self._device)

@@ -13,8 +13,11 @@ import time
 
 from readtrace.errors import ReadtraceError
 from readtrace.fix.fsinfo import is_remote
+from readtrace.fix.pin import DEFAULT_HOLD_S, Pins
 from readtrace.fix.prefetch import DEFAULT_THREADS, prefetch
 from readtrace.fix.residency import cache_survives_open
+
+_HELD: list[Pins] = []  # prefetched pages locked in memory until their hold time ends or we exit
 
 
 def prefetch_at_start(env=os.environ) -> None:
@@ -29,16 +32,28 @@ def prefetch_at_start(env=os.environ) -> None:
         return
     started = time.perf_counter()
     try:
+        hold_s = float(env.get("READTRACE_PREFETCH_PIN_S", DEFAULT_HOLD_S))
         result = prefetch(files, threads=int(env.get("READTRACE_PREFETCH_THREADS", DEFAULT_THREADS)),
-                          progress=False, distributed=False)
+                          progress=False, distributed=False, pin=hold_s > 0)
     except ReadtraceError as e:
         _note(env, {"event": "call", "call": "prefetch", "strategy": strategy, "seconds": 0.0,
                     "error": str(e), "pid": os.getpid()})
         return
+    if result.pins is not None:
+        result.pins.hold(hold_s)
+        _HELD.append(result.pins)
     env["READTRACE_PREFETCHED"] = os.pathsep.join(files)
     _note(env, {"event": "call", "call": "prefetch", "file": os.pathsep.join(files), "strategy": strategy,
                 "seconds": time.perf_counter() - started, "bytes": result.bytes_read, "tensors": 0,
-                "pid": os.getpid()})
+                "pinned_bytes": result.pinned_bytes, "pin_note": result.pin_note, "pid": os.getpid()})
+
+
+def release_pin(path: str) -> None:
+    """``path`` has been loaded: its prefetched pages need not stay locked any longer."""
+    for pins in _HELD:
+        for pinned in pins.files:
+            if os.path.abspath(pinned.path) == os.path.abspath(path):
+                pinned.release()
 
 
 def already_prefetched(path: str, env=os.environ) -> bool:
