@@ -26,13 +26,9 @@ BPF_HASH(mmaps, struct map_key, struct map_val, 65536);   /* file mappings, for 
  * open that created the same struct file. Rarer calls carry dev/ino themselves. */
 static __always_inline int io_enter_at(u16 kind, s32 fd, s64 offset, s64 size, s64 arg, int use_pos)
 {
-    u32 tid = current_tid();
-    struct inflight *f = inflight_claim(tid);
+    struct inflight *f = inflight_begin(kind);
     if (!f)
         return 0;
-    f->tid = tid;
-    f->ts_ns = bpf_ktime_get_ns();
-    f->kind = kind;
     f->fd = fd;
     f->size = size;
     f->arg = arg;
@@ -152,7 +148,6 @@ static __always_inline int io_exit(struct inflight *f, u32 tid, s64 ret)
 
 static __always_inline int munmap_enter(u64 addr, u64 len)
 {
-    u32 tid;
     struct map_key k = {};
     struct map_val *v;
     struct inflight *f;
@@ -161,13 +156,9 @@ static __always_inline int munmap_enter(u64 addr, u64 len)
     v = mmaps.lookup(&k);
     if (!v)
         return 0;                             /* not a file mapping we saw */
-    tid = current_tid();
-    f = inflight_claim(tid);
+    f = inflight_begin(RT_MUNMAP);
     if (!f)
         return 0;
-    f->tid = tid;
-    f->ts_ns = bpf_ktime_get_ns();
-    f->kind = RT_MUNMAP;
     f->fd = -1;
     f->ofd = v->ofd;
     f->ino = v->ino;
@@ -188,13 +179,9 @@ static __always_inline int close_enter(s32 fd)
 /* open*: the path is read at sys_exit (the user string is still there), with the new file's identity. */
 static __always_inline int open_enter(u64 filename, s64 flags)
 {
-    u32 tid = current_tid();
-    struct inflight *f = inflight_claim(tid);
+    struct inflight *f = inflight_begin(RT_OPEN);
     if (!f)
         return 0;
-    f->tid = tid;
-    f->ts_ns = bpf_ktime_get_ns();
-    f->kind = RT_OPEN;
     f->ptr = filename;
     f->arg = flags;
     return 0;

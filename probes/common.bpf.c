@@ -59,6 +59,19 @@ static __always_inline struct inflight *inflight_claim(u32 tid)
     return f;
 }
 
+/* Claim the current thread's slot for a syscall of ``kind`` starting now (NULL: unavailable). */
+static __always_inline struct inflight *inflight_begin(u16 kind)
+{
+    u32 tid = current_tid();
+    struct inflight *f = inflight_claim(tid);
+    if (!f)
+        return 0;
+    f->tid = tid;
+    f->ts_ns = bpf_ktime_get_ns();
+    f->kind = kind;
+    return f;
+}
+
 /* The current thread's in-flight syscall, or NULL (not ours: never started, or taken over). */
 static __always_inline struct inflight *inflight_mine(u32 tid)
 {

@@ -163,12 +163,10 @@ def test_missing_file_is_bad_input(tmp_path):
     assert getattr(err.value, "exit_code", None) == ExitStatus.BAD_INPUT
 
 
-def test_file_shrinking_during_load_is_reported(tmp_path, monkeypatch):
-    """Data that disappears after the header was validated is a clear error, not a crash."""
+def _truncate_after_header(monkeypatch, path):
+    """Make the file lose its data right after the loader validated the header."""
     import readtrace.fix.loader as loader
 
-    path = tmp_path / "m.safetensors"
-    save_file({"w": torch.randn(4096)}, path)
     original = loader.read_header
 
     def read_then_truncate(fd, p):
@@ -177,6 +175,13 @@ def test_file_shrinking_during_load_is_reported(tmp_path, monkeypatch):
         return header
 
     monkeypatch.setattr(loader, "read_header", read_then_truncate)
+
+
+def test_file_shrinking_during_load_is_reported(tmp_path, monkeypatch):
+    """Data that disappears after the header was validated is a clear error, not a crash."""
+    path = tmp_path / "m.safetensors"
+    save_file({"w": torch.randn(4096)}, path)
+    _truncate_after_header(monkeypatch, path)
     with pytest.raises(CheckpointFormatError, match="truncated while reading"):
         load_file(path)
 
@@ -259,20 +264,11 @@ def test_mapped_tensors_are_private_and_outlive_the_fd(tmp_path):
 
 
 def test_mapped_load_reports_shrinking_and_bad_mode(tmp_path, monkeypatch):
-    import readtrace.fix.loader as loader
-
     path = tmp_path / "m.safetensors"
     save_file({"w": torch.randn(4096)}, path)
     with pytest.raises(Exception) as err:
         load_file(path, cpu_storage="lazy")
     assert getattr(err.value, "exit_code", None) == ExitStatus.USAGE
-    original = loader.read_header
-
-    def read_then_truncate(fd, p):
-        header = original(fd, p)
-        os.truncate(path, header.data_start + 100)
-        return header
-
-    monkeypatch.setattr(loader, "read_header", read_then_truncate)
+    _truncate_after_header(monkeypatch, path)
     with pytest.raises(CheckpointFormatError, match="truncated while reading"):
         load_file(path, cpu_storage="map")
