@@ -23,12 +23,14 @@ def expand_coalesced(events: pd.DataFrame) -> pd.DataFrame:
         return events
     runs = events[merged]
     n = runs["count"].to_numpy().astype(np.int64)
-    calls = runs.loc[runs.index.repeat(n)].copy()
+    calls = runs.iloc[np.repeat(np.arange(len(runs)), n)].copy()  # positional: any index works
     step = np.arange(len(calls)) - np.repeat(np.cumsum(n) - n, n)  # 0..count-1 within each run
-    calls["offset"] = np.repeat(runs["offset"].to_numpy(), n) + step * _per_call(runs, "size", n)
-    calls["latency_ns"] = _per_call(runs, "latency_ns", n)
-    calls["ts_ns"] = np.repeat(runs["ts_ns"].to_numpy(), n) + step * calls["latency_ns"].to_numpy()
-    calls["size"] = _per_call(runs, "size", n)
+    size = _per_call(runs, "size", n)
+    latency = _per_call(runs, "latency_ns", n)
+    calls["offset"] = np.repeat(runs["offset"].to_numpy(), n) + step * size
+    calls["ts_ns"] = np.repeat(runs["ts_ns"].to_numpy(), n) + step * latency
+    calls["size"] = size
+    calls["latency_ns"] = latency
     calls["ret"] = _per_call(runs, "ret", n)
     calls["count"] = 1
     out = pd.concat([events[~merged], calls])
