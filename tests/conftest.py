@@ -36,3 +36,19 @@ def need_fuse():
 @pytest.fixture
 def need_root():
     require(os.geteuid() == 0, "needs root")
+
+
+@pytest.fixture(scope="session")
+def unprivileged_user():
+    """A real unprivileged user (tests/unprivileged.py), created for the session and removed after.
+
+    Needs root (useradd); skips locally, fails under CI=true without it."""
+    require(os.geteuid() == 0, "creating a test user needs root")
+    require(shutil.which("useradd") is not None, "useradd missing (apt-get install passwd)")
+    from unprivileged import create_user, destroy_user
+
+    user = create_user()
+    try:
+        yield user
+    finally:
+        destroy_user(user)
