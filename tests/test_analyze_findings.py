@@ -27,8 +27,12 @@ def only(a, code):
 def test_seed_case_shared_fd_interleave(with_fuse):
     a = analyze(make_trace(**load_case("shared", with_fuse=with_fuse)))
     f = only(a, "SHARED_FD_INTERLEAVE")
-    assert f.severity == "high" and "4 tasks" in f.message and "fuse.gcsfuse" in f.message
-    assert "one sequential reader" in f.recommendation and "fd per worker" in f.recommendation
+    assert f.severity == "high" and f.tasks == 4 and f.fstype == "fuse.gcsfuse" and f.per_handle
+    assert f.view == ("fuse_handle" if with_fuse else "ofd") and not f.mapping
+    assert f.min_task_consecutive_fraction == 1.0 and f.score == pytest.approx(1.0, abs=0.01)
+    assert f.predicted_requests == 256 and f.sequential_requests == 1
+    assert [t["tid"] for t in f.task_rows] == [101, 102, 103, 104]
+    assert [t["first_offset"] for t in f.task_rows] == [0, 16 * MiB, 32 * MiB, 48 * MiB]
     kinds = ["ofd", "fuse_handle"] if with_fuse else ["ofd"]
     for kind in kinds:
         s = a.streams[a.streams["kind"] == kind].iloc[0]
@@ -38,12 +42,11 @@ def test_seed_case_shared_fd_interleave(with_fuse):
         assert s["interleave_score"] == pytest.approx(1.0, abs=0.01)  # the first access is in order
     tasks = a.streams[a.streams["kind"] == "task"]
     assert len(tasks) == 4 and (tasks["consecutive_fraction"] >= 0.9).all()
-    # evidence in gcsfuse's log shape, starting where the tasks take turns
-    assert f.evidence[0] == "ReadFile (inode 2, PID 101, handle " + f.evidence[0].split("handle ")[1]
-    assert f.evidence[1].startswith("ReadFile (inode 2, PID 102, ")
-    assert "offset 16777216, 262144 bytes)" in f.evidence[1]
+    # evidence: gcsfuse's log fields, starting where the tasks take turns
+    assert [(r["inode"], r["tid"], r["offset"], r["bytes"]) for r in f.evidence[:2]] == \
+        [(2, 101, 0, 256 * 1024), (2, 102, 16 * MiB, 256 * 1024)]
     if with_fuse:
-        assert ", handle 1, " in f.evidence[0]
+        assert f.evidence[0]["handle"] == 1
         assert a.summary["handle_consecutive_fraction"] <= 0.3
 
 
@@ -59,7 +62,7 @@ def test_own_fd_and_sequential_give_no_interleave(kind):
 def test_interleave_is_reported_but_not_blamed_where_fs_keeps_no_handle_stream(fstype):
     a = analyze(make_trace(**load_case("shared", fstype=fstype, with_fuse=False)))
     f = only(a, "SHARED_FD_INTERLEAVE")
-    assert f.severity == "info" and "keeps no per-handle read stream" in f.message and fstype in f.message
+    assert f.severity == "info" and not f.per_handle and f.fstype == fstype and f.predicted_requests is None
 
 
 def test_fs_table():
@@ -95,12 +98,13 @@ def _mmap_case(threads=(100, 105), child=101, pages=4096, fstype="fuse.gcsfuse")
 def test_mmap_mapping_faulted_by_several_tasks():
     a = analyze(_mmap_case())
     f = only(a, "SHARED_FD_INTERLEAVE")
-    assert "mmap mapping" in f.message and "3 tasks" in f.message and "backend=\"pread\"" in f.recommendation
+    assert f.mapping and f.tasks == 3
     m = a.streams[a.streams["kind"] == "ofd"]
     assert len(m) == 1  # the forked child's faults belong to the parent's mapping
     assert m.iloc[0]["faults"] == 3 * 4096 and m.iloc[0]["min_task_consecutive_fraction"] == 1.0
     storm = only(a, "MMAP_FAULT_STORM")
-    assert storm.severity == "high" and "12288 page faults by 3 task(s)" in storm.message
+    assert storm.severity == "high" and storm.faults == 12288 and storm.tasks == 3
+    assert storm.mmap_bytes == 12288 * 4096 and storm.read_bytes == 0
     assert a.summary["page_faults"] == 12288 and a.summary["mmap_bytes"] == 12288 * 4096
 
 
@@ -141,7 +145,7 @@ def _cached_read(miss_ranges, total=4 * MiB, page_view=True):
 def test_cold_cache_and_warm_cache():
     cold = analyze(_cached_read([(0, 4 * MiB)]))
     f = only(cold, "COLD_CACHE")
-    assert "4 MiB of 4 MiB read from 1 file(s) (100%)" in f.message
+    assert (f.miss_bytes, f.bytes_read, f.files, f.miss_fraction) == (4 * MiB, 4 * MiB, 1, 1.0)
     assert cold.summary["cache_miss_bytes"] == 4 * MiB
     warm = analyze(_cached_read([]))
     assert "COLD_CACHE" not in codes(warm) and warm.summary["cache_miss_bytes"] == 0
@@ -161,13 +165,14 @@ def test_cold_model_file_is_not_diluted_by_warm_libraries():
     a = analyze(trace)
     assert a.summary["cache_miss_bytes"] / a.summary["bytes_read"] < 0.1
     f = only(a, "COLD_CACHE")
-    assert f.file == "/d/f" and f.evidence == ["/d/f: 4 MiB fetched of 4 MiB read"]
+    assert f.file == "/d/f" and f.evidence == [{"path": "/d/f", "miss_bytes": 4 * MiB, "bytes_read": 4 * MiB}]
 
 
 def test_cache_evicted_reread():
     a = analyze(_cached_read([(0, 2 * MiB), (2 * MiB, 2 * MiB), (0, 2 * MiB)]))
     f = only(a, "CACHE_EVICTED_REREAD")
-    assert "2 MiB of /d/f entered the page cache more than once" in f.message
+    assert f.file == "/d/f" and f.refetched_bytes == 2 * MiB and f.miss_bytes == 6 * MiB
+    assert f.miss_unique_bytes == 4 * MiB and not f.fuse
     assert a.files["cache_refetched_bytes"].iloc[0] == 2 * MiB
     b = analyze(_cached_read([(0, 2 * MiB), (2 * MiB, 2 * MiB)]))
     assert "CACHE_EVICTED_REREAD" not in codes(b)
@@ -185,8 +190,8 @@ def _fuse_reads(size, count, fstype="fuse.readtrace-simfs"):
 
 def test_small_fuse_readahead():
     f = only(analyze(_fuse_reads(128 * 1024, 32)), "SMALL_FUSE_READAHEAD")
-    assert "32 FUSE READ requests" in f.message and "median size 128 KiB" in f.message
-    assert "echo 1024 > /sys/class/bdi/0:40/read_ahead_kb" in f.recommendation
+    assert (f.requests, f.median_bytes, f.connection, f.recommended_kb) == (32, 128 * 1024, 40, 1024)
+    assert f.bytes == 32 * 128 * 1024 and f.file == "/mnt/sim/m"
     assert "SMALL_FUSE_READAHEAD" not in codes(analyze(_fuse_reads(1 * MiB, 32)))
     assert "SMALL_FUSE_READAHEAD" not in codes(analyze(_fuse_reads(128 * 1024, 8)))
 
@@ -199,7 +204,8 @@ def test_random_on_fuse_handle():
                          "offset": offsets, "size": k, "reply_bytes": k})
     a = analyze(make_trace(fuse=fuse, files=files_frame("/mnt/g/m", 1 << 34, "fuse.gcsfuse")))
     f = only(a, "RANDOM_ON_FUSE_HANDLE")
-    assert f.severity == "high" and "handle 3" in f.message and "64 backend requests" in f.message
+    assert f.severity == "high" and f.handle == 3 and f.stream == "handle 3" and f.predicted_requests == 64
+    assert f.read_type == "random" and f.top_sizes == [[k, 64]]
     assert "SHARED_FD_INTERLEAVE" not in codes(a)
     assert "RANDOM_ON_FUSE_HANDLE" not in codes(analyze(make_trace(**load_case("sequential"))))
 
@@ -210,7 +216,8 @@ def test_small_requests():
                            "path": "/n/f", "offset": size * np.arange(n), "size": size, "ret": size})
         return make_trace(events=ev, files=files_frame("/n/f", file_size, fstype, dev=50, ino=9))
     f = only(analyze(trace(4096)), "SMALL_REQUESTS")
-    assert f.severity == "warn" and "20 of 20 reads" in f.message and "median 4 KiB" in f.message
+    assert f.severity == "warn" and (f.small, f.reads, f.median_bytes) == (20, 20, 4096)
+    assert f.top_sizes == [[4096, 20]] and f.size_hist == {"1K-10K": 20}
     assert only(analyze(trace(4096, fstype="ext4")), "SMALL_REQUESTS").severity == "info"
     assert "SMALL_REQUESTS" not in codes(analyze(trace(2 * MiB)))
     assert "SMALL_REQUESTS" not in codes(analyze(trace(4096, n=10)))
@@ -223,11 +230,11 @@ def test_small_requests():
 def test_lost_events():
     a = analyze(make_trace(**{**load_case("sequential"), "meta": {"lost_events": {"events": 3, "pages": 2}}}))
     f = a.findings[0]
-    assert f.code == "LOST_EVENTS" and f.severity == "high" and f.message.startswith("5 events were lost")
+    assert f.code == "LOST_EVENTS" and f.severity == "high" and f.lost == 5
     assert a.summary["lost_events"] == 5
     # the recorder's shape: a total plus the detail per source
     b = analyze(make_trace(**{**load_case("sequential"), "meta": {"lost_events": 7, "lost_detail": {"app": 7}}}))
-    assert b.findings[0].message.startswith("7 events were lost") and "'app': 7" in b.findings[0].evidence[0]
+    assert b.findings[0].lost == 7 and b.findings[0].detail == {"app": 7}
     assert "LOST_EVENTS" not in codes(analyze(make_trace(**load_case("sequential"))))
 
 

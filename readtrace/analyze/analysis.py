@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -11,22 +11,12 @@ from readtrace.analyze import interleave, pagecache
 from readtrace.analyze.accesses import SOURCE_READ, Accesses, fault_accesses, fuse_accesses, read_accesses
 from readtrace.analyze.coalesced import expand_coalesced
 from readtrace.analyze.fileindex import FileIndex
+from readtrace.analyze.finding import Finding
+from readtrace.analyze.findings import find_all, lost_events
 from readtrace.analyze.grouping import dense_codes, same_partition
 from readtrace.analyze.streams import KINDS, BaseOrders, summarize
 from readtrace.analyze.thresholds import Thresholds
 from readtrace.trace import FUSE_READ, Trace
-
-
-@dataclass
-class Finding:
-    """One Drishti-style finding: what, how bad, the numbers behind it, and the lever to pull."""
-
-    code: str
-    severity: str  # "high" | "warn" | "info"
-    message: str
-    evidence: list[str] = field(default_factory=list)
-    recommendation: str = ""
-    file: str | None = None
 
 
 @dataclass
@@ -206,11 +196,6 @@ def _wall_s(trace: Trace, app: Accesses, fuse: Accesses) -> float | None:
     return (max(int(s.max()) for s in stamps) - min(int(s.min()) for s in stamps)) / 1e9
 
 
-def lost_events(meta: dict) -> int:
-    lost = meta.get("lost_events", 0) or 0
-    return int(sum(lost.values())) if isinstance(lost, dict) else int(lost)
-
-
 def _summary(trace: Trace, files: pd.DataFrame, streams: pd.DataFrame, app: Accesses, fuse: Accesses,
              pages: pd.DataFrame) -> dict:
     handles = streams[streams["kind"] == "fuse_handle"]
@@ -246,8 +231,6 @@ def _summary(trace: Trace, files: pd.DataFrame, streams: pd.DataFrame, app: Acce
 
 def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     """Analyze a loaded trace (``readtrace.trace.load_trace``/``make_trace``)."""
-    from readtrace.analyze.findings import find_all
-
     th = thresholds or Thresholds()
     index = FileIndex(trace.files)
     events = expand_coalesced(trace.events)

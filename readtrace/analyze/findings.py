@@ -1,38 +1,62 @@
-"""Findings, Drishti-style: code, severity, one line with numbers, evidence, a concrete lever.
-
-Each rule is a function ``Analysis -> list[Finding]``; ``RULES`` lists them in report order.
+"""Findings, Drishti-style: each rule is a function ``Analysis -> list[Finding]`` returning typed
+figures (readtrace/analyze/finding.py); readtrace/report/ renders their prose. ``RULES`` lists the rules
+in report order.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from readtrace.analyze import interleave
 from readtrace.analyze.accesses import SOURCE_READ
-from readtrace.analyze.analysis import Analysis, Finding, lost_events
 from readtrace.analyze.filesystems import fs_profile
-from readtrace.analyze.units import fmt_bytes, fmt_pct
+from readtrace.analyze.finding import (
+    SEVERITIES,
+    CacheEvictedReread,
+    ColdCache,
+    Finding,
+    LostEvents,
+    MmapFaultStorm,
+    RandomOnFuseHandle,
+    SharedFdInterleave,
+    SmallFuseReadahead,
+    SmallRequests,
+)
 
-SEVERITIES = ("high", "warn", "info")
-FIX_HINT = "`readtrace fix --compare` reruns it cold with sequential prefetch and an own-fd loader"
+if TYPE_CHECKING:
+    from readtrace.analyze.analysis import Analysis
 
 
-def _hist_line(hist: dict) -> str:
-    return ", ".join(f"{k}: {v}" for k, v in hist.items() if v) or "-"
+def lost_events(meta: dict) -> int:
+    lost = meta.get("lost_events", 0) or 0
+    return int(sum(lost.values())) if isinstance(lost, dict) else int(lost)
 
 
-def _fs_note(fstype: str) -> str:
-    return fstype or "an unknown file system"
+def _fs(fstype: str) -> dict:
+    """The common file-system fields of a finding, from the knowledge table."""
+    prof = fs_profile(fstype)
+    return {"fstype": fstype or "", "fs_family": prof.family, "fs_levers": prof.levers}
 
 
-def _task_lines(a: Analysis, kind: str, code: int, limit: int = 6) -> list[str]:
+def _task_rows(a: Analysis, kind: str, code: int, limit: int = 6) -> list[dict]:
     """The tasks' own figures inside one shared stream, in offset order."""
     t = a.stream_tasks
     t = t[(t["kind"] == kind) & (t["code"] == code)].sort_values("first_offset").head(limit)
-    return [f"task {r.tid}: {fmt_pct(r.consecutive_fraction)} consecutive, {fmt_pct(r.sequential_fraction)} "
-            f"sequential on its own, {fmt_bytes(r.bytes)} from offset {r.first_offset} to {r.last_end}"
-            for r in t.itertuples()]
+    return [{"tid": int(r.tid), "consecutive_fraction": float(r.consecutive_fraction),
+             "sequential_fraction": float(r.sequential_fraction), "bytes": int(r.bytes),
+             "first_offset": int(r.first_offset), "last_end": int(r.last_end)} for r in t.itertuples()]
+
+
+def _num(x) -> float | None:
+    return None if x is None or pd.isna(x) else float(x)
+
+
+def _pairs(top) -> list:
+    """``top_sizes``/``top_strides`` as plain ``[[value, count], ...]``."""
+    return [[int(v), int(c)] for v, c in top] if isinstance(top, list | tuple | np.ndarray) else []
 
 
 def shared_fd_interleave(a: Analysis) -> list[Finding]:
@@ -45,38 +69,24 @@ def shared_fd_interleave(a: Analysis) -> list[Finding]:
         prof = fs_profile(row["fstype"])
         # faults on one mapping: the "open file" is the mapping, whichever view (ofd or handle) we cite
         mapping = bool(((group["kind"] == "ofd") & (group["faults"] > group["accesses"] / 2)).any())
-        what = "FUSE handle" if row["kind"] == "fuse_handle" else "open file"
-        what = f"mmap mapping ({what})" if mapping else what
         inode = int(a.handles["nodeid"].iloc[int(row["code"])]) if row["kind"] == "fuse_handle" \
             else int(a.files.loc[file_id, "ino"]) if file_id in a.files.index else 0
         handle = int(row["fh"]) if row["kind"] == "fuse_handle" else int(row["code"])
         acc = a.fuse if row["kind"] == "fuse_handle" else a.app
         rows = interleave.stream_rows(acc, int(row["code"]) if row["kind"] == "fuse_handle" else int(row["ofd"]),
                                       int(row["opened"]), int(file_id))
-        message = (f"{int(row['tasks'])} tasks read {row['path']} through one {what} on {_fs_note(row['fstype'])}: "
-                   f"every task >= {fmt_pct(row['min_task_consecutive_fraction'])} consecutive on its own, "
-                   "the merged "
-                   f"stream {fmt_pct(row['consecutive_fraction'])} consecutive "
-                   f"({fmt_pct(1 - row['in_order_fraction'])} of bytes out of order), "
-                   f"score {row['interleave_score']:.2f}")
-        if prof.per_handle_stream:
-            message += (f"; gcsfuse replay: {int(row['gcsfuse_requests'])} backend requests vs "
-                        f"{int(row['gcsfuse_sequential_requests'])} for one sequential reader")
-            severity = "high"
-        else:
-            message += f" (harmless here: {prof.family} keeps no per-handle read stream)"
-            severity = "info"
-        lever = ("load without faulting the mapping from several threads: read with large sequential reads "
-                 "(safetensors load_file(..., backend=\"pread\")) or prefetch the file sequentially first"
-                 if mapping else
-                 "open one fd per worker (open the file inside each worker, after fork) or read it with one "
-                 "sequential reader")
-        out.append(Finding(
-            "SHARED_FD_INTERLEAVE", severity, message,
-            evidence=interleave.evidence(acc, rows, inode, handle, a.thresholds.evidence_lines)
-            + _task_lines(a, row["kind"], int(row["code"])),
-            recommendation=f"{lever}; {FIX_HINT}" + (f"; {prof.levers}" if prof.per_handle_stream else ""),
-            file=row["path"]))
+        per_handle = prof.per_handle_stream
+        out.append(SharedFdInterleave(
+            "high" if per_handle else "info", file=row["path"], **_fs(row["fstype"]),
+            view=row["kind"], mapping=mapping, per_handle=per_handle, tasks=int(row["tasks"]),
+            min_task_consecutive_fraction=float(row["min_task_consecutive_fraction"]),
+            consecutive_fraction=float(row["consecutive_fraction"]),
+            out_of_order_fraction=float(1 - row["in_order_fraction"]), score=float(row["interleave_score"]),
+            inode=inode, handle=handle,
+            predicted_requests=int(row["gcsfuse_requests"]) if per_handle else None,
+            sequential_requests=int(row["gcsfuse_sequential_requests"]) if per_handle else None,
+            evidence=interleave.evidence(acc, rows, inode, handle, a.thresholds.evidence_lines),
+            task_rows=_task_rows(a, row["kind"], int(row["code"]))))
     return out
 
 
@@ -95,19 +105,15 @@ def random_on_fuse_handle(a: Analysis) -> list[Finding]:
         prof = fs_profile(row["fstype"])
         if not prof.per_handle_stream:
             continue
-        name = f"handle {int(row['fh'])}" if row["kind"] == "fuse_handle" else row["stream"]
-        after = int(row["gcsfuse_random_after"])
-        turned = f"turns random at read #{after}" if after else "stays sequential"
-        out.append(Finding(
-            "RANDOM_ON_FUSE_HANDLE", "high" if row["gcsfuse_read_type"] == "random" else "warn",
-            f"{name} on {row['path']} ({row['fstype']}): {fmt_pct(row['seek_fraction'])} of "
-            f"{fmt_bytes(row['bytes'])} read after a seek ({int(row['gcsfuse_seeks'])} seeks); gcsfuse replay "
-            f"{turned}: {int(row['gcsfuse_requests'])} backend requests vs "
-            f"{int(row['gcsfuse_sequential_requests'])} sequential",
-            evidence=[f"top strides (gap, count): {row['top_strides']}", f"top sizes: {row['top_sizes']}"],
-            recommendation="prefetch the file sequentially into the page cache before the load, or read it in "
-                           f"file order; {FIX_HINT}; {prof.levers}",
-            file=row["path"]))
+        is_handle = row["kind"] == "fuse_handle"
+        out.append(RandomOnFuseHandle(
+            "high" if row["gcsfuse_read_type"] == "random" else "warn", file=row["path"], **_fs(row["fstype"]),
+            view=row["kind"], stream=row["stream"], handle=int(row["fh"]) if is_handle else None,
+            seek_fraction=float(row["seek_fraction"]), bytes=int(row["bytes"]), seeks=int(row["gcsfuse_seeks"]),
+            random_after=int(row["gcsfuse_random_after"]), read_type=str(row["gcsfuse_read_type"]),
+            predicted_requests=int(row["gcsfuse_requests"]),
+            sequential_requests=int(row["gcsfuse_sequential_requests"]),
+            top_strides=_pairs(row["top_strides"]), top_sizes=_pairs(row["top_sizes"])))
     return out
 
 
@@ -132,15 +138,10 @@ def small_requests(a: Analysis) -> list[Finding]:
         sizes = nbytes[file == file_id]
         small, count = int(small_count[pos]), int(total[pos])
         prof = fs_profile(row["fstype"])
-        out.append(Finding(
-            "SMALL_REQUESTS", "warn" if prof.remote else "info",
-            f"{small} of {count} reads of {row['path']} ({fmt_pct(small / count)}) are smaller than "
-            f"{fmt_bytes(th.small_request_size)} (median {fmt_bytes(np.median(sizes))}) on "
-            f"{_fs_note(row['fstype'])}",
-            evidence=[f"sizes: {_hist_line(row['size_hist'])}", f"top sizes (bytes, count): {row['top_sizes']}"],
-            recommendation="read in chunks of 1 MiB or more (whole tensors, a buffered reader) or prefetch the "
-                           f"file sequentially; {FIX_HINT}" + (f"; {prof.levers}" if prof.remote else ""),
-            file=row["path"]))
+        out.append(SmallRequests(
+            "warn" if prof.remote else "info", file=row["path"], **_fs(row["fstype"]), remote=prof.remote,
+            small=small, reads=count, small_bytes=th.small_request_size, median_bytes=float(np.median(sizes)),
+            size_hist={k: int(v) for k, v in row["size_hist"].items() if v}, top_sizes=_pairs(row["top_sizes"])))
     return out
 
 
@@ -150,17 +151,11 @@ def mmap_fault_storm(a: Analysis) -> list[Finding]:
     for _, row in a.files[a.files["page_faults"] >= th.mmap_fault_min_count].iterrows():
         prof = fs_profile(row["fstype"])
         tasks = a.pages[(a.pages["op"] == "fault") & (a.pages["file"] == row.name)]["tid"].nunique()
-        out.append(Finding(
-            "MMAP_FAULT_STORM", "high" if prof.remote else "info",
-            f"{int(row['page_faults'])} page faults by {tasks} task(s) on the mapping of {row['path']} "
-            f"({fmt_bytes(row['mmap_bytes'])} mapped in, {fmt_pct(row['cache_miss_fraction'])} missed the "
-            f"cache) on {_fs_note(row['fstype'])}",
-            evidence=[f"mmap bytes {int(row['mmap_bytes'])}, read() bytes {int(row['read_bytes'])}, "
-                      f"readahead windows {int(row['readahead_windows'])}"],
-            recommendation="read the file with large sequential reads instead of faulting it in "
-                           "(safetensors load_file(..., backend=\"pread\")) or prefetch it sequentially into the "
-                           f"page cache first; {FIX_HINT}",
-            file=row["path"]))
+        out.append(MmapFaultStorm(
+            "high" if prof.remote else "info", file=row["path"], **_fs(row["fstype"]), remote=prof.remote,
+            faults=int(row["page_faults"]), tasks=int(tasks), mmap_bytes=int(row["mmap_bytes"]),
+            read_bytes=int(row["read_bytes"]), cache_miss_fraction=_num(row["cache_miss_fraction"]),
+            readahead_windows=int(row["readahead_windows"])))
     return out
 
 
@@ -176,15 +171,11 @@ def cold_cache(a: Analysis) -> list[Finding]:
     if cold.empty:
         return []
     miss, total = int(cold["cache_miss_bytes"].sum()), int(cold["bytes_read"].sum())
-    return [Finding(
-        "COLD_CACHE", "warn",
-        f"{fmt_bytes(miss)} of {fmt_bytes(total)} read from {len(cold)} file(s) "
-        f"({fmt_pct(min(1.0, miss / max(total, 1)))}) missed the page cache: the load ran cold",
-        evidence=[f"{r['path']}: {fmt_bytes(r['cache_miss_bytes'])} fetched of {fmt_bytes(r['bytes_read'])} read"
-                  for _, r in cold.head(5).iterrows()],
-        recommendation="a cold load pays for every byte from storage: prefetch the files sequentially with "
-                       f"large reads before loading, or keep them cached between runs; {FIX_HINT}",
-        file=cold["path"].iloc[0])]
+    return [ColdCache(
+        "warn", file=cold["path"].iloc[0], **_fs(cold["fstype"].iloc[0]), files=len(cold), miss_bytes=miss,
+        bytes_read=total, miss_fraction=min(1.0, miss / max(total, 1)),
+        evidence=[{"path": r["path"], "miss_bytes": int(r["cache_miss_bytes"]), "bytes_read": int(r["bytes_read"])}
+                  for _, r in cold.head(5).iterrows()])]
 
 
 def cache_evicted_reread(a: Analysis) -> list[Finding]:
@@ -194,17 +185,11 @@ def cache_evicted_reread(a: Analysis) -> list[Finding]:
     again = f[(f["cache_refetched_bytes"] >= th.reread_min_bytes)
               & (f["cache_refetched_bytes"] >= th.reread_min_fraction * f["cache_miss_unique_bytes"])]
     for _, row in again.iterrows():
-        dropped = " or dropped by the FUSE daemon when the file was opened again" \
-            if str(row["fstype"]).startswith("fuse") else ""
-        out.append(Finding(
-            "CACHE_EVICTED_REREAD", "warn",
-            f"{fmt_bytes(row['cache_refetched_bytes'])} of {row['path']} entered the page cache more than once "
-            f"({fmt_bytes(row['cache_miss_bytes'])} fetched, {fmt_bytes(row['cache_miss_unique_bytes'])} "
-            f"distinct): pages were evicted{dropped} before they were used again",
-            evidence=[f"re-read amplification of the file stream: {row['reread_amplification']:.2f}"],
-            recommendation="read each byte once, in file order (one sequential pass), and give the load more "
-                           "page cache (lower memory pressure, raise the cgroup memory limit)",
-            file=row["path"]))
+        out.append(CacheEvictedReread(
+            "warn", file=row["path"], **_fs(row["fstype"]), refetched_bytes=int(row["cache_refetched_bytes"]),
+            miss_bytes=int(row["cache_miss_bytes"]), miss_unique_bytes=int(row["cache_miss_unique_bytes"]),
+            reread_amplification=_num(row["reread_amplification"]),
+            fuse=str(row["fstype"]).startswith("fuse")))
     return out
 
 
@@ -220,16 +205,12 @@ def small_fuse_readahead(a: Analysis) -> list[Finding]:
         median = float(np.median(sizes))
         if len(sizes) < th.fuse_readahead_min_requests or median > th.fuse_readahead_small:
             continue
-        path = a.files.loc[file_id, "path"] if file_id in a.files.index else "<unknown file>"
+        known = file_id in a.files.index
         c = int(np.bincount(conn[mask]).argmax())
-        out.append(Finding(
-            "SMALL_FUSE_READAHEAD", "warn",
-            f"{len(sizes)} FUSE READ requests for {path} with median size {fmt_bytes(median)}: the kernel's FUSE "
-            "read-ahead is at its 128 KiB default",
-            evidence=[f"FUSE connection {c}: {fmt_bytes(int(sizes.sum()))} in {len(sizes)} requests"],
-            recommendation=f"raise it (root): echo {th.fuse_readahead_recommended_kb} > "
-                           f"/sys/class/bdi/0:{c}/read_ahead_kb, and mount with max_read of 1 MiB or more",
-            file=path))
+        out.append(SmallFuseReadahead(
+            "warn", file=a.files.loc[file_id, "path"] if known else None,
+            **_fs(a.files.loc[file_id, "fstype"] if known else "fuse"), requests=len(sizes), median_bytes=median,
+            bytes=int(sizes.sum()), connection=c, recommended_kb=th.fuse_readahead_recommended_kb))
     return out
 
 
@@ -238,11 +219,7 @@ def lost(a: Analysis) -> list[Finding]:
     if n <= 0:
         return []
     detail = a.meta.get("lost_detail", a.meta.get("lost_events"))
-    return [Finding(
-        "LOST_EVENTS", "high",
-        f"{n} events were lost while recording: every figure in this report is incomplete (a lower bound)",
-        evidence=[f"lost per source: {detail}"] if isinstance(detail, dict) else [],
-        recommendation="record again with a larger ring buffer or fewer probes, and keep the machine less busy")]
+    return [LostEvents("high", lost=n, detail=detail if isinstance(detail, dict) else None)]
 
 
 RULES = (lost, shared_fd_interleave, random_on_fuse_handle, mmap_fault_storm, small_fuse_readahead,

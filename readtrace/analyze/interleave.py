@@ -93,12 +93,12 @@ def stream_rows(acc: Accesses, ofd_key: int, opened: int, file_id: int) -> np.nd
     return rows[np.argsort(acc.ts[rows], kind="stable")]
 
 
-def evidence(acc: Accesses, rows: np.ndarray, inode: int, handle: int, lines: int) -> list[str]:
-    """The merged stream where tasks first take turns, in gcsfuse's log shape."""
+def evidence(acc: Accesses, rows: np.ndarray, inode: int, handle: int, lines: int) -> list[dict]:
+    """The merged stream where tasks first take turns: one row per request (gcsfuse's log fields)."""
     tids = acc.tid[rows]
     switches = np.flatnonzero(tids[1:] != tids[:-1])
     start = int(switches[0]) if len(switches) else 0
     rows = rows[start:start + lines]
-    return [f"ReadFile (inode {inode}, PID {t}, handle {handle}, offset {o}, {b} bytes)"
+    return [{"inode": inode, "tid": t, "handle": handle, "offset": o, "bytes": b}
             for t, o, b in zip(acc.tid[rows].tolist(), acc.offset[rows].tolist(), acc.nbytes[rows].tolist(),
                                strict=True)]

@@ -11,9 +11,10 @@ from pathlib import Path
 import pandas as pd
 
 from readtrace.analyze import Analysis
-from readtrace.analyze.units import fmt_bytes, fmt_pct
 from readtrace.report import plots
+from readtrace.report.prose import render
 from readtrace.report.terminal import TerminalReport, relevant_streams
+from readtrace.report.units import fmt_bytes, fmt_pct
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1300px;color:#222}
@@ -120,10 +121,11 @@ def _findings_html(a: Analysis) -> str:
         return "<p>No findings: nothing in this trace looks slow for its file system.</p>"
     parts = []
     for f in a.findings:
-        ev = _esc("\n".join(f.evidence))
+        p = render(f)
+        ev = _esc("\n".join(p.evidence))
         parts.append(f"<div class='finding {f.severity}'><span class='sev'>{f.severity.upper()}</span>"
-                     f"<b>{_esc(f.code)}</b> {_esc(f.message)}<div class='ev'>{ev}</div>"
-                     f"<div class='rec'>&rarr; {_esc(f.recommendation)}</div></div>")
+                     f"<b>{_esc(f.code)}</b> {_esc(p.message)}<div class='ev'>{ev}</div>"
+                     f"<div class='rec'>&rarr; {_esc(p.recommendation)}</div></div>")
     return "".join(parts)
 
 

@@ -10,7 +10,8 @@ from typing import IO
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze import Analysis
+from readtrace.analyze import Analysis, Finding
+from readtrace.report.prose import render
 
 REPORT_VERSION = 1
 
@@ -72,6 +73,13 @@ def _stream_records(a: Analysis) -> list[dict]:
     return records
 
 
+def _finding(f: Finding) -> dict:
+    """A finding's figures plus its rendered ``message``/``recommendation`` (the evidence stays rows)."""
+    p = render(f)
+    return plain({"code": f.code, "severity": f.severity, "message": p.message,
+                  "recommendation": p.recommendation, **f.data()})
+
+
 def report_json(a: Analysis) -> dict:
     """The whole report as plain data (files, streams, findings, summary)."""
     return {
@@ -80,7 +88,7 @@ def report_json(a: Analysis) -> dict:
         "summary": plain(a.summary),
         "files": _records(a.files, FILE_KEYS),
         "streams": _stream_records(a),
-        "findings": [plain(asdict(f)) for f in a.findings],
+        "findings": [_finding(f) for f in a.findings],
         "thresholds": plain(asdict(a.thresholds)),
     }
 

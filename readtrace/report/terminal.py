@@ -16,7 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from readtrace.analyze import Analysis
-from readtrace.analyze.units import fmt_bytes, fmt_pct
+from readtrace.report.prose import render
+from readtrace.report.units import fmt_bytes, fmt_pct
 
 SEVERITY_STYLE = {"high": "bold red", "warn": "yellow", "info": "cyan"}
 STREAM_ROWS = 12
@@ -113,12 +114,13 @@ class TerminalReport:
             return Text("No findings: nothing in this trace looks slow for its file system.", style="green")
         parts: list[RenderableType] = [Text("Findings", style="bold")]
         for f in self.a.findings:
+            p = render(f)
             t = Text()
             t.append(f"[{f.severity.upper()}] {f.code}", style=SEVERITY_STYLE.get(f.severity, ""))
-            t.append(f"  {f.message}\n")
-            for line in f.evidence:
+            t.append(f"  {p.message}\n")
+            for line in p.evidence:
                 t.append(f"    {line}\n", style="dim")
-            t.append(f"  -> {f.recommendation}")
+            t.append(f"  -> {p.recommendation}")
             parts.append(t)
         return Group(*parts)
 

@@ -1,0 +1,146 @@
+"""The finding types: data only (numbers, names, evidence rows). Prose is rendered in readtrace/report/.
+
+``Finding`` holds what every finding has; one subclass per code adds that code's figures. Every field
+is a plain JSON value (``dataclasses.asdict`` is the JSON form), so a CI job can gate on ``score``,
+``wait_s`` or ``predicted_fixed_s`` without parsing text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import ClassVar
+
+SEVERITIES = ("high", "warn", "info")
+
+
+@dataclass
+class Finding:
+    """Common fields. ``wait_s``/``predicted_s``/``predicted_fixed_s`` are filled in after the rules ran
+    (time split, what-if model) where the trace allows it; None means unknown."""
+
+    CODE: ClassVar[str] = ""
+    severity: str  # "high" | "warn" | "info"
+    file: str | None = None  # the file the finding is about (its path)
+    fstype: str = ""
+    fs_family: str = ""  # the knowledge table's name for the file system
+    fs_levers: str = ""  # the file system's own knobs (from the knowledge table)
+    wait_s: float | None = None  # time the load waited on this file (reads, faults, FUSE replies)
+    predicted_s: float | None = None  # what-if model: this load on this mount, as recorded
+    predicted_fixed_s: float | None = None  # ... and with the fix applied
+    evidence: list[dict] = field(default_factory=list)  # structured rows (their keys: per code)
+
+    @property
+    def code(self) -> str:
+        return self.CODE
+
+    def data(self) -> dict:
+        """Every figure as plain data, ``code`` first."""
+        return {"code": self.code, **asdict(self)}
+
+
+@dataclass
+class SharedFdInterleave(Finding):
+    """Several tasks read one file through one open file / FUSE handle / mapping, taking turns.
+    Evidence rows: ``{"tid", "inode", "handle", "offset", "bytes"}`` where the tasks first take turns.
+    ``task_rows``: each task's own figures in the shared stream."""
+
+    CODE: ClassVar[str] = "SHARED_FD_INTERLEAVE"
+    view: str = "ofd"  # "fuse_handle" (the daemon's view) | "ofd" (the app's open file)
+    mapping: bool = False  # the shared "open file" is one mmap mapping faulted by several tasks
+    per_handle: bool = False  # the file system keeps read-ahead state per handle: the pattern costs
+    tasks: int = 0
+    min_task_consecutive_fraction: float = 0.0
+    consecutive_fraction: float = 0.0
+    out_of_order_fraction: float = 0.0  # of bytes
+    score: float = 0.0
+    inode: int = 0
+    handle: int = 0
+    predicted_requests: int | None = None  # gcsfuse replay of the recorded stream
+    sequential_requests: int | None = None  # ... of one sequential reader
+    task_rows: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class RandomOnFuseHandle(Finding):
+    """A per-handle file system's handle (or open file) read mostly after seeks."""
+
+    CODE: ClassVar[str] = "RANDOM_ON_FUSE_HANDLE"
+    view: str = "fuse_handle"
+    stream: str = ""  # the stream's label ("handle 3", "ofd 0x...")
+    handle: int | None = None
+    seek_fraction: float = 0.0
+    bytes: int = 0
+    seeks: int = 0
+    random_after: int = 0  # gcsfuse replay: the read that turned the reader random (0: never)
+    read_type: str = ""  # gcsfuse replay's final reader type
+    predicted_requests: int = 0
+    sequential_requests: int = 0
+    top_strides: list = field(default_factory=list)  # [[gap, count], ...]
+    top_sizes: list = field(default_factory=list)  # [[bytes, count], ...]
+
+
+@dataclass
+class SmallRequests(Finding):
+    CODE: ClassVar[str] = "SMALL_REQUESTS"
+    remote: bool = False
+    small: int = 0  # reads under ``small_bytes``
+    reads: int = 0
+    small_bytes: int = 0
+    median_bytes: float = 0.0
+    size_hist: dict = field(default_factory=dict)
+    top_sizes: list = field(default_factory=list)
+
+
+@dataclass
+class MmapFaultStorm(Finding):
+    CODE: ClassVar[str] = "MMAP_FAULT_STORM"
+    remote: bool = False
+    faults: int = 0
+    tasks: int = 0
+    mmap_bytes: int = 0
+    read_bytes: int = 0
+    cache_miss_fraction: float | None = None
+    readahead_windows: int = 0
+
+
+@dataclass
+class ColdCache(Finding):
+    """Evidence rows: ``{"path", "miss_bytes", "bytes_read"}`` (the coldest files)."""
+
+    CODE: ClassVar[str] = "COLD_CACHE"
+    files: int = 0
+    miss_bytes: int = 0
+    bytes_read: int = 0
+    miss_fraction: float = 0.0
+
+
+@dataclass
+class CacheEvictedReread(Finding):
+    CODE: ClassVar[str] = "CACHE_EVICTED_REREAD"
+    refetched_bytes: int = 0
+    miss_bytes: int = 0
+    miss_unique_bytes: int = 0
+    reread_amplification: float | None = None
+    fuse: bool = False  # the FUSE daemon may have dropped the cache on open
+
+
+@dataclass
+class SmallFuseReadahead(Finding):
+    CODE: ClassVar[str] = "SMALL_FUSE_READAHEAD"
+    requests: int = 0
+    median_bytes: float = 0.0
+    bytes: int = 0
+    connection: int = 0
+    recommended_kb: int = 0
+
+
+@dataclass
+class LostEvents(Finding):
+    CODE: ClassVar[str] = "LOST_EVENTS"
+    lost: int = 0
+    detail: dict | None = None  # lost per source, where the recorder said
+
+
+FINDING_TYPES: tuple[type[Finding], ...] = (
+    SharedFdInterleave, RandomOnFuseHandle, SmallRequests, MmapFaultStorm, ColdCache, CacheEvictedReread,
+    SmallFuseReadahead, LostEvents)

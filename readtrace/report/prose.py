@@ -1,0 +1,146 @@
+"""The English of a finding: one renderer per finding type, from its figures (readtrace/analyze/finding.py).
+
+``render(finding) -> Prose`` gives the one-line message, the evidence lines and the recommendation;
+every output (terminal, HTML, JSON's ``message``) uses it, so the wording lives here only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from readtrace.analyze.finding import (
+    CacheEvictedReread,
+    ColdCache,
+    Finding,
+    LostEvents,
+    MmapFaultStorm,
+    RandomOnFuseHandle,
+    SharedFdInterleave,
+    SmallFuseReadahead,
+    SmallRequests,
+)
+from readtrace.report.units import fmt_bytes, fmt_pct, fmt_seconds, fmt_top
+
+FIX_HINT = "`readtrace fix --compare` reruns it cold with sequential prefetch and an own-fd loader"
+PREAD_LEVER = "safetensors load_file(..., backend=\"pread\")"
+
+
+@dataclass(frozen=True)
+class Prose:
+    message: str
+    evidence: list[str]
+    recommendation: str
+
+
+def _fs(f: Finding) -> str:
+    return f.fstype or "an unknown file system"
+
+
+def _shared_fd(f: SharedFdInterleave) -> Prose:
+    what = "FUSE handle" if f.view == "fuse_handle" else "open file"
+    what = f"mmap mapping ({what})" if f.mapping else what
+    msg = (f"{f.tasks} tasks read {f.file} through one {what} on {_fs(f)}: every task >= "
+           f"{fmt_pct(f.min_task_consecutive_fraction)} consecutive on its own, the merged stream "
+           f"{fmt_pct(f.consecutive_fraction)} consecutive ({fmt_pct(f.out_of_order_fraction)} of bytes out of "
+           f"order), score {f.score:.2f}")
+    if f.per_handle:
+        msg += (f"; gcsfuse replay: {f.predicted_requests} backend requests vs {f.sequential_requests} for one "
+                "sequential reader")
+    else:
+        msg += f" (harmless here: {f.fs_family} keeps no per-handle read stream)"
+    evidence = [f"ReadFile (inode {r['inode']}, PID {r['tid']}, handle {r['handle']}, offset {r['offset']}, "
+                f"{r['bytes']} bytes)" for r in f.evidence]
+    evidence += [f"task {t['tid']}: {fmt_pct(t['consecutive_fraction'])} consecutive, "
+                 f"{fmt_pct(t['sequential_fraction'])} sequential on its own, {fmt_bytes(t['bytes'])} from offset "
+                 f"{t['first_offset']} to {t['last_end']}" for t in f.task_rows]
+    lever = ("load without faulting the mapping from several threads: read with large sequential reads "
+             f"({PREAD_LEVER}) or prefetch the file sequentially first" if f.mapping else
+             "open one fd per worker (open the file inside each worker, after fork) or read it with one "
+             "sequential reader")
+    return Prose(msg, evidence, f"{lever}; {FIX_HINT}" + (f"; {f.fs_levers}" if f.per_handle else ""))
+
+
+def _random(f: RandomOnFuseHandle) -> Prose:
+    turned = f"turns random at read #{f.random_after}" if f.random_after else "stays sequential"
+    msg = (f"{f.stream} on {f.file} ({f.fstype}): {fmt_pct(f.seek_fraction)} of {fmt_bytes(f.bytes)} read after "
+           f"a seek ({f.seeks} seeks); gcsfuse replay {turned}: {f.predicted_requests} backend requests vs "
+           f"{f.sequential_requests} sequential")
+    evidence = [f"top strides: {fmt_top(f.top_strides, fmt_bytes)}", f"top sizes: {fmt_top(f.top_sizes, fmt_bytes)}"]
+    return Prose(msg, evidence, "prefetch the file sequentially into the page cache before the load, or read it "
+                                f"in file order; {FIX_HINT}; {f.fs_levers}")
+
+
+def _small(f: SmallRequests) -> Prose:
+    msg = (f"{f.small} of {f.reads} reads of {f.file} ({fmt_pct(f.small / max(f.reads, 1))}) are smaller than "
+           f"{fmt_bytes(f.small_bytes)} (median {fmt_bytes(f.median_bytes)}) on {_fs(f)}")
+    hist = ", ".join(f"{k}: {v}" for k, v in f.size_hist.items()) or "-"
+    return Prose(msg, [f"sizes: {hist}", f"top sizes: {fmt_top(f.top_sizes, fmt_bytes)}"],
+                 "read in chunks of 1 MiB or more (whole tensors, a buffered reader) or prefetch the file "
+                 f"sequentially; {FIX_HINT}" + (f"; {f.fs_levers}" if f.remote else ""))
+
+
+def _fault_storm(f: MmapFaultStorm) -> Prose:
+    msg = (f"{f.faults} page faults by {f.tasks} task(s) on the mapping of {f.file} ({fmt_bytes(f.mmap_bytes)} "
+           f"mapped in, {fmt_pct(f.cache_miss_fraction)} missed the cache) on {_fs(f)}")
+    return Prose(msg, [f"mmap bytes {f.mmap_bytes}, read() bytes {f.read_bytes}, "
+                       f"readahead windows {f.readahead_windows}"],
+                 f"read the file with large sequential reads instead of faulting it in ({PREAD_LEVER}) or "
+                 f"prefetch it sequentially into the page cache first; {FIX_HINT}")
+
+
+def _cold(f: ColdCache) -> Prose:
+    msg = (f"{fmt_bytes(f.miss_bytes)} of {fmt_bytes(f.bytes_read)} read from {f.files} file(s) "
+           f"({fmt_pct(f.miss_fraction)}) missed the page cache: the load ran cold")
+    return Prose(msg, [f"{r['path']}: {fmt_bytes(r['miss_bytes'])} fetched of {fmt_bytes(r['bytes_read'])} read"
+                       for r in f.evidence],
+                 "a cold load pays for every byte from storage: prefetch the files sequentially with large reads "
+                 f"before loading, or keep them cached between runs; {FIX_HINT}")
+
+
+def _reread(f: CacheEvictedReread) -> Prose:
+    dropped = " or dropped by the FUSE daemon when the file was opened again" if f.fuse else ""
+    msg = (f"{fmt_bytes(f.refetched_bytes)} of {f.file} entered the page cache more than once "
+           f"({fmt_bytes(f.miss_bytes)} fetched, {fmt_bytes(f.miss_unique_bytes)} distinct): pages were "
+           f"evicted{dropped} before they were used again")
+    amp = "-" if f.reread_amplification is None else f"{f.reread_amplification:.2f}"
+    return Prose(msg, [f"re-read amplification of the file stream: {amp}"],
+                 "read each byte once, in file order (one sequential pass), and give the load more page cache "
+                 "(lower memory pressure, raise the cgroup memory limit)")
+
+
+def _fuse_readahead(f: SmallFuseReadahead) -> Prose:
+    msg = (f"{f.requests} FUSE READ requests for {f.file or '<unknown file>'} with median size "
+           f"{fmt_bytes(f.median_bytes)}: the kernel's FUSE read-ahead is at its 128 KiB default")
+    return Prose(msg, [f"FUSE connection {f.connection}: {fmt_bytes(f.bytes)} in {f.requests} requests"],
+                 f"raise it (root): echo {f.recommended_kb} > /sys/class/bdi/0:{f.connection}/read_ahead_kb, "
+                 "and mount with max_read of 1 MiB or more")
+
+
+def _lost(f: LostEvents) -> Prose:
+    return Prose(f"{f.lost} events were lost while recording: every figure in this report is incomplete "
+                 "(a lower bound)", [f"lost per source: {f.detail}"] if f.detail else [],
+                 "record again with a larger ring buffer or fewer probes, and keep the machine less busy")
+
+
+RENDERERS: dict[type[Finding], Callable] = {
+    SharedFdInterleave: _shared_fd, RandomOnFuseHandle: _random, SmallRequests: _small,
+    MmapFaultStorm: _fault_storm, ColdCache: _cold, CacheEvictedReread: _reread,
+    SmallFuseReadahead: _fuse_readahead, LostEvents: _lost,
+}
+
+
+def _timing(f: Finding) -> str:
+    """What the model and the time split add to any finding: its cost, and the fixed time."""
+    parts = []
+    if f.wait_s is not None:
+        parts.append(f"the load waited {fmt_seconds(f.wait_s)} on this file")
+    if f.predicted_fixed_s is not None:
+        parts.append(f"fixed: ~{fmt_seconds(f.predicted_fixed_s)} predicted on this mount")
+    return "; ".join(parts)
+
+
+def render(f: Finding) -> Prose:
+    p = RENDERERS[type(f)](f)
+    timing = _timing(f)
+    return Prose(f"{p.message}; {timing}" if timing else p.message, p.evidence, p.recommendation)
