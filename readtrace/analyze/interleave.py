@@ -77,13 +77,16 @@ def per_task(codes: np.ndarray, n: int, sub: tuple[np.ndarray, int], pieces: Pie
         "sequential_fraction": pieces.sequential, "in_order_fraction": pieces.in_order,
         "first_offset": pieces.first_offset, "last_end": pieces.last_end})
     merged_in_order = streams["in_order_fraction"].to_numpy()
+    # a log excerpt (four ReadFile lines) reads little but spans megabytes: the extent counts too
+    span = pd.Series(pieces.last_end).groupby(parent).max().reindex(range(n)).fillna(0).to_numpy() - \
+        pd.Series(pieces.first_offset).groupby(parent).min().reindex(range(n)).fillna(0).to_numpy()
     out["interleave_score"] = out["task_in_order_fraction"].to_numpy() - merged_in_order
     out["interleaved"] = (
         (streams["tasks"].to_numpy() >= th.interleave_min_tasks)
         & (out["task_in_order_fraction"] >= th.interleave_task_in_order_min).to_numpy()
         & (merged_in_order <= th.interleave_merged_in_order_max)
         & (out["interleave_score"] >= th.interleave_min_score).to_numpy()
-        & (streams["bytes"].to_numpy() >= th.interleave_min_bytes))
+        & (np.maximum(streams["bytes"].to_numpy(), span) >= th.interleave_min_bytes))
     return out, tasks
 
 

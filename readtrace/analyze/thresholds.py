@@ -28,7 +28,7 @@ class Thresholds:
     interleave_task_in_order_min: float = 0.8  # byte-weighted over the tasks
     interleave_merged_in_order_max: float = 0.5
     interleave_min_score: float = 0.3
-    interleave_min_bytes: int = 1 * MiB
+    interleave_min_bytes: int = 1 * MiB  # bytes read, or the file extent they span
     evidence_lines: int = 8
     # random reads on a per-handle file system
     random_handle_fraction: float = 0.3  # byte-weighted seek fraction on the handle

@@ -8,4 +8,5 @@ COMMANDS: dict[str, str] = {
     "report": "readtrace.commands.report",
     "fix": "readtrace.commands.fix",
     "demo": "readtrace.commands.demo",
+    "import": "readtrace.commands.importlog",
 }

@@ -1,0 +1,56 @@
+"""What a trace saw and what it could not: ``meta.backend``, ``meta.missing_views`` and ``meta.inferred``.
+
+A trace holds up to four views. The eBPF recorder sees all of them; the unprivileged ptrace backend
+(strace) sees the syscalls only, plus what the residency sampler infers of the page cache; a gcsfuse
+log import sees the FUSE requests only. Findings and every report output read this module to say
+what could not be seen and what that means (one place for the wording).
+"""
+
+from __future__ import annotations
+
+SYSCALLS = "syscalls"  # events: open/read/pread/mmap/... with pid, tid, fd, offsets
+PAGE_FAULTS = "page_faults"  # pages: which thread faulted which page of a mapping, in order
+PAGE_CACHE = "page_cache"  # pages: cache misses, readahead windows (what came from storage)
+FUSE = "fuse"  # fuse: every FUSE request (handle, thread, offset, size)
+ALL_VIEWS = (SYSCALLS, PAGE_FAULTS, PAGE_CACHE, FUSE)
+
+BACKEND_EBPF = "ebpf"
+BACKEND_PTRACE = "ptrace"
+BACKEND_GCSFUSE_LOG = "gcsfuse-log"
+
+# What a report says when a view is missing.
+CONSEQUENCE = {
+    SYSCALLS: "no syscall view: no per-process open files, fds or read() calls; findings rest on the FUSE "
+              "daemon's requests",
+    PAGE_FAULTS: "no page-fault view: which thread touched which page of an mmap mapping is not known",
+    PAGE_CACHE: "no page-cache view: cache misses and readahead are not known (COLD_CACHE and re-reads "
+                "cannot be judged)",
+    FUSE: "no FUSE view: the daemon's requests are not known; handle-level figures come from the open files",
+}
+
+
+def backend(meta: dict) -> str:
+    """The backend that wrote the trace (traces from before the field: eBPF)."""
+    return str(meta.get("backend") or BACKEND_EBPF)
+
+
+def missing_views(meta: dict) -> list[str]:
+    return [str(v) for v in meta.get("missing_views") or []]
+
+
+def inferred(meta: dict) -> dict[str, str]:
+    """view -> how it was inferred instead of seen (e.g. page_faults: residency sampling every 5 ms)."""
+    got = meta.get("inferred") or {}
+    return {str(k): str(v) for k, v in got.items()} if isinstance(got, dict) else {}
+
+
+def limitations(meta: dict) -> list[str]:
+    """One line per missing or inferred view, for every report output."""
+    lines = []
+    guessed = inferred(meta)
+    for view in missing_views(meta):
+        if view in guessed:
+            lines.append(f"{view} not seen, inferred from {guessed[view]}")
+        else:
+            lines.append(CONSEQUENCE.get(view, f"no {view} view"))
+    return lines
