@@ -121,3 +121,47 @@ def test_perfetto_caps_slices():
     t = chrome_trace(analyze(make_trace(**load_case("shared"))), max_events=100)
     assert sum(e["ph"] == "X" for e in t["traceEvents"]) == 100
     assert t["metadata"]["slices_left_out"] == 412
+
+
+def _libraries_and_checkpoint():
+    """The seed case plus the libraries a real load reads: the table leads with the checkpoint."""
+    import pandas as pd
+
+    from readtrace.analyze.synthetic import files_frame
+
+    frames = load_case("shared")
+    libs = [f"/opt/venv/lib/python3.11/site-packages/torch/lib/lib{n}.so" for n in ("torch_cpu", "c10", "gomp")]
+    libs += ["/opt/venv/lib/python3.11/site-packages/torch/__pycache__/serialization.cpython-311.pyc"]
+    big = 400 << 20  # bigger than the checkpoint: still folded
+    ev = pd.DataFrame({"ts_ns": 5 + pd.RangeIndex(len(libs)), "pid": 100, "tid": 100, "op": "read",
+                       "fd": 10 + pd.RangeIndex(len(libs)), "ofd": -100 - pd.RangeIndex(len(libs)), "path": libs,
+                       "offset": 0, "size": big, "ret": big})
+    files = pd.concat([frames["files"], *(files_frame(p, big, "ext4", dev=8 << 20, ino=50 + i)
+                                          for i, p in enumerate(libs))])
+    return make_trace(**{**frames, "events": pd.concat([frames["events"], ev]), "files": files})
+
+
+@pytest.mark.parametrize("width", [80, 120, 140])
+def test_terminal_fits_the_width_and_leads_with_data_files(width):
+    a = analyze(_libraries_and_checkpoint())
+    assert list(a.files["role"]) == ["data"] + ["code"] * 4 and a.files["path"].iloc[0].endswith(".safetensors")
+    out = io.StringIO()
+    TerminalReport(a).render(out, width=width, color=False)
+    lines = out.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= width
+    table = lines[lines.index(next(x for x in lines if x.startswith("Files read"))):]
+    assert "model.safetensors" in table[4] and table[5].startswith("└")  # one data row, no library rows
+    assert any(line.startswith("+ 4 code and library files (.so, .py, .pyc ...): 1.56 GiB read") for line in lines)
+    streams = next(i for i, x in enumerate(lines) if x.startswith("Open files and FUSE handles"))
+    header = lines[streams + 2]
+    assert "score" in header and ("p50" in header) == (width >= 120)
+
+
+def test_paths_are_shortened_with_the_common_directory_once():
+    from readtrace.report.fit import common_dir, shorten
+
+    paths = ["/data/ckpt/run-7/model-00001-of-00002.safetensors", "/data/ckpt/run-7/model-00002-of-00002.safetensors"]
+    assert common_dir(paths) == "/data/ckpt/run-7" and common_dir(paths[:1] * 3) == ""
+    assert shorten(paths[0], 60, "/data/ckpt/run-7") == "…/model-00001-of-00002.safetensors"
+    assert shorten("/a/very/long/directory/name/model.safetensors", 30) == "/a/very/lon…/model.safetensors"
+    assert len(shorten("/x/" + "m" * 40 + ".safetensors", 20)) == 20

@@ -14,6 +14,7 @@ from readtrace.analyze.fileindex import FileIndex
 from readtrace.analyze.finding import Finding
 from readtrace.analyze.findings import find_all, lost_events
 from readtrace.analyze.grouping import dense_codes, same_partition
+from readtrace.analyze.roles import file_roles
 from readtrace.analyze.streams import KINDS, BaseOrders, summarize
 from readtrace.analyze.thresholds import Thresholds
 from readtrace.trace import FUSE_READ, Trace
@@ -182,8 +183,12 @@ def _files_table(files: pd.DataFrame, streams: pd.DataFrame, page_stats: pd.Data
     with np.errstate(invalid="ignore", divide="ignore"):
         out["cache_miss_fraction"] = (out["cache_miss_bytes"] / out["bytes_read"]).clip(upper=1.0)
     used = (out["bytes_read"] > 0) | (out["fuse_read_bytes"] > 0) | (out["cache_miss_bytes"].fillna(0) > 0)
-    # remote files (FUSE, network) first: that is where a read pattern costs; then the most read
-    return out[used].sort_values(["remote", "bytes_read"], ascending=False, kind="stable")
+    out = out[used].copy()
+    out["role"] = file_roles(out["path"])
+    # data files before code and libraries; remote files (FUSE, network) first: that is where a read
+    # pattern costs; then the most read
+    return out.assign(_data=out["role"] == "data").sort_values(
+        ["_data", "remote", "bytes_read"], ascending=False, kind="stable").drop(columns="_data")
 
 
 def _wall_s(trace: Trace, app: Accesses, fuse: Accesses) -> float | None:

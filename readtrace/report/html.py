@@ -14,7 +14,7 @@ from readtrace.analyze import Analysis
 from readtrace.report import plots
 from readtrace.report.prose import render
 from readtrace.report.terminal import TerminalReport, relevant_streams
-from readtrace.report.units import fmt_bytes, fmt_pct
+from readtrace.report.units import fmt_bytes, fmt_pct, fmt_top
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1300px;color:#222}
@@ -89,15 +89,19 @@ def _table(rows: list[list], header: list[str], numeric: set[int]) -> str:
 
 
 def _files_html(a: Analysis, limit: int = 20) -> str:
+    data, code = a.files[a.files["role"] == "data"], a.files[a.files["role"] == "code"]
     rows = [[f["path"], f["fstype"], fmt_bytes(f["bytes_read"]), fmt_pct(f["consecutive_fraction"]),
              fmt_pct(f["sequential_fraction"]), fmt_pct(f["seek_fraction"]), fmt_pct(f["cache_miss_fraction"]),
              int(f["fuse_read_requests"]), int(f["page_faults"]),
-             f["top_sizes"] if isinstance(f["top_sizes"], list) else ""]
-            for _, f in a.files.head(limit).iterrows()]
-    more = (f"<p class='missing'>{len(a.files) - limit} more files (less read, local first) in --json</p>"
-            if len(a.files) > limit else "")
+             fmt_top(f["top_sizes"]) if isinstance(f["top_sizes"], list) else ""]
+            for _, f in data.head(limit).iterrows()]
+    more = (f"<p class='missing'>{len(data) - limit} more data files (less read) in --json</p>"
+            if len(data) > limit else "")
+    if len(code):
+        more += (f"<p class='missing'>+ {len(code)} code and library files (.so, .py, .pyc ...): "
+                 f"{fmt_bytes(code['bytes_read'].sum())} read, {int(code['page_faults'].sum())} faults</p>")
     return _table(rows, ["file", "fs", "read", "consecutive", "sequential", "after seek", "cache miss",
-                         "FUSE reads", "faults", "top sizes [bytes, count]"], {2, 3, 4, 5, 6, 7, 8}) + more
+                         "FUSE reads", "faults", "top sizes"], {2, 3, 4, 5, 6, 7, 8}) + more
 
 
 def _streams_html(a: Analysis, limit: int = 40) -> str:

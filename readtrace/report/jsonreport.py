@@ -16,7 +16,7 @@ from readtrace.report.prose import render
 REPORT_VERSION = 1
 
 FILE_KEYS = (
-    "path", "fstype", "fs_family", "mountpoint", "dev", "ino", "size", "bytes_read", "read_bytes", "mmap_bytes",
+    "path", "role", "fstype", "fs_family", "mountpoint", "dev", "ino", "size", "bytes_read", "read_bytes", "mmap_bytes",
     "reads", "page_faults", "unique_bytes", "reread_amplification",
     "consecutive_fraction", "sequential_fraction", "random_fraction", "seek_fraction", "merged_sequential_fraction",
     "open_files", "fuse_handles", "fuse_read_requests", "fuse_read_bytes",

@@ -12,22 +12,24 @@ from typing import IO
 
 import pandas as pd
 from rich.console import Console, Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from readtrace.analyze import Analysis
+from readtrace.report.fit import Column, fitted_table
 from readtrace.report.prose import render
-from readtrace.report.units import fmt_bytes, fmt_pct
+from readtrace.report.units import fmt_bytes, fmt_count, fmt_pct
 
 SEVERITY_STYLE = {"high": "bold red", "warn": "yellow", "info": "cyan"}
 STREAM_ROWS = 12
 PIPED_WIDTH = 140
 
 
+FILE_ROWS = 10
+
+
 def _is_terminal(out) -> bool:
     isatty = getattr(out, "isatty", None)
     return bool(isatty and isatty())
-FILE_ROWS = 10
 
 
 def relevant_streams(a: Analysis, kinds: tuple[str, ...], limit: int, top_files: int = 3) -> pd.DataFrame:
@@ -72,38 +74,43 @@ class TerminalReport:
             t.append(f"\n{s['lost_events']} events lost: figures incomplete", style="bold red")
         return t
 
-    def files(self) -> RenderableType:
-        table = Table(title="Files (fractions as each open file saw them, byte-weighted)", title_justify="left")
-        for col, just in (("file", "left"), ("fs", "left"), ("read", "right"), ("consec", "right"),
-                          ("seq", "right"), ("random", "right"), ("after seek", "right"),
-                          ("cache miss", "right"), ("FUSE reads", "right"), ("faults", "right")):
-            table.add_column(col, justify=just, overflow="fold", no_wrap=col != "file",
-                             min_width=24 if col == "file" else None)
-        for _, f in self.a.files.head(FILE_ROWS).iterrows():
-            table.add_row(f["path"], f["fstype"] or "?", fmt_bytes(f["bytes_read"]),
-                          fmt_pct(f["consecutive_fraction"]), fmt_pct(f["sequential_fraction"]),
-                          fmt_pct(f["random_fraction"]), fmt_pct(f["seek_fraction"]),
-                          fmt_pct(f["cache_miss_fraction"]), str(int(f["fuse_read_requests"])),
-                          str(int(f["page_faults"])))
-        hidden = len(self.a.files) - FILE_ROWS
-        note = Text(f"{hidden} more files (less read): readtrace report --json", style="dim")
-        return Group(table, note) if hidden > 0 else table
+    def files(self, width: int = PIPED_WIDTH) -> RenderableType:
+        """Data files first (checkpoints, anything big), code and libraries folded into one line."""
+        files = self.a.files
+        data, code = files[files["role"] == "data"], files[files["role"] == "code"]
+        cols = [Column("file", path=True), Column("fs", 2, right=False), Column("read"), Column("consec", 1),
+                Column("seq", 3), Column("random", 3), Column("after seek", 1), Column("cache miss", 1),
+                Column("FUSE reads", 2), Column("faults", 2)]
+        rows = [[f["path"] or "?", f["fstype"] or "?", fmt_bytes(f["bytes_read"]),
+                 fmt_pct(f["consecutive_fraction"]), fmt_pct(f["sequential_fraction"]),
+                 fmt_pct(f["random_fraction"]), fmt_pct(f["seek_fraction"]), fmt_pct(f["cache_miss_fraction"]),
+                 fmt_count(f["fuse_read_requests"]), fmt_count(f["page_faults"])]
+                for _, f in data.head(FILE_ROWS).iterrows()]
+        table = fitted_table("Files read (fractions as each open file saw them, byte-weighted)", cols, rows, width)
+        notes = []
+        if len(data) > FILE_ROWS:
+            notes.append(f"{len(data) - FILE_ROWS} more data files (less read): readtrace report --json")
+        if len(code):
+            notes.append(f"+ {fmt_count(len(code))} code and library files (.so, .py, .pyc ...): "
+                         f"{fmt_bytes(code['bytes_read'].sum())} read, {fmt_count(code['page_faults'].sum())} "
+                         f"faults, {fmt_count(code['fuse_read_requests'].sum())} FUSE reads")
+        return Group(table, *(Text(n, style="dim") for n in notes)) if notes else table
 
-    def streams(self) -> RenderableType:
+    def streams(self, width: int = PIPED_WIDTH) -> RenderableType:
         s = self.a.streams
         shown = relevant_streams(self.a, ("fuse_handle", "ofd"), self.stream_rows)
-        table = Table(title="Open files and FUSE handles (merged over their tasks)", title_justify="left")
-        for col in ("stream", "file", "tasks", "bytes", "consec", "after seek", "tasks' own consec", "score",
-                    "gcsfuse requests", "p50"):
-            table.add_column(col, justify="left" if col in ("stream", "file") else "right", overflow="fold",
-                             min_width=20 if col == "file" else None)
+        cols = [Column("stream", right=False), Column("file", path=True), Column("tasks"), Column("bytes"),
+                Column("consec"), Column("after seek", 2), Column("tasks' own consec", 3), Column("score"),
+                Column("gcsfuse requests", 1), Column("p50", 1)]
+        rows = []
         for _, r in shown.iterrows():
             score = "-" if pd.isna(r["interleave_score"]) else f"{r['interleave_score']:.2f}"
-            table.add_row(r["stream"], r["path"], str(int(r["tasks"])), fmt_bytes(r["bytes"]),
-                          fmt_pct(r["consecutive_fraction"]), fmt_pct(r["seek_fraction"]),
-                          fmt_pct(r["task_consecutive_fraction"]),
-                          Text(score, style="bold red" if r["interleaved"] else ""),
-                          f"{int(r['gcsfuse_requests'])} ({r['gcsfuse_read_type']})", _us(r["latency_p50_us"]))
+            rows.append([r["stream"], r["path"], str(int(r["tasks"])), fmt_bytes(r["bytes"]),
+                         fmt_pct(r["consecutive_fraction"]), fmt_pct(r["seek_fraction"]),
+                         fmt_pct(r["task_consecutive_fraction"]),
+                         Text(score, style="bold red" if r["interleaved"] else ""),
+                         f"{fmt_count(r['gcsfuse_requests'])} ({r['gcsfuse_read_type']})", _us(r["latency_p50_us"])])
+        table = fitted_table("Open files and FUSE handles (merged over their tasks)", cols, rows, width)
         hidden = len(s) - len(shown)
         note = Text(f"{hidden} more streams (per task, process, file, smaller files): readtrace report --json",
                     style="dim")
@@ -128,14 +135,14 @@ class TerminalReport:
         target = shlex.quote(self.a.trace_path) if self.a.trace_path else "TRACE"
         return Text(f"next: readtrace fix --compare {target}", style="bold")
 
-    def renderables(self) -> list[RenderableType]:
-        return [self.header(), self.files(), self.streams(), self.findings(), self.next_command()]
+    def renderables(self, width: int = PIPED_WIDTH) -> list[RenderableType]:
+        return [self.header(), self.files(width), self.streams(width), self.findings(), self.next_command()]
 
     def render(self, out: IO[str], width: int | None = None, color: bool | None = None) -> None:
         if width is None and not _is_terminal(out) and "COLUMNS" not in os.environ:
             width = PIPED_WIDTH  # a log or a pipe: rich's 80 columns would crush the paths
         console = Console(file=out, width=width, force_terminal=color, no_color=color is False,
                           highlight=False, soft_wrap=False)
-        for r in self.renderables():
+        for r in self.renderables(console.width):
             console.print(r)
             console.print()

@@ -1,0 +1,22 @@
+"""What a file is to a load: ``data`` (checkpoints, anything the load reads as input) or ``code``
+(shared libraries, Python modules and bytecode, interpreter and package metadata). Reports lead with
+data files and fold code into one line: a load's libraries are noise for its I/O pattern."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+CODE_PATTERN = (
+    r"(?:\.so(?:\.\d+)*|\.py|\.pyc|\.pyo|\.pyi|\.pyd|\.pth|\.typed|\.a|\.dylib)$"  # libraries and modules
+    r"|/(?:site|dist)-packages/[^/]+\.(?:dist|egg)-info/"  # package metadata
+    r"|^/(?:proc|sys|dev)/"  # kernel interfaces
+    r"|/ld\.so\.cache$|/locale-archive$|/gconv/"
+)
+
+
+def file_roles(paths: pd.Series) -> np.ndarray:
+    """``"code"`` or ``"data"`` per path (unknown paths are data: never hide what we cannot name)."""
+    text = paths.astype(object).where(paths.notna(), "").astype(str)
+    is_code = text.str.contains(CODE_PATTERN, regex=True).to_numpy(dtype=bool)
+    return np.where(is_code, "code", "data")
