@@ -167,7 +167,7 @@ def _fuse_only(rows, fh=1, tid=50):
     return make_trace(fuse=fuse, files=files_frame("/mnt/g/m", 1 << 34, "fuse.gcsfuse"))
 
 
-def test_fuse_requests_map_to_file_by_connection_and_nodeid():
+def test_fuse_requests_map_to_the_only_file_on_their_connection():
     a = analyze(_fuse_only([(0, MiB)]))
     assert a.files["path"].tolist() == ["/mnt/g/m"]
     assert a.files["fuse_read_requests"].iloc[0] == 1

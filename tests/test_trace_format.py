@@ -55,7 +55,7 @@ def test_round_trip_preserves_values_and_dtypes(tmp_path):
     assert t.events["ofd"].iloc[0] == 0xFFFF888012345678 - 2**64
     assert pd.isna(t.events["path"].iloc[1])
     assert t.events["dev"].tolist() == [0, 0, 0]  # defaulted column
-    assert t.fuse["nodeid"].tolist() == [-1] and t.fuse["size"].tolist() == [131072]
+    assert t.fuse["nodeid"].tolist() == [0] and t.fuse["size"].tolist() == [131072]
     assert t.pages["dev"].iloc[0] == (8 << 20) | 1
     assert len(t.files) == 0 and list(t.files.columns) == TABLES["files"].names
 
@@ -84,6 +84,7 @@ def test_no_silent_overwrite(tmp_path):
 @pytest.mark.parametrize("damage, message", [
     ("no_meta", "incomplete trace"),
     ("newer", "version 99 is not supported"),
+    ("older", "version 1 was written by an older readtrace"),
     ("foreign", "not a readtrace trace"),
     ("garbled_meta", "corrupt meta.json"),
     ("truncated_parquet", "corrupt trace: events.parquet"),
@@ -98,6 +99,9 @@ def test_damaged_traces_are_rejected_by_name(tmp_path, damage, message):
         meta_path.unlink()
     elif damage == "newer":
         meta["version"] = 99
+        meta_path.write_text(json.dumps(meta))
+    elif damage == "older":  # v1: signed ids with -1 for unknown; refused, not reinterpreted
+        meta["version"] = 1
         meta_path.write_text(json.dumps(meta))
     elif damage == "foreign":
         meta["format"] = "something-else"

@@ -13,6 +13,7 @@ import pandas as pd
 
 from readtrace.analyze.fileindex import UNKNOWN, FileIndex
 from readtrace.analyze.grouping import dense_codes
+from readtrace.analyze.nodes import handle_files, node_files
 from readtrace.trace.schema import FUSE_READ, READ_OPS
 
 SOURCE_READ, SOURCE_FAULT, SOURCE_FUSE = 0, 1, 2
@@ -221,19 +222,22 @@ def fault_accesses(events: pd.DataFrame, pages: pd.DataFrame, files: FileIndex) 
         latency=np.zeros(len(faults), np.int64), source=np.full(len(faults), SOURCE_FAULT, np.int8))
 
 
-def fuse_accesses(fuse: pd.DataFrame, files: FileIndex, used_files: np.ndarray) -> tuple[Accesses, pd.DataFrame]:
-    """FUSE READ requests as accesses on their handle; also the handle table (connection, nodeid, fh)."""
+def fuse_accesses(fuse: pd.DataFrame, events: pd.DataFrame, app: Accesses, files: FileIndex
+                  ) -> tuple[Accesses, pd.DataFrame]:
+    """FUSE READ requests as accesses on their handle; also the handle table (connection, nodeid, fh)
+    with each handle's file (see nodes.py: a nodeid is not an inode number)."""
     reads = fuse[(fuse["opcode"] == FUSE_READ) & (fuse["offset"] >= 0)]
     size = _i64(reads["size"])
     reply = _i64(reads["reply_bytes"])
     nbytes = np.where(reply >= 0, np.minimum(size, reply), size)
     keep = nbytes > 0
     reads, nbytes = reads[keep], nbytes[keep]
-    conn, node, fh = _i64(reads["connection"]), _i64(reads["nodeid"]), _i64(reads["fh"])
+    conn = _i64(reads["connection"])
+    node, fh = reads["nodeid"].to_numpy(np.uint64), reads["fh"].to_numpy(np.uint64)
     codes, n = dense_codes(conn, node, fh)
     table = pd.DataFrame({"connection": conn, "nodeid": node, "fh": fh}).groupby(codes).first() \
         .reindex(range(n)).reset_index(drop=True)
-    table["file"] = files.on_connection(table["connection"].to_numpy(), table["nodeid"].to_numpy(), used_files)
+    table["file"] = handle_files(table, node_files(fuse, events, app, files), files, np.unique(app.file))
     acc = Accesses(
         ts=_i64(reads["ts_ns"]), pid=_i64(reads["pid"]), tid=_i64(reads["tid"]),
         file=table["file"].to_numpy()[codes], ofd=codes.astype(np.int64),  # the handle's row in table

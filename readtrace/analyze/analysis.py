@@ -129,8 +129,8 @@ def _label_streams(streams: pd.DataFrame, files: pd.DataFrame, handles: pd.DataF
     streams["path"] = path
     streams["fstype"] = files["fstype"].reindex(streams["file_id"]).fillna("").to_numpy()
     is_handle = (streams["kind"] == "fuse_handle").to_numpy()
-    fh = np.full(len(streams), -1, dtype=np.int64)
-    fh[is_handle] = handles["fh"].to_numpy()[streams["ofd"].to_numpy()[is_handle]] if is_handle.any() else []
+    fh = np.zeros(len(streams), dtype=np.uint64)  # the daemon's u64 handle; only for kind fuse_handle
+    fh[is_handle] = handles["fh"].to_numpy(np.uint64)[streams["ofd"].to_numpy()[is_handle]] if is_handle.any() else []
     streams["fh"] = fh
     streams.loc[is_handle, "ofd"] = 0
     kind = streams["kind"].to_numpy()
@@ -244,7 +244,7 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     del lean_reads
     faults = fault_accesses(events, trace.pages, index)
     app = Accesses.concat([reads, faults])
-    fuse, handles = fuse_accesses(trace.fuse, index, np.unique(app.file))
+    fuse, handles = fuse_accesses(trace.fuse, events, app, index)
     pages = pagecache.page_rows(trace.pages, index)
     files = index.finish()
     streams, stream_tasks = _streams(app, fuse, handles, th)

@@ -1,4 +1,8 @@
-"""One id per file: (dev, ino) when known, else the path; joins the three views of a trace."""
+"""One id per file: (dev, ino) when known, else the path; joins the three views of a trace.
+
+Inode numbers are u64 (object-store clients hash paths into all 64 bits): the (dev, ino) pair is
+matched exactly, as two columns, never packed into one integer.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +12,11 @@ import pandas as pd
 from readtrace.analyze.filesystems import fs_profile
 
 UNKNOWN = -1
-_MINOR_MASK = (1 << 20) - 1
+MINOR_MASK = (1 << 20) - 1  # a FUSE mount's dev is (0, minor) and its connection number is that minor
 
 
-def _key(dev: np.ndarray, ino: np.ndarray) -> np.ndarray:
-    """A single int64 for (dev, ino); inode numbers fit in 40 bits on every fs we meet."""
-    return (dev.astype(np.int64) << 40) ^ ino.astype(np.int64)
+def _pairs(dev, ino) -> pd.MultiIndex:
+    return pd.MultiIndex.from_arrays([np.asarray(dev, dtype=np.int64), np.asarray(ino, dtype=np.uint64)])
 
 
 class FileIndex:
@@ -21,24 +24,22 @@ class FileIndex:
 
     def __init__(self, files: pd.DataFrame):
         files = files.reset_index(drop=True)
-        by_ino = files["ino"].to_numpy() > 0
-        ident = np.where(by_ino, _key(files["dev"].to_numpy(), files["ino"].to_numpy()).astype(str),
-                         "p:" + files["path"].fillna("").astype(str).to_numpy())
-        keep = ~pd.Series(ident).duplicated().to_numpy()
+        keep = ~_repeats(files["dev"].to_numpy(), files["ino"].to_numpy(), files["path"])
         self.table = files[keep].reset_index(drop=True)[["path", "dev", "ino", "size", "fstype",
                                                            "mountpoint"]].copy()
+        self.table["ino"] = self.table["ino"].astype(np.uint64)
         self._refresh()
 
     def _refresh(self) -> None:
         """Hash indexes (dev, ino) -> row and path -> row; the first row wins where several match."""
         t = self.table
-        known = t["ino"].to_numpy() > 0
-        by_key = pd.Series(np.flatnonzero(known), index=_key(t["dev"].to_numpy()[known], t["ino"].to_numpy()[known]))
-        by_key = by_key[~by_key.index.duplicated()]
+        known = np.flatnonzero(t["ino"].to_numpy() > 0)
+        by_pair = pd.Series(known, index=_pairs(t["dev"].to_numpy()[known], t["ino"].to_numpy()[known]))
+        by_pair = by_pair[~by_pair.index.duplicated()]
         named = t["path"].notna().to_numpy()
         by_path = pd.Series(np.flatnonzero(named), index=t["path"][named].astype(str).to_numpy())
         by_path = by_path[~by_path.index.duplicated()]
-        self._key_index, self._key_rows = by_key.index, by_key.to_numpy()
+        self._pair_index, self._pair_rows = by_pair.index, by_pair.to_numpy()
         self._path_index, self._path_rows = by_path.index, by_path.to_numpy()
 
     @staticmethod
@@ -52,11 +53,11 @@ class FileIndex:
     def lookup(self, dev, ino, path=None, add: bool = True) -> np.ndarray:
         """file id per row from (dev, ino) or, failing that, path; unseen files are added."""
         dev = np.asarray(dev, dtype=np.int64)
-        ino = np.asarray(ino, dtype=np.int64)
+        ino = np.asarray(ino, dtype=np.uint64)
         ids = np.full(len(dev), UNKNOWN, dtype=np.int64)
         has_ino = ino > 0
-        if has_ino.any():
-            ids[has_ino] = self._find(self._key_index, self._key_rows, _key(dev[has_ino], ino[has_ino]))
+        if has_ino.any() and len(self._pair_rows):
+            ids[has_ino] = self._find(self._pair_index, self._pair_rows, _pairs(dev[has_ino], ino[has_ino]))
         if path is not None:
             path = pd.Series(path).reset_index(drop=True)
             by_path = (ids < 0) & path.notna().to_numpy()
@@ -75,35 +76,19 @@ class FileIndex:
         new = pd.DataFrame({
             "path": path[missing].to_numpy() if path is not None else None,
             "dev": dev[missing], "ino": ino[missing]})
-        new["ident"] = np.where(new["ino"] > 0, _key(new["dev"].to_numpy(), new["ino"].to_numpy()).astype(str),
-                                "p:" + new["path"].fillna("").astype(str))
-        new = new.drop_duplicates("ident")
+        new = new[~_repeats(new["dev"].to_numpy(), new["ino"].to_numpy(), new["path"])]
         new["size"] = -1
         new["fstype"] = None
         new["mountpoint"] = None
-        self.table = pd.concat([self.table, new.drop(columns="ident")], ignore_index=True)
+        self.table = pd.concat([self.table, new], ignore_index=True)
         self._refresh()
         return self.lookup(dev, ino, path, add=False)
 
-    def on_connection(self, connection: np.ndarray, nodeid: np.ndarray, used: np.ndarray) -> np.ndarray:
-        """file id of FUSE requests: the FUSE file on that connection with ino == nodeid, else the only
-        FUSE file the app used on that connection (connection == minor of the mount's dev)."""
+    def fuse_files(self) -> tuple[np.ndarray, np.ndarray]:
+        """(file ids on FUSE mounts, their connection numbers)."""
         t = self.table
-        is_fuse = t["fstype"].fillna("").str.startswith("fuse").to_numpy()
-        minor = t["dev"].to_numpy() & _MINOR_MASK
-        ids = np.full(len(connection), UNKNOWN, dtype=np.int64)
-        fuse_ids = np.flatnonzero(is_fuse)
-        if len(fuse_ids) == 0:
-            return ids
-        by_node = pd.Index(_key(minor[fuse_ids], t["ino"].to_numpy()[fuse_ids]))
-        pos = by_node.get_indexer(_key(connection, nodeid))
-        ids[pos >= 0] = fuse_ids[pos[pos >= 0]]
-        used_fuse = np.intersect1d(fuse_ids, used)
-        for conn in np.unique(connection[ids < 0]):
-            candidates = used_fuse[minor[used_fuse] == conn]
-            if len(candidates) == 1:
-                ids[(ids < 0) & (connection == conn)] = candidates[0]
-        return ids
+        ids = np.flatnonzero(t["fstype"].fillna("").str.startswith("fuse").to_numpy())
+        return ids, t["dev"].to_numpy(dtype=np.int64)[ids] & MINOR_MASK
 
     def finish(self) -> pd.DataFrame:
         """The files table with an ``fs`` family and whether the fs keeps per-handle streams."""
@@ -117,3 +102,15 @@ class FileIndex:
         t["remote"] = [p.remote for p in profiles]
         t.index.name = "file_id"
         return t
+
+
+def _repeats(dev: np.ndarray, ino: np.ndarray, path: pd.Series) -> np.ndarray:
+    """Whether each row names a file an earlier row named: same (dev, ino) when the inode is known,
+    else the same path."""
+    ino = np.asarray(ino, dtype=np.uint64)
+    known = ino > 0
+    same_pair = _pairs(dev, ino).duplicated()
+    names = pd.Series(path).reset_index(drop=True).fillna("").astype(str)
+    same_path = np.zeros(len(ino), dtype=bool)
+    same_path[~known] = names[~known].duplicated().to_numpy()
+    return np.where(known, same_pair, same_path)

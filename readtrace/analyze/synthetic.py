@@ -59,11 +59,15 @@ def fuse_from_reads(reads: pd.DataFrame, fh_of_ofd: dict[int, int] | None = None
     idx = np.repeat(np.arange(len(reads)), per)
     part = np.arange(len(idx)) - np.repeat(np.cumsum(per) - per, per)
     ofd = reads["ofd"].to_numpy()[idx]
-    fh = pd.Series(ofd).map(fh_of_ofd).to_numpy() if fh_of_ofd else pd.factorize(ofd)[0] + 1
+    if fh_of_ofd:  # handles are u64: map through the distinct ofds, never through float
+        keys, inverse = np.unique(ofd, return_inverse=True)
+        fh = np.array([fh_of_ofd[k] for k in keys.tolist()], dtype=np.uint64)[inverse]
+    else:
+        fh = (pd.factorize(ofd)[0] + 1).astype(np.uint64)
     return pd.DataFrame({
         "ts_ns": reads["ts_ns"].to_numpy()[idx] + 1 + part, "pid": reads["pid"].to_numpy()[idx],
         "tid": reads["tid"].to_numpy()[idx], "connection": connection, "unique": np.arange(len(idx)) * 2 + 2,
-        "opcode": FUSE_READ, "nodeid": nodeid, "fh": fh,
+        "opcode": FUSE_READ, "nodeid": np.uint64(nodeid), "fh": fh,
         "offset": reads["offset"].to_numpy()[idx] + part * request, "size": request, "reply_bytes": request,
         "latency_ns": 40_000, "daemon_tid": 999,
     })

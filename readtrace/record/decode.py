@@ -15,9 +15,11 @@ import numpy as np
 import pandas as pd
 
 from readtrace.record.records import KIND
+from readtrace.trace.schema import FUSE_READ
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 FUSE_OUT_HEADER = 16  # struct fuse_out_header precedes the data of every reply
+U64_MASK = (1 << 64) - 1  # signed record fields that carry a u64 id (fh, unique) back to unsigned
 
 APP_OPS = {
     KIND["READ"]: "read", KIND["PREAD"]: "pread", KIND["READV"]: "readv", KIND["PREADV"]: "preadv",
@@ -115,7 +117,7 @@ class Decoder:
             "tid": rec["tid"].astype(np.int32), "comm": self._comms(rec["tid"], rec["ts_ns"]),
             "op": _STR_TABLE[kinds], "fd": np.where(is_open, rec["fd"], -1).astype(np.int32),
             "ofd": rec["ofd"].astype(np.int64), "path": [p if p else None for p in paths],
-            "dev": rec["dev"].astype(np.int64), "ino": rec["ino"].astype(np.int64),
+            "dev": rec["dev"].astype(np.int64), "ino": rec["ino"].astype(np.uint64),
             "offset": np.full(rec.size, -1, np.int64), "size": np.where(is_open, rec["size"], -1),
             "ret": rec["ret"].astype(np.int64), "latency_ns": rec["latency_ns"].astype(np.int64),
             "arg": rec["arg"].astype(np.int64), "count": np.ones(rec.size, np.int64),
@@ -136,7 +138,7 @@ class Decoder:
             self._ofd_files.append(pd.DataFrame({
                 "ofd": np.asarray(ofd, dtype=np.uint64)[known].astype(np.int64),
                 "ts_ns": np.asarray(ts, dtype=np.int64)[known],
-                "dev": np.asarray(dev)[known].astype(np.int64), "ino": np.asarray(ino)[known].astype(np.int64)}))
+                "dev": np.asarray(dev)[known].astype(np.int64), "ino": np.asarray(ino)[known].astype(np.uint64)}))
             if len(self._ofd_files) > 64:  # compact: keep only where an ofd starts naming another file
                 h = pd.concat(self._ofd_files, ignore_index=True).sort_values(["ofd", "ts_ns"])
                 same = (h[["ofd", "dev", "ino"]] == h[["ofd", "dev", "ino"]].shift()).all(axis=1)
@@ -144,17 +146,23 @@ class Decoder:
 
     def _fill_read_files(self, rec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """dev/ino of reads (the probes leave them out): from the latest open of the same struct file."""
-        dev, ino = rec["dev"].astype(np.int64), rec["ino"].astype(np.int64)
+        dev, ino = rec["dev"].astype(np.int64), rec["ino"].astype(np.uint64)
         missing = (ino == 0) & (rec["ofd"] != 0)
         if not missing.any() or not self._ofd_files:
             return dev, ino
-        history = pd.concat(self._ofd_files, ignore_index=True).sort_values("ts_ns")
+        history = pd.concat(self._ofd_files, ignore_index=True).sort_values("ts_ns", ignore_index=True)
         wanted = pd.DataFrame({"ofd": rec["ofd"][missing].astype(np.int64),
                                "ts_ns": rec["ts_ns"][missing].astype(np.int64),
                                "order": np.arange(int(missing.sum()))}).sort_values("ts_ns")
-        found = pd.merge_asof(wanted, history, on="ts_ns", by="ofd", direction="backward").sort_values("order")
-        dev[missing] = found["dev"].fillna(0).to_numpy(dtype=np.int64)
-        ino[missing] = found["ino"].fillna(0).to_numpy(dtype=np.int64)
+        # Join the history's row number, not its columns: a u64 inode must not pass through float NaN.
+        found = pd.merge_asof(wanted, history[["ofd", "ts_ns"]].assign(row=np.arange(len(history))), on="ts_ns",
+                              by="ofd", direction="backward").sort_values("order")
+        row = found["row"].to_numpy(dtype=np.float64)
+        hit = ~np.isnan(row)
+        rows = row[hit].astype(np.int64)
+        where = np.flatnonzero(missing)[hit]
+        dev[where] = history["dev"].to_numpy(dtype=np.int64)[rows]
+        ino[where] = history["ino"].to_numpy(dtype=np.uint64)[rows]
         return dev, ino
 
     def _remember_open(self, r, path: str) -> None:
@@ -249,7 +257,7 @@ class Decoder:
         return pd.DataFrame({
             "ts_ns": rec["ts_ns"].astype(np.int64), "pid": rec["pid"].astype(np.int32),
             "tid": rec["tid"].astype(np.int32), "op": _PAGE_TABLE[rec["kind"].astype(np.int64)],
-            "dev": rec["dev"].astype(np.int64), "ino": rec["ino"].astype(np.int64),
+            "dev": rec["dev"].astype(np.int64), "ino": rec["ino"].astype(np.uint64),
             "path": self._paths(rec["pid"], rec["dev"], rec["ino"]), "offset": rec["offset"] * PAGE_SIZE,
             "size": rec["size"] * PAGE_SIZE, "count": rec["count"].astype(np.int64),
         })
@@ -258,16 +266,17 @@ class Decoder:
         """Join send / daemon read / end on (connection, unique); a request is done at its end."""
         done = []
         for r in rec:
-            key = (int(r["dev"]), int(r["arg"]))
+            key = (int(r["dev"]), int(r["arg"]) & U64_MASK)
             req = self._fuse_open.setdefault(key, {"connection": key[0], "unique": key[1]})
             kind = int(r["kind"])
             if kind == KIND["FUSE_SEND"]:
                 req.update(send_ts=int(r["ts_ns"]), opcode=int(r["fd"]), send_pid=int(r["pid"]),
                            send_tid=int(r["tid"]))
             elif kind == KIND["FUSE_DAEMON_READ"]:
+                has_body = int(r["fd"]) == FUSE_READ and int(r["offset"]) >= 0  # fuse_read_in decoded
                 req.update(read_ts=int(r["ts_ns"]), opcode=int(r["fd"]), pid=int(r["pid"]), tid=int(r["tid"]),
-                           nodeid=int(r["ofd"]), fh=int(r["ret"]), offset=int(r["offset"]),
-                           size=int(r["size"]), daemon_tid=int(r["aux"]))
+                           nodeid=int(r["ofd"]), fh=int(r["ret"]) & U64_MASK if has_body else 0,
+                           offset=int(r["offset"]), size=int(r["size"]), daemon_tid=int(r["aux"]))
             else:
                 req.update(end_ts=int(r["ts_ns"]), reply_len=int(r["size"]), error=int(r["ret"]))
                 row = self._fuse_row(self._fuse_open.pop(key))
@@ -285,8 +294,8 @@ class Decoder:
         reply = req.get("reply_len", -1)
         return {
             "ts_ns": start, "pid": req["pid"], "tid": req["tid"], "connection": req["connection"],
-            "unique": req["unique"], "opcode": req.get("opcode", -1), "nodeid": req.get("nodeid", -1),
-            "fh": req.get("fh", -1), "offset": req.get("offset", -1), "size": req.get("size", -1),
+            "unique": req["unique"], "opcode": req.get("opcode", -1), "nodeid": req.get("nodeid", 0),
+            "fh": req.get("fh", 0), "offset": req.get("offset", -1), "size": req.get("size", -1),
             "reply_bytes": max(reply - FUSE_OUT_HEADER, 0) if reply >= 0 and not req.get("error") else -1,
             "latency_ns": req["end_ts"] - req["send_ts"] if "end_ts" in req and "send_ts" in req else -1,
             "daemon_tid": req.get("daemon_tid", 0),
@@ -310,7 +319,7 @@ def _factorize_files(dev: np.ndarray, ino: np.ndarray):
     if not ((dev[first][codes] == dev) & (ino[first][codes] == ino)).all():  # a collision: exact path
         codes = pd.DataFrame({"d": dev, "i": ino}).groupby(["d", "i"], sort=False).ngroup().to_numpy()
         first = _first_rows(codes)
-    keys = list(zip(dev[first].astype(np.int64).tolist(), ino[first].astype(np.int64).tolist(), strict=True))
+    keys = list(zip(dev[first].astype(np.int64).tolist(), ino[first].tolist(), strict=True))
     return codes, keys, first
 
 

@@ -64,7 +64,8 @@ def _stream_records(a: Analysis) -> list[dict]:
     df = a.streams.copy()
     df["ofd"] = [None if k != "ofd" else f"{o & 0xFFFFFFFFFFFFFFFF:#x}"
                  for k, o in zip(df["kind"], df["ofd"], strict=True)]
-    df["fh"] = df["fh"].where(df["kind"] == "fuse_handle")
+    df["fh"] = pd.Series([int(h) if k == "fuse_handle" else None  # exact u64: never through float NaN
+                          for k, h in zip(df["kind"], df["fh"], strict=True)], index=df.index, dtype=object)
     records = _records(df, STREAM_KEYS)
     for r in records:
         if r["kind"] not in ("ofd", "fuse_handle"):

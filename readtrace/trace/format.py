@@ -29,7 +29,10 @@ from readtrace.errors import ReadtraceError, TraceError
 from readtrace.trace.schema import READ_COLUMNS, READ_OPS, TABLES, default_for
 
 FORMAT_NAME = "readtrace-trace"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# v2: ino, unique, nodeid, fh are uint64 (v1 stored them as int64 and used -1 for "unknown").
+# Older traces are refused by number (record them again), never reinterpreted.
+OLDEST_READABLE_VERSION = 2
 SUFFIX = ".rtrace"
 META_FILE = "meta.json"
 
@@ -73,6 +76,8 @@ def _to_table(name: str, data) -> pa.Table:
             col = data[f.name]
             if pa.types.is_string(f.type):
                 col = col.astype(object).where(col.notna(), None)
+            elif pa.types.is_unsigned_integer(f.type) and col.dtype == object:
+                col = np.array(col.tolist(), dtype=np.uint64)  # Python ints up to 2**64-1; < 0 raises
             arrays.append(pa.array(col, type=f.type, from_pandas=True))
         else:
             arrays.append(pa.array([default_for(f)] * n, type=f.type))
@@ -171,9 +176,13 @@ def _read_meta(path: Path) -> dict:
         raise TraceError(f"{path}: not a readtrace trace (format {meta.get('format')!r})"
                          if isinstance(meta, dict) else f"{path}: corrupt {META_FILE}")
     version = meta.get("version")
+    if isinstance(version, int) and 1 <= version < OLDEST_READABLE_VERSION:
+        raise TraceError(f"{path}: trace format version {version} was written by an older readtrace "
+                         f"(this one reads v{OLDEST_READABLE_VERSION}..v{FORMAT_VERSION}); record it again")
     if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
         raise TraceError(f"{path}: trace format version {version!r} is not supported "
-                         f"(this readtrace reads {FORMAT_NAME} v1..v{FORMAT_VERSION}); upgrade readtrace")
+                         f"(this readtrace reads {FORMAT_NAME} v{OLDEST_READABLE_VERSION}..v{FORMAT_VERSION}); "
+                         "upgrade readtrace")
     return meta
 
 

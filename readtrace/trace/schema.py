@@ -6,6 +6,11 @@ Conventions shared by every table:
 - ``dev`` uses the kernel encoding ``major << 20 | minor`` (what tracepoints print), not st_dev.
 - ``offset``/``size`` are bytes; -1 means "not applicable / unknown".
 - ``ofd`` is the open file description id (kernel ``struct file *`` as int64), 0 when unknown.
+- Ids the kernel or a FUSE daemon hands out are unsigned 64-bit and stored as such (``uint64``): the
+  inode number ``ino`` (object-store clients such as rclone hash paths into all 64 bits), and in the
+  FUSE table ``unique``, ``nodeid`` and ``fh``. 0 means unknown (no inode or node is numbered 0
+  except where noted). A FUSE ``nodeid`` is the daemon's node handle, NOT the inode number: files
+  are matched to nodeids by the analysis (analyze/nodes.py), never by ``nodeid == ino``.
 """
 
 import pyarrow as pa
@@ -37,7 +42,7 @@ EVENTS = pa.schema([
     ("ofd", pa.int64()),
     ("path", pa.string()),
     ("dev", pa.int64()),
-    ("ino", pa.int64()),
+    ("ino", pa.uint64()),
     ("offset", pa.int64()),
     ("size", pa.int64()),
     ("ret", pa.int64()),
@@ -54,7 +59,7 @@ PAGES = pa.schema([
     ("tid", pa.int32()),
     ("op", pa.string()),
     ("dev", pa.int64()),
-    ("ino", pa.int64()),
+    ("ino", pa.uint64()),
     ("path", pa.string()),
     ("offset", pa.int64()),
     ("size", pa.int64()),
@@ -63,16 +68,18 @@ PAGES = pa.schema([
 
 # fuse: one row per FUSE request, joined from fuse_request_send/end and the daemon's /dev/fuse read.
 #   pid/tid: the requesting task (tid = fuse_in_header.pid); daemon_tid: the daemon thread that read it.
+#   nodeid: fuse_in_header.nodeid of every request (0: the daemon's read was not seen).
+#   fh: fuse_read_in.fh of READ requests (any u64 the daemon chose, 0 included); 0 for other opcodes.
 #   reply_bytes: data bytes of the reply (reply length minus the 16-byte fuse_out_header), -1 on error.
 FUSE = pa.schema([
     ("ts_ns", pa.int64()),
     ("pid", pa.int32()),
     ("tid", pa.int32()),
     ("connection", pa.int64()),
-    ("unique", pa.int64()),
+    ("unique", pa.uint64()),
     ("opcode", pa.int32()),
-    ("nodeid", pa.int64()),
-    ("fh", pa.int64()),
+    ("nodeid", pa.uint64()),
+    ("fh", pa.uint64()),
     ("offset", pa.int64()),
     ("size", pa.int64()),
     ("reply_bytes", pa.int64()),
@@ -84,7 +91,7 @@ FUSE = pa.schema([
 FILES = pa.schema([
     ("path", pa.string()),
     ("dev", pa.int64()),
-    ("ino", pa.int64()),
+    ("ino", pa.uint64()),
     ("size", pa.int64()),
     ("fstype", pa.string()),
     ("mountpoint", pa.string()),
@@ -97,6 +104,7 @@ FUSE_OPCODES = {
     26: "INIT", 27: "OPENDIR", 28: "READDIR", 29: "RELEASEDIR", 38: "BATCH_FORGET",
     44: "READDIRPLUS", 46: "LSEEK",
 }
+FUSE_OPEN = 14
 FUSE_READ = 15
 
 
@@ -104,7 +112,7 @@ def default_for(field: pa.Field):
     """The fill value of a column a caller left out: -1 for offsets/sizes/fds, 0 for ids, '' text."""
     if pa.types.is_string(field.type):
         return None
-    if field.name in ("offset", "size", "fd", "ret", "fh", "nodeid"):
+    if field.name in ("offset", "size", "fd", "ret"):
         return -1
     if field.name == "count":
         return 1
