@@ -86,7 +86,8 @@ def test_u64_ids_through_disk_analysis_and_report(tmp_path, name, lean, with_ope
     assert sorted(zip(handles["path"], handles["nodeid"].tolist(), handles["fh"].tolist(), strict=True)) == \
         sorted([(SHARED, node_s, fh_s), (SOLO, node_o, fh_o)])
     finding = [f for f in a.findings if f.code == "SHARED_FD_INTERLEAVE"]
-    assert len(finding) == 1 and finding[0].file == SHARED and f"handle {fh_s}," in finding[0].evidence[0]
+    assert len(finding) == 1 and finding[0].file == SHARED
+    assert finding[0].evidence[0]["handle"] == fh_s and finding[0].evidence[0]["inode"] == node_s  # gcsfuse's words
 
     report = json.loads(json.dumps(report_json(a)))  # what --json prints, parsed back
     by_path = {f["path"]: f for f in report["files"]}
@@ -94,6 +95,8 @@ def test_u64_ids_through_disk_analysis_and_report(tmp_path, name, lean, with_ope
     fuse_streams = {s["path"]: s["fh"] for s in report["streams"] if s["kind"] == "fuse_handle"}
     assert fuse_streams == {SHARED: fh_s, SOLO: fh_o}
     assert all(s["fh"] is None for s in report["streams"] if s["kind"] != "fuse_handle")
+    shared_fd = [f for f in report["findings"] if f["code"] == "SHARED_FD_INTERLEAVE"]
+    assert [f["file"] for f in shared_fd] == [SHARED] and shared_fd[0]["evidence"][0]["handle"] == fh_s
     out = io.StringIO()
     TerminalReport(a).render(out, width=200, color=False)
     assert f"SHARED_FD_INTERLEAVE  4 tasks read {SHARED}" in out.getvalue()

@@ -146,7 +146,7 @@ def parse_lines(lines) -> GcsfuseLog:
             continue
         text, ts = got
         op = _OP.search(text)
-        op_id = int(op.group(1), 16) if op else -1
+        op_id = int(op.group(1), 16) if op else 0  # 0: unknown (unique is u64 in the trace)
         m = _READ.search(text)
         if m:
             inode, tid, handle, offset, size = (int(g) for g in m.groups())
