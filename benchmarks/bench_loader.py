@@ -33,9 +33,9 @@ from safetensors.torch import load_file as st_load_file
 from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from readtrace.fix.evict import evict  # noqa: E402
-from readtrace.fix.loader import load_file  # noqa: E402
-from readtrace.fix.prefetch import prefetch  # noqa: E402
+from readtrace.loader.loader import load_file  # noqa: E402
+from readtrace.pagecache.evict import evict  # noqa: E402
+from readtrace.pagecache.prefetch import prefetch  # noqa: E402
 
 MiB = 1 << 20
 Loader = Callable[[str, str], Callable[[], None]]  # (path, device) -> run (loads, touches, frees)

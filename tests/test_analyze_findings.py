@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 
 from readtrace.analyze import Thresholds, analyze
-from readtrace.analyze.filesystems import fs_profile
 from readtrace.analyze.synthetic import FUSE_CONN, FUSE_DEV, NODE, files_frame, load_case
+from readtrace.fs.knowledge import fs_profile
 from readtrace.trace import FUSE_READ, make_trace
 
 MiB = 1 << 20

@@ -183,7 +183,7 @@ def _table(result) -> str:
 def test_table_from_recorded_summaries():
     """Rendering only (synthetic runs): trace rows and findings appear when the runs were recorded."""
     from readtrace.fix.compare import Comparison, Run
-    from readtrace.fix.manifest import Manifest, ManifestDiff
+    from readtrace.inject.manifest import Manifest, ManifestDiff
 
     def run(side, wall, loader, summary):
         return Run(side, 0, 0, wall, Manifest([], [{"seconds": loader}]), f"{side}.rtrace", summary)

@@ -15,10 +15,10 @@ import os
 import pytest
 from conftest import fuse_available, require
 
-from readtrace.fix import startup
-from readtrace.fix.evict import evict
-from readtrace.fix.pin import PinnedFile
-from readtrace.fix.prefetch import prefetch
+from readtrace.inject import startup
+from readtrace.pagecache.evict import evict
+from readtrace.pagecache.pin import PinnedFile
+from readtrace.pagecache.prefetch import prefetch
 from readtrace.simfs import force_unmount, mount
 
 pytestmark = pytest.mark.fuse

@@ -13,9 +13,9 @@ from safetensors.torch import load_file as reference_load
 from safetensors.torch import save_file
 
 from readtrace.errors import ExitStatus
-from readtrace.fix.header import DTYPES, CheckpointFormatError
-from readtrace.fix.loader import load_file
-from readtrace.fix.manifest import raw_bytes
+from readtrace.inject.manifest import raw_bytes
+from readtrace.loader.header import DTYPES, CheckpointFormatError
+from readtrace.loader.loader import load_file
 
 TORCH_DTYPES = sorted({getattr(torch, attr) for attr, _ in DTYPES.values() if hasattr(torch, attr)}, key=str)
 
@@ -165,7 +165,7 @@ def test_missing_file_is_bad_input(tmp_path):
 
 def _truncate_after_header(monkeypatch, path):
     """Make the file lose its data right after the loader validated the header."""
-    import readtrace.fix.loader as loader
+    import readtrace.loader.loader as loader
 
     original = loader.read_header
 
@@ -239,8 +239,8 @@ def test_cuda_equals_safetensors_on_random_files(tensors, chunk, threads, buffer
 @pytest.mark.parametrize("slot,buffers", [(1, 1), (7, 2), (4096, 3), (1 << 20, 2)])
 def test_staging_pipeline_on_cpu(tmp_path, slot, buffers):
     """The CUDA path's staging loop (buffer rotation, chunking, short files), run with a CPU target."""
-    from readtrace.fix.fileio import open_fd
-    from readtrace.fix.loader import _copy_through_staging
+    from readtrace.loader.fileio import open_fd
+    from readtrace.loader.loader import _copy_through_staging
 
     data = os.urandom(10_000)
     path = tmp_path / "blob.bin"

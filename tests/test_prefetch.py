@@ -11,12 +11,12 @@ import tempfile
 import pytest
 
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.fix.evict import evict
-from readtrace.fix.fileio import MiB, open_fd
-from readtrace.fix.fsinfo import cold_cache_caveat, mount_of
-from readtrace.fix.prefetch import prefetch
-from readtrace.fix.residency import _cachestat, _mincore, resident_fraction
-from readtrace.fix.spans import split_pieces, split_spans
+from readtrace.fs.fsinfo import cold_cache_caveat, mount_of
+from readtrace.loader.fileio import MiB, open_fd
+from readtrace.loader.spans import split_pieces, split_spans
+from readtrace.pagecache.evict import evict
+from readtrace.pagecache.prefetch import prefetch
+from readtrace.pagecache.residency import _cachestat, _mincore, resident_fraction
 
 
 def make_file(directory, name: str, size: int) -> str:
@@ -134,7 +134,7 @@ def test_split_pieces_over_several_files():
 RANK_SCRIPT = """
 import json, os, sys
 import torch.distributed as dist
-from readtrace.fix.prefetch import prefetch
+from readtrace.pagecache.prefetch import prefetch
 dist.init_process_group("gloo")
 r = prefetch(sys.argv[2:], chunk_bytes=1 << 20, threads=2)
 with open(os.path.join(sys.argv[1], f"rank{r.local_rank}.json"), "w") as f:

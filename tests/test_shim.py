@@ -13,8 +13,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from readtrace.errors import ReadtraceError
-from readtrace.fix.inject import shim_environment
-from readtrace.fix.manifest import compare_manifests, fill_file_digests, read_manifest, tensor_digest
+from readtrace.inject.inject import shim_environment
+from readtrace.inject.manifest import compare_manifests, fill_file_digests, read_manifest, tensor_digest
 
 # An ordinary user script: knows nothing of readtrace.
 SCRIPT = """
@@ -85,8 +85,8 @@ def test_own_fd_run_loads_identical_tensors_through_the_loader(workload):
 def test_baseline_recording_reads_nothing_the_script_does_not(workload):
     """The baseline shim records names/dtypes/shapes only (digests come later, from the file): the
     pages a script leaves unread stay unread, exactly as without the shim."""
-    from readtrace.fix.evict import evict
-    from readtrace.fix.residency import cached_pages
+    from readtrace.pagecache.evict import evict
+    from readtrace.pagecache.residency import cached_pages
 
     torch.manual_seed(2)
     big = workload / "big.safetensors"
@@ -151,7 +151,7 @@ def test_script_without_safetensors_pays_nothing(tmp_path):
 
 
 def test_auto_strategy_follows_the_file_system(workload, monkeypatch):
-    from readtrace.fix import shim
+    from readtrace.inject import shim
 
     monkeypatch.setattr(shim._STATE, "config", shim.Config(strategy="auto"))
     local = str(workload / "a.safetensors")  # on a local disk: mmap for CPU, own-fd for CUDA

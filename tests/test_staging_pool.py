@@ -3,7 +3,7 @@ the CUDA path: the pool is the same for pinned and pageable buffers)."""
 
 import torch
 
-from readtrace.fix.loader import _StagingPool
+from readtrace.loader.loader import _StagingPool
 
 
 def test_take_hands_out_distinct_buffers_and_keeps_the_rest():
@@ -39,7 +39,7 @@ def test_digest_of_a_temporary_copy_is_of_the_right_bytes():
     must stay alive while it is hashed (seen on the H200: small tensors hashed freed memory)."""
     import hashlib
 
-    from readtrace.fix.manifest import tensor_digest
+    from readtrace.inject.manifest import tensor_digest
 
     for n in range(1, 40):
         t = torch.arange(n * 3, dtype=torch.int16).reshape(n, 3).t()  # not contiguous: digest copies

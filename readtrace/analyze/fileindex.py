@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze.filesystems import fs_profile
+from readtrace.fs.knowledge import fs_profile
 
 UNKNOWN = -1
 MINOR_MASK = (1 << 20) - 1  # a FUSE mount's dev is (0, minor) and its connection number is that minor

@@ -12,7 +12,6 @@ import pandas as pd
 
 from readtrace.analyze import interleave
 from readtrace.analyze.accesses import SOURCE_READ
-from readtrace.analyze.filesystems import fs_profile
 from readtrace.analyze.finding import (
     SEVERITIES,
     CacheEvictedReread,
@@ -25,6 +24,7 @@ from readtrace.analyze.finding import (
     SmallFuseReadahead,
     SmallRequests,
 )
+from readtrace.fs.knowledge import fs_profile
 
 if TYPE_CHECKING:
     from readtrace.analyze.analysis import Analysis

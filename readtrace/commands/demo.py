@@ -32,7 +32,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from readtrace.fix.demo import demo_available, run_demo
+    from readtrace.demo import demo_available, run_demo
 
     why = demo_available()
     if why:

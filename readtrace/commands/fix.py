@@ -44,7 +44,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from readtrace.fix.compare import compare, default_recorder  # imports torch: only when running
     from readtrace.fix.compare_report import render_table, to_json
-    from readtrace.fix.inject import shim_environment
+    from readtrace.inject.inject import shim_environment
 
     command, cwd, files = _target(args.target)
     if not args.compare:

@@ -1,1 +1,1 @@
-"""Remediation: the own-fd sequential loader, the page-cache prefetcher, eviction and the rerun shim."""
+"""The host side of ``readtrace fix``: rerun a command cold with and without the fix and compare."""

@@ -22,12 +22,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.fix.evict import Eviction, evict
-from readtrace.fix.inject import shim_environment
-from readtrace.fix.manifest import Manifest, ManifestDiff, compare_manifests, fill_file_digests, read_manifest
-from readtrace.fix.prefetch import prefetch
-from readtrace.fix.residency import cache_survives_open
 from readtrace.fix.strategies import FIX_STRATEGIES
+from readtrace.inject.inject import shim_environment
+from readtrace.inject.manifest import (
+    Manifest,
+    ManifestDiff,
+    compare_manifests,
+    fill_file_digests,
+    read_manifest,
+)
+from readtrace.pagecache.evict import Eviction, evict
+from readtrace.pagecache.prefetch import prefetch
+from readtrace.pagecache.residency import cache_survives_open
 
 # A recorder runs ``cmd`` with ``env`` in ``cwd`` writing ``trace``; returns (exit code, wall s, summary).
 Recorder = Callable[[list[str], dict, str | None, Path], tuple[int, float, dict | None]]

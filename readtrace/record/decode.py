@@ -177,7 +177,7 @@ class Decoder:
 
     def _remember_exec(self, path: str) -> None:
         """The executable is mapped by the kernel, never opened: name it from a stat."""
-        from readtrace.record.mounts import kernel_dev
+        from readtrace.fs.mounts import kernel_dev
 
         try:
             st = os.stat(path)
@@ -331,7 +331,7 @@ def _first_rows(codes: np.ndarray) -> np.ndarray:
 
 def mapped_files(pid: int) -> dict[tuple[int, int], str]:
     """(kernel dev, ino) -> path of the files mapped in a live process."""
-    from readtrace.record.mounts import kernel_dev
+    from readtrace.fs.mounts import kernel_dev
 
     found = {}
     try:
@@ -359,7 +359,7 @@ def _exec_comm(path: str, comm: str) -> str:
 
 def files_table(files: dict[tuple[int, int], FileInfo], mounts) -> pd.DataFrame:
     """One row per (dev, ino) the tree touched, with its mount point and file system type."""
-    from readtrace.record.mounts import mount_of
+    from readtrace.fs.mounts import mount_of
 
     rows = []
     for (dev, ino), info in sorted(files.items()):

@@ -1,4 +1,5 @@
-"""Assemble the BPF program from probes/*.bpf.c, substitute its UPPERCASE tokens, compile and attach.
+"""Assemble the BPF program from probes/*.bpf.c (package data readtrace.probes), substitute its
+UPPERCASE tokens, compile and attach.
 
 Kernel struct offsets come from BTF (btf.py), never from the installed headers, which may describe
 another kernel build.
@@ -7,11 +8,11 @@ another kernel build.
 from __future__ import annotations
 
 import re
+from importlib import resources
 from pathlib import Path
 
 from readtrace.record.btf import BTFError, kernel_btf
 
-PROBES_DIR = Path(__file__).resolve().parents[2] / "probes"
 HEADER = "readtrace.h"
 # Concatenation order matters: later files call helpers of earlier ones.
 SOURCES = ("common.bpf.c", "app.bpf.c", "pages.bpf.c", "proc.bpf.c")
@@ -72,7 +73,12 @@ CONSTANTS = {
 
 
 def probe_text(name: str) -> str:
-    return (PROBES_DIR / name).read_text()
+    """One file of probes/, the package data of ``readtrace.probes`` (in a wheel as in a checkout)."""
+    try:
+        probes = resources.files("readtrace.probes")
+    except ModuleNotFoundError:  # an editable install made before probes/ was package data
+        probes = Path(__file__).resolve().parents[2] / "probes"
+    return probes.joinpath(name).read_text()
 
 
 def kind_numbers() -> dict[str, int]:

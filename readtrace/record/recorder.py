@@ -14,10 +14,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.fs.mounts import fuse_connections, fuse_daemons, read_mounts
 from readtrace.record.btf import BTFError
 from readtrace.record.decode import Decoder
 from readtrace.record.launch import HeldChild, resolve_command, sudo_credentials
-from readtrace.record.mounts import fuse_connections, fuse_daemons, read_mounts
 from readtrace.record.prereq import fuse_view_available, require_prerequisites
 from readtrace.record.program import (
     EVENTS_RING_BYTES,

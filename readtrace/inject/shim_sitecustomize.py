@@ -50,14 +50,14 @@ def _readtrace_importable():
 
 def _shim():
     _readtrace_importable()
-    from readtrace.fix import shim
+    from readtrace.inject import shim
 
     return shim
 
 
 def _prefetch_at_start():
     _readtrace_importable()
-    from readtrace.fix.startup import prefetch_at_start
+    from readtrace.inject.startup import prefetch_at_start
 
     prefetch_at_start()
 

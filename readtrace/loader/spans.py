@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from readtrace.fix.fileio import MiB
+from readtrace.loader.fileio import MiB
 
 ALIGN = MiB  # span boundaries on MiB multiples keep every reader's requests page- and block-aligned
 

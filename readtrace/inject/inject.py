@@ -11,8 +11,8 @@ from pathlib import Path
 
 import readtrace
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.fix import shim_sitecustomize
 from readtrace.fix.strategies import STRATEGIES
+from readtrace.inject import shim_sitecustomize
 
 
 @contextmanager
@@ -27,7 +27,7 @@ def shim_environment(
     """Yield an environment for a rerun with the shim; the shim directory is removed on exit.
 
     ``strategy`` is one of ``shim.STRATEGIES`` (``none`` still records the manifest); ``extra``
-    adds READTRACE_* tuning variables (see ``readtrace.fix.shim``).
+    adds READTRACE_* tuning variables (see ``readtrace.inject.shim``).
     """
     if strategy not in STRATEGIES:
         raise ReadtraceError(f"unknown fix strategy {strategy!r} (choose from {', '.join(STRATEGIES)})",

@@ -12,10 +12,10 @@ import os
 import time
 
 from readtrace.errors import ReadtraceError
-from readtrace.fix.fsinfo import is_remote
-from readtrace.fix.pin import DEFAULT_HOLD_S, Pins
-from readtrace.fix.prefetch import DEFAULT_THREADS, prefetch
-from readtrace.fix.residency import cache_survives_open
+from readtrace.fs.fsinfo import is_remote
+from readtrace.pagecache.pin import DEFAULT_HOLD_S, Pins
+from readtrace.pagecache.prefetch import DEFAULT_THREADS, prefetch
+from readtrace.pagecache.residency import cache_survives_open
 
 _HELD: list[Pins] = []  # prefetched pages locked in memory until their hold time ends or we exit
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.fix.fileio import tensor_bytes
+from readtrace.loader.fileio import tensor_bytes
 
 
 def raw_bytes(tensor: torch.Tensor) -> torch.Tensor:

@@ -25,15 +25,15 @@ import time
 from dataclasses import dataclass, field
 
 from readtrace.errors import ReadtraceError
-from readtrace.fix import loader
-from readtrace.fix import prefetch as prefetcher
-from readtrace.fix.fileio import MiB, open_fd
-from readtrace.fix.fsinfo import is_remote
-from readtrace.fix.header import read_header
-from readtrace.fix.manifest import append_lines, tensor_record
-from readtrace.fix.residency import cache_survives_open
-from readtrace.fix.startup import already_prefetched, release_pin
 from readtrace.fix.strategies import STRATEGIES
+from readtrace.fs.fsinfo import is_remote
+from readtrace.inject.manifest import append_lines, tensor_record
+from readtrace.inject.startup import already_prefetched, release_pin
+from readtrace.loader import loader
+from readtrace.loader.fileio import MiB, open_fd
+from readtrace.loader.header import read_header
+from readtrace.pagecache import prefetch as prefetcher
+from readtrace.pagecache.residency import cache_survives_open
 
 
 @dataclass

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.fix.fileio import pread_exact
+from readtrace.loader.fileio import pread_exact
 
 MAX_HEADER_BYTES = 100_000_000  # safetensors' own limit (HeaderTooLarge)
 

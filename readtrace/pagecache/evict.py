@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.fix.fileio import open_fd
-from readtrace.fix.fsinfo import cold_cache_caveat, mount_of
-from readtrace.fix.residency import cached_pages
+from readtrace.fs.fsinfo import cold_cache_caveat, mount_of
+from readtrace.loader.fileio import open_fd
+from readtrace.pagecache.residency import cached_pages
 
 
 @dataclass(frozen=True)

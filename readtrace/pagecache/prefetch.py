@@ -17,9 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.fix.fileio import MiB, open_fd, read_into
-from readtrace.fix.pin import Pins, fits_in_memory
-from readtrace.fix.spans import Piece, split_pieces
+from readtrace.loader.fileio import MiB, open_fd, read_into
+from readtrace.loader.spans import Piece, split_pieces
+from readtrace.pagecache.pin import Pins, fits_in_memory
 
 DEFAULT_CHUNK_BYTES = 16 * MiB
 DEFAULT_THREADS = 4
@@ -60,7 +60,7 @@ def prefetch(
     ``progress``: a progress bar on stderr (default: when stderr is a terminal). ``distributed``:
     split over local ranks (default: when LOCAL_RANK/LOCAL_WORLD_SIZE are set and torch.distributed
     is initialised; then every rank must call prefetch with the same paths). ``pin``: lock each
-    range in memory right after reading it (``readtrace.fix.pin``), so proactive reclaim cannot drop
+    range in memory right after reading it (``readtrace.pagecache.pin``), so proactive reclaim cannot drop
     it before the loader uses it; call ``result.pins.release()`` (or ``.hold(s)``) when done.
     """
     if chunk_bytes <= 0 or threads <= 0:

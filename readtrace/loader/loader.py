@@ -23,10 +23,10 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.fix.fileio import MiB, open_fd, read_into, tensor_bytes
-from readtrace.fix.fsinfo import is_remote
-from readtrace.fix.header import CheckpointFormatError, Header, read_header
-from readtrace.fix.spans import split_spans
+from readtrace.fs.fsinfo import is_remote
+from readtrace.loader.fileio import MiB, open_fd, read_into, tensor_bytes
+from readtrace.loader.header import CheckpointFormatError, Header, read_header
+from readtrace.loader.spans import split_spans
 
 DEFAULT_CHUNK_BYTES = 16 * MiB
 DEFAULT_BUFFERS = 2

@@ -11,7 +11,7 @@ import mmap
 import os
 import platform
 
-from readtrace.fix.fileio import open_fd
+from readtrace.loader.fileio import open_fd
 
 PAGE = mmap.PAGESIZE
 _CACHESTAT = {"x86_64": 451, "aarch64": 451}.get(platform.machine())  # same number on both ABIs
