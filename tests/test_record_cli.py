@@ -85,16 +85,30 @@ def test_ebpf_flag_prints_the_final_program(tmp_path):
 
 
 def test_without_bpf_capabilities_record_fails_with_the_doctor_line(tmp_path):
-    """Real missing prerequisite: the recorder runs with every capability dropped."""
+    """Real missing prerequisite: the recorder runs with every capability dropped (eBPF forced)."""
     import shutil
 
     require(shutil.which("setpriv") is not None, "setpriv missing (util-linux)")
-    p = subprocess.run(["setpriv", "--bounding-set=-all", "--inh-caps=-all", *READTRACE, "record", "--", "true"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(["setpriv", "--bounding-set=-all", "--inh-caps=-all", *READTRACE, "record", "--backend",
+                        "ebpf", "--", "true"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert p.returncode == 3, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "root or CAP_BPF" in lines[0] and "sudo" in lines[0]
     assert not list(tmp_path.glob("*.rtrace"))
+
+
+def test_without_bpf_capabilities_auto_records_with_ptrace_and_one_notice(tmp_path):
+    import shutil
+
+    require(shutil.which("setpriv") is not None, "setpriv missing (util-linux)")
+    require(shutil.which("strace") is not None, "strace missing (apt-get install strace)")
+    p = subprocess.run(["setpriv", "--bounding-set=-all", "--inh-caps=-all", *READTRACE, "record", "-o", "t.rtrace",
+                        "--", "cat", "/proc/self/stat"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    notices = [line for line in p.stderr.splitlines() if "eBPF not available" in line]
+    assert len(notices) == 1 and "root or CAP_BPF" in notices[0] and "--backend ptrace" in notices[0]
+    meta = load_trace(tmp_path / "t.rtrace").meta
+    assert meta["backend"] == "ptrace" and "page_faults" in meta["missing_views"]
 
 
 def test_under_sudo_the_command_runs_as_the_user_and_owns_the_trace(tmp_path):

@@ -3,7 +3,10 @@
 Follows the whole process tree (threads, forks, execs) and records three joinable views: syscalls
 (open, read/pread/readv/preadv, mmap, lseek, dup, close, ...), the page cache (faults, lookups,
 misses, readahead) and, for files on FUSE mounts, every FUSE request (handle, thread, offset, size).
-Needs root (or CAP_BPF+CAP_PERFMON); `readtrace doctor` checks the rest.
+Needs root (or CAP_BPF+CAP_PERFMON); `readtrace doctor` checks the rest. Without them (a pod, a
+shared node) it records with strace instead (--backend ptrace, chosen automatically with a notice):
+syscalls with threads, fds and offsets, plus the page cache's residency sampled every --sample-ms;
+no page-fault order and no FUSE requests (`readtrace import gcsfuse LOG` adds the daemon's view).
 
   sudo readtrace record -- python load.py
   sudo readtrace record -o load.rtrace -- torchrun --nproc-per-node 2 load.py
@@ -25,6 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     parser.add_argument("--no-coalesce", action="store_true",
                         help="one row per read call (default: merge consecutive same-size reads in kernel)")
+    parser.add_argument("--backend", default="auto", choices=["auto", "ebpf", "ptrace"],
+                        help="auto (default): eBPF when allowed, else ptrace (strace, no privileges)")
+    parser.add_argument("--sample-ms", type=float, default=5.0, metavar="MS",
+                        help="ptrace backend: residency sampling interval (0: no sampler)")
     parser.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]",
                         help="the command to run and trace")
@@ -43,9 +50,22 @@ def run(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise ReadtraceError("no command given: readtrace record -- CMD [ARGS...]", ExitStatus.USAGE)
-    from readtrace.record import record_command
+    from readtrace.record.backend import choose_backend
 
-    result = record_command(cmd, args.output, force=args.force, quiet=args.quiet,
-                            coalesce=not args.no_coalesce)
+    backend, notice = choose_backend(args.backend)
+    if notice and not args.quiet:
+        print(notice, file=sys.stderr)
+    if backend == "ptrace":
+        from readtrace.ptrace.recorder import record_ptrace
+
+        if args.sample_ms < 0:
+            raise ReadtraceError("--sample-ms must be >= 0", ExitStatus.USAGE)
+        result = record_ptrace(cmd, args.output, force=args.force, quiet=args.quiet,
+                               interval_s=args.sample_ms / 1000 or None)
+    else:
+        from readtrace.record import record_command
+
+        result = record_command(cmd, args.output, force=args.force, quiet=args.quiet,
+                                coalesce=not args.no_coalesce)
     sys.stdout.flush()
     return result.exit_code

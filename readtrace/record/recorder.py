@@ -32,7 +32,7 @@ from readtrace.trace import TraceWriter, default_trace_name
 DRAIN_INTERVAL_S = 0.02
 BUSY_DRAIN_RECORDS = 50_000  # drained this many at once: drain again at once instead of sleeping
 RECORDER_NICE = -10  # the recorder mostly sleeps; when it wakes it must not be starved (ring full)
-BACKEND = "ebpf-bcc"
+BACKEND = "ebpf"  # trace/views.BACKEND_EBPF
 
 
 @dataclass
@@ -118,6 +118,7 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
             "start_time": start_wall.isoformat(), "end_time": datetime.now(UTC).isoformat(),
             "t0_ns": t0_ns, "end_ns": end_ns, "wall_s": (end_ns - t0_ns) / 1e9,
             "hostname": socket.gethostname(), "kernel": platform.release(), "backend": BACKEND,
+            "missing_views": [] if connections else ["fuse"],
             "pid": child.pid, "cwd": run_cwd, "lost_events": sum(lost.values()), "lost_detail": lost,
             "records": session.records, "calls": session.calls, "coalesce": coalesce,
             "max_drain_gap_s": round(session.max_drain_gap_s, 4), "ring_mib": ring_mib,
