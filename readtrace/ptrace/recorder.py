@@ -18,11 +18,11 @@ from pathlib import Path
 import pandas as pd
 
 from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.fs.mounts import kernel_dev, read_mounts
 from readtrace.ptrace.parse import StraceParser
 from readtrace.ptrace.sampler import ResidencySampler
 from readtrace.record.decode import FileInfo, files_table
 from readtrace.record.launch import HeldChild, resolve_command
-from readtrace.record.mounts import kernel_dev, read_mounts
 from readtrace.record.recorder import RecordResult, _check_output, _output_path, _print_summary, _StopSignals
 from readtrace.trace import TraceWriter, views
 

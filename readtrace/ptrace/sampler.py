@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from readtrace.fix.residency import PAGE, ResidencyMap
-from readtrace.record.mounts import kernel_dev
+from readtrace.fs.mounts import kernel_dev
+from readtrace.pagecache.residency import PAGE, ResidencyMap
 
 _PIDFD_GETFD = 438  # x86_64 and aarch64 (asm-generic)
 _libc = ctypes.CDLL(None, use_errno=True)
