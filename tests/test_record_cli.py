@@ -48,7 +48,11 @@ def test_existing_output_needs_force(tmp_path):
     out.mkdir()
     p = run(["record", "-o", str(out), "--", "true"], tmp_path)
     assert p.returncode == 1 and "--force" in p.stderr and "Traceback" not in p.stderr
-    p = run(["record", "-q", "-f", "-o", str(out), "--", "true"], tmp_path)
+    p = run(["record", "-q", "-f", "-o", str(out), "--", "true"], tmp_path)  # not a trace: refused
+    assert p.returncode == 1 and "not a readtrace trace" in p.stderr and out.is_dir()
+    out.rmdir()
+    assert run(["record", "-q", "-o", str(out), "--", "true"], tmp_path).returncode == 0
+    p = run(["record", "-q", "-f", "-o", str(out), "--", "true"], tmp_path)  # a trace: replaced
     assert p.returncode == 0 and p.stderr == ""
     assert load_trace(out).meta["command"] == ["true"]
 
@@ -111,12 +115,12 @@ def test_without_bpf_capabilities_auto_records_with_ptrace_and_one_notice(tmp_pa
     assert meta["backend"] == "ptrace" and "page_faults" in meta["missing_views"]
 
 
-def test_under_sudo_the_command_runs_as_the_user_and_owns_the_trace(tmp_path):
-    nobody = 65534
-    out = tmp_path / "sudo.rtrace"
-    env = {**os.environ, "SUDO_UID": str(nobody), "SUDO_GID": str(nobody), "SUDO_USER": "nobody"}
+def test_under_sudo_the_command_runs_as_the_user_and_owns_the_trace(unprivileged_user):
+    user = unprivileged_user
+    out = user.home / "sudo.rtrace"
+    env = {**os.environ, "SUDO_UID": str(user.uid), "SUDO_GID": str(user.gid), "SUDO_USER": user.name}
     p = run(["record", "-q", "-o", str(out), "--", "id", "-u"], "/", env=env)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == str(nobody)
-    assert out.stat().st_uid == nobody and (out / "meta.json").stat().st_uid == nobody
+    assert p.stdout.strip() == str(user.uid)
+    assert out.stat().st_uid == user.uid and (out / "meta.json").stat().st_uid == user.uid
     assert load_trace(out).meta["exit_code"] == 0

@@ -112,7 +112,7 @@ def test_cli_html_and_perfetto_files(seed_trace, tmp_path, capsys):
     names = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M"}
     assert "pid 101" in names and "FUSE handle 1 (node 2)" in names
     # never overwrite silently
-    assert main(["report", str(seed_trace), "--html", str(html)]) == 2
+    assert main(["report", str(seed_trace), "--html", str(html)]) == 1  # ExitStatus.ERROR, as for record
     assert "use --force" in capsys.readouterr().err
     assert main(["report", str(seed_trace), "--html", str(html), "--force"]) == 0
 

@@ -11,7 +11,8 @@ no page-fault order and no FUSE requests (`readtrace import gcsfuse LOG` adds th
   sudo readtrace record -- python load.py
   sudo readtrace record -o load.rtrace -- torchrun --nproc-per-node 2 load.py
 
-Exit code: the command's own; 127 when it does not exist; 130 after Ctrl-C (the trace is still written).
+Exit code: the command's own; 126 when it cannot be run, 127 when it does not exist; 130 after
+Ctrl-C, SIGTERM or SIGHUP (the trace is still written); 3 without the prerequisites (readtrace doctor).
 """
 
 from __future__ import annotations
@@ -20,6 +21,14 @@ import argparse
 import sys
 
 from readtrace.errors import ExitStatus, ReadtraceError
+
+
+def _int(text: str):
+    """An int, or the text itself: record_command says what is wrong in one line."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="auto (default): eBPF when allowed, else ptrace (strace, no privileges)")
     parser.add_argument("--sample-ms", type=float, default=5.0, metavar="MS",
                         help="ptrace backend: residency sampling interval (0: no sampler)")
+    parser.add_argument("--ring-mib", type=_int, default=None, metavar="N",
+                        help="events ring buffer in MiB, a power of two (default 64); "
+                             "raise it when the report says LOST_EVENTS")
     parser.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]",
                         help="the command to run and trace")
@@ -66,6 +78,6 @@ def run(args: argparse.Namespace) -> int:
         from readtrace.record import record_command
 
         result = record_command(cmd, args.output, force=args.force, quiet=args.quiet,
-                                coalesce=not args.no_coalesce)
+                                coalesce=not args.no_coalesce, ring_mib=args.ring_mib)
     sys.stdout.flush()
     return result.exit_code

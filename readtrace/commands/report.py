@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from readtrace.analyze import Thresholds, analyze
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import ExitStatus
+from readtrace.replace import check_target, has_marker, replacing_file
 from readtrace.trace import load_trace, newest_trace
 
 
@@ -26,36 +28,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threshold", action="append", metavar="NAME=VALUE", default=[],
                         help=f"override a threshold (repeatable): {', '.join(Thresholds.names())}")
     parser.add_argument("--streams", type=int, default=12, metavar="N", help="stream rows in the terminal report")
-    parser.add_argument("--force", action="store_true", help="overwrite --html/--perfetto files")
+    parser.add_argument("--force", action="store_true", help="replace --html/--perfetto files (only reports readtrace wrote)")
 
 
-def _output(path: str | None, force: bool) -> Path | None:
-    if path is None:
-        return None
-    out = Path(path)
-    if out.exists() and not force:
-        raise ReadtraceError(f"{out} exists; use --force to overwrite it", ExitStatus.USAGE)
-    return out
+def _outputs(args: argparse.Namespace) -> list[tuple[str, str, Callable, bytes]]:
+    """(label, path, writer, marker) of each file asked for, each checked before any work is done:
+    never through a symlink; with --force only over a report of ours (readtrace.replace)."""
+    from readtrace.report import html, perfetto
+
+    outputs = [(label, path, write, marker) for label, path, write, marker in (
+        ("HTML report", args.html, html.write_html, html.MARKER),
+        ("Perfetto trace", args.perfetto, perfetto.write_perfetto, perfetto.MARKER)) if path]
+    for label, path, _, marker in outputs:
+        check_target(path, force=args.force, is_ours=_ours(marker), what=label)
+    return outputs
+
+
+def _ours(marker: bytes) -> Callable[[Path], bool]:
+    return lambda path: has_marker(path, marker)
 
 
 def run(args: argparse.Namespace) -> int:
-    from readtrace.report import html, perfetto
     from readtrace.report.jsonreport import write_json
     from readtrace.report.terminal import TerminalReport
 
     thresholds = Thresholds().override(args.threshold)
-    html_out, perfetto_out = _output(args.html, args.force), _output(args.perfetto, args.force)
+    outputs = _outputs(args)
     trace = load_trace(args.trace or newest_trace(), lean=True)
     a = analyze(trace, thresholds)
-    if html_out:
-        html.write_html(a, html_out)
-    if perfetto_out:
-        perfetto.write_perfetto(a, perfetto_out)
+    for label, path, write, marker in outputs:
+        with replacing_file(path, force=args.force, is_ours=_ours(marker), what=label) as tmp:
+            write(a, tmp)
     if args.json:
         write_json(a, sys.stdout)
     else:
         TerminalReport(a, streams=args.streams).render(sys.stdout)
-        for label, out in (("HTML report", html_out), ("Perfetto trace", perfetto_out)):
-            if out:
-                print(f"{label}: {out}")
+        for label, path, _, _ in outputs:
+            print(f"{label}: {path}")
     return ExitStatus.OK

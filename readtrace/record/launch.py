@@ -2,18 +2,30 @@
 
 bcc's exec.py pattern: fork; the child blocks reading a pipe; the parent attaches the probes, puts
 the child's pid in the traced set and only then releases it to exec. Exec failures come back on a
-close-on-exec pipe, like subprocess does.
+close-on-exec pipe, like subprocess does. The child gets PR_SET_PDEATHSIG: a recorder killed
+with SIGKILL takes its command down with it (SIGTERM, so torchrun or a shell can pass it on).
+
+Under sudo the command runs as the invoking user (its own groups, HOME, USER), and everything the
+recorder writes is opened with that user's file-system rights (``output_rights``): a symlink or a
+directory the user cannot write is refused, as it would be without sudo.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
 import os
 import pwd
 import shutil
 import signal
+import stat
 from dataclasses import dataclass
 
 from readtrace.errors import ExitStatus, ReadtraceError
+
+PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 @dataclass(frozen=True)
@@ -21,29 +33,90 @@ class Credentials:
     uid: int
     gid: int
     user: str
+    home: str | None = None
 
 
 def sudo_credentials() -> Credentials | None:
     """The invoking user when running under sudo as root, else None."""
     uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
-    if os.geteuid() != 0 or not uid or not gid or int(uid) == 0:
+    if os.geteuid() != 0 or not uid or not gid:
+        return None
+    if not (uid.isdigit() and gid.isdigit()):
+        raise ReadtraceError(f"SUDO_UID/SUDO_GID are not numbers ({uid!r}, {gid!r}): unset them or run "
+                             "readtrace through sudo", ExitStatus.USAGE)
+    if int(uid) == 0:
         return None
     try:
-        user = pwd.getpwuid(int(uid)).pw_name
+        entry = pwd.getpwuid(int(uid))
+        user, home = entry.pw_name, entry.pw_dir
     except KeyError:
-        user = os.environ.get("SUDO_USER", str(uid))
-    return Credentials(int(uid), int(gid), user)
+        user, home = os.environ.get("SUDO_USER", str(uid)), None
+    return Credentials(int(uid), int(gid), user, home)
+
+
+def command_environment(env: dict | None, creds: Credentials | None) -> dict:
+    """The command's environment: under sudo with the invoking user's HOME, USER and LOGNAME."""
+    env = dict(os.environ if env is None else env)
+    if creds is not None:
+        env.update(USER=creds.user, LOGNAME=creds.user)
+        if creds.home:
+            env["HOME"] = creds.home
+    return env
+
+
+@contextlib.contextmanager
+def output_rights(creds: Credentials | None):
+    """Open, create and rename files with the invoking user's rights (fsuid/fsgid and groups):
+    root's capabilities do not apply to them. A no-op when not under sudo."""
+    if creds is None:
+        yield
+        return
+    groups = os.getgroups()
+    os.setgroups(os.getgrouplist(creds.user, creds.gid))
+    _libc.setfsgid(creds.gid)
+    _libc.setfsuid(creds.uid)
+    try:
+        yield
+    finally:
+        _libc.setfsuid(0)
+        _libc.setfsgid(0)
+        os.setgroups(groups)
 
 
 def resolve_command(cmd: list[str], env: dict | None) -> str:
-    """The executable ``cmd[0]`` names, or ReadtraceError(NOT_FOUND) with one line."""
+    """The executable ``cmd[0]`` names; like a shell: 127 when missing, 126 when it cannot be run."""
     if not cmd:
         raise ReadtraceError("no command given: readtrace record -- CMD [ARGS...]", ExitStatus.USAGE)
-    path = (env or os.environ).get("PATH", os.defpath)
-    exe = shutil.which(cmd[0], path=path)
-    if exe is None:
-        raise ReadtraceError(f"{cmd[0]}: command not found", ExitStatus.NOT_FOUND)
-    return exe
+    name = cmd[0]
+    if os.sep in name:
+        candidates = [name]
+    else:
+        path = (env or os.environ).get("PATH", os.defpath)
+        exe = shutil.which(name, path=path)
+        if exe is not None:
+            return exe
+        candidates = [os.path.join(d or ".", name) for d in path.split(os.pathsep)]
+    for candidate in candidates:
+        try:
+            st = os.stat(candidate)
+        except OSError:
+            continue
+        why = "Is a directory" if stat.S_ISDIR(st.st_mode) else (
+            None if os.access(candidate, os.X_OK) else "Permission denied")
+        if why:
+            raise ReadtraceError(f"{name}: cannot run: {why}", ExitStatus.CANNOT_EXECUTE)
+        return candidate
+    if os.sep in name:
+        raise ReadtraceError(f"{name}: No such file or directory", ExitStatus.NOT_FOUND)
+    raise ReadtraceError(f"{name}: command not found", ExitStatus.NOT_FOUND)
+
+
+def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> None:
+    """In a forked child: get ``sig`` when the parent dies (PR_SET_PDEATHSIG); exit at once if it
+    already has. Call it after any setuid (a credential change clears the setting)."""
+    _libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    if parent is not None and os.getppid() != parent:
+        os._exit(128 + int(sig))
 
 
 class HeldChild:
@@ -53,23 +126,25 @@ class HeldChild:
                  creds: Credentials | None):
         go_r, go_w = os.pipe()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        self._parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # child
             os.close(go_w)
             os.close(err_r)
-            self._child(go_r, err_w, exe, cmd, env, cwd, creds)
+            self._child(go_r, err_w, exe, cmd, env, cwd, creds, self._parent)
         os.close(go_r)
         os.close(err_w)
         self.pid = pid
+        self.cmd0 = cmd[0]
         self.returncode: int | None = None
         self._go = go_w
         self._err = err_r
 
     @staticmethod
-    def _child(go_r, err_w, exe, cmd, env, cwd, creds) -> None:
+    def _child(go_r, err_w, exe, cmd, env, cwd, creds, parent) -> None:
         try:
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_DFL)
             if not os.read(go_r, 1):  # the recorder gave up before releasing us
                 os._exit(ExitStatus.INTERRUPTED)
             os.close(go_r)
@@ -79,9 +154,11 @@ class HeldChild:
                 os.initgroups(creds.user, creds.gid)
                 os.setgid(creds.gid)
                 os.setuid(creds.uid)
+            die_with_parent(signal.SIGTERM, parent)
             os.execve(exe, cmd, env if env is not None else os.environ)
         except BaseException as e:  # noqa: BLE001 - report anything to the parent, never return
-            msg = f"{type(e).__name__}: {getattr(e, 'strerror', None) or e}"
+            code = getattr(e, "errno", None) or 0
+            msg = f"{code} {getattr(e, 'strerror', None) or f'{type(e).__name__}: {e}'}"
             os.write(err_w, msg.encode()[:4000])
         os._exit(ExitStatus.NOT_FOUND)
 
@@ -96,8 +173,10 @@ class HeldChild:
         os.close(self._err)
         if chunks:
             self._reap(os.waitpid(self.pid, 0)[1])
-            raise ReadtraceError(f"cannot run command: {b''.join(chunks).decode(errors='replace')}",
-                                 ExitStatus.NOT_FOUND)
+            code, _, why = b"".join(chunks).decode(errors="replace").partition(" ")
+            missing = code == str(errno.ENOENT)  # like a shell: 127 missing (or its interpreter), else 126
+            raise ReadtraceError(f"{self.cmd0}: cannot run: {why}",
+                                 ExitStatus.NOT_FOUND if missing else ExitStatus.CANNOT_EXECUTE)
 
     def abandon(self) -> None:
         """Never released (set-up failed): the child exits without running anything."""
@@ -117,6 +196,11 @@ class HeldChild:
             return self.returncode
         pid, status = os.waitpid(self.pid, os.WNOHANG)
         return None if pid == 0 else self._reap(status)
+
+    def wait(self) -> int:
+        """Block until the child exits; its exit code."""
+        code = self.poll()
+        return code if code is not None else self._reap(os.waitpid(self.pid, 0)[1])
 
     def stop(self, grace_s: float = 5.0) -> int:
         """SIGTERM, then SIGKILL after ``grace_s``; returns the exit code."""

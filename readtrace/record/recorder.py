@@ -17,7 +17,13 @@ from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.fs.mounts import fuse_connections, fuse_daemons, read_mounts
 from readtrace.record.btf import BTFError
 from readtrace.record.decode import Decoder
-from readtrace.record.launch import HeldChild, resolve_command, sudo_credentials
+from readtrace.record.launch import (
+    HeldChild,
+    command_environment,
+    output_rights,
+    resolve_command,
+    sudo_credentials,
+)
 from readtrace.record.prereq import fuse_view_available, require_prerequisites
 from readtrace.record.program import (
     EVENTS_RING_BYTES,
@@ -28,11 +34,14 @@ from readtrace.record.program import (
 )
 from readtrace.record.session import Session
 from readtrace.trace import TraceWriter, default_trace_name
+from readtrace.trace.format import check_trace_target
 
 DRAIN_INTERVAL_S = 0.02
 BUSY_DRAIN_RECORDS = 50_000  # drained this many at once: drain again at once instead of sleeping
 RECORDER_NICE = -10  # the recorder mostly sleeps; when it wakes it must not be starved (ring full)
 BACKEND = "ebpf"  # trace/views.BACKEND_EBPF
+RING_MIB_RANGE = (1, 4096)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: an SSH session went away
 
 
 @dataclass
@@ -45,14 +54,14 @@ class RecordResult:
 
 
 class _StopSignals:
-    """SIGINT/SIGTERM only set a flag: the loop then stops the child and still writes the trace."""
+    """SIGINT/SIGTERM/SIGHUP only set a flag: the loop then stops the child and still writes the trace."""
 
     def __init__(self):
         self.received: int | None = None
         self._old = {}
 
     def __enter__(self):
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             self._old[sig] = signal.signal(sig, self._on_signal)
         return self
 
@@ -68,24 +77,32 @@ def _output_path(output, cmd: list[str], pid: int) -> Path:
     return Path(output) if output is not None else Path.cwd() / default_trace_name(cmd, pid)
 
 
-def _check_output(output, force: bool) -> None:
-    if output is not None and Path(output).exists() and not force:
-        raise ReadtraceError(f"{output} exists; use --force to overwrite it")
+def check_ring_mib(ring_mib) -> int:
+    """The events ring size in MiB: a power of two in RING_MIB_RANGE, else ReadtraceError(USAGE)."""
+    low, high = RING_MIB_RANGE
+    if isinstance(ring_mib, bool) or not isinstance(ring_mib, int) or not low <= ring_mib <= high \
+            or ring_mib & (ring_mib - 1):
+        raise ReadtraceError(f"--ring-mib must be a power of two from {low} to {high}, not {ring_mib!r}",
+                             ExitStatus.USAGE)
+    return ring_mib
 
 
 def record_command(cmd: list[str], output: str | Path | None = None, *, force: bool = False,
                    env: dict | None = None, cwd: str | None = None, quiet: bool = False,
-                   coalesce: bool = True, ring_mib: int = EVENTS_RING_BYTES >> 20) -> RecordResult:
+                   coalesce: bool = True, ring_mib: int | None = None) -> RecordResult:
     """Run ``cmd`` with the probes attached to its whole process tree; write the trace.
 
     Raises ReadtraceError: PREREQUISITE (with the doctor's line), NOT_FOUND (no such command).
     The command's own exit code is in the result (130 when interrupted by SIGINT/SIGTERM).
     ``coalesce=False``: one row per read call. ``ring_mib``: events ring size (a power of two).
     """
+    ring_mib = check_ring_mib(EVENTS_RING_BYTES >> 20 if ring_mib is None else ring_mib)
     require_prerequisites()
     exe = resolve_command(cmd, env)
-    _check_output(output, force)
     creds = sudo_credentials()
+    if output is not None:
+        with output_rights(creds):
+            check_trace_target(output, force)
     mounts = read_mounts()
     connections = fuse_connections(mounts) if fuse_view_available() else set()
     try:
@@ -93,15 +110,15 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
     except BTFError as e:
         raise ReadtraceError(f"kernel BTF: {e}", ExitStatus.PREREQUISITE) from e
     run_cwd = os.path.abspath(cwd or os.getcwd())
-    child = HeldChild(exe, cmd, env, cwd, creds)
+    child = HeldChild(exe, cmd, command_environment(env, creds), cwd, creds)
     path = _output_path(output, cmd, child.pid)
-    writer = None
-    bpf = None
-    detaching = None
+    writer = bpf = detaching = None
     try:
-        writer = TraceWriter(path, force=force)
+        with output_rights(creds):
+            writer = TraceWriter(path, force=force)
         bpf = compile_program(source)
-        session = Session(bpf, writer, Decoder(root_pid=child.pid, cwd=run_cwd), ring_bytes=ring_mib << 20)
+        with output_rights(creds):
+            session = Session(bpf, writer, Decoder(root_pid=child.pid, cwd=run_cwd), ring_bytes=ring_mib << 20)
         session.trace_pid(child.pid)
         if connections:
             session.watch_fuse(connections, fuse_daemons())
@@ -112,7 +129,8 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
             end_ns = time.monotonic_ns()
             lost = session.stop()
             detaching = detach_in_background(bpf)
-            session.write(read_mounts(child.pid) if _alive(child.pid) else mounts)
+            with output_rights(creds):
+                session.write(read_mounts(child.pid) if _alive(child.pid) else mounts)
         meta = {
             "command": list(cmd), "exit_code": code, "interrupted": stop.received is not None,
             "start_time": start_wall.isoformat(), "end_time": datetime.now(UTC).isoformat(),
@@ -123,16 +141,18 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
             "records": session.records, "calls": session.calls, "coalesce": coalesce,
             "max_drain_gap_s": round(session.max_drain_gap_s, 4), "ring_mib": ring_mib,
             "fuse_connections": sorted(connections), "page_size": os.sysconf("SC_PAGE_SIZE"),
+            **partial_fields(session.problems, session.dropped),
         }
-        writer.close(meta)
-        if creds:
-            writer.chown(creds.uid, creds.gid)
-    except BaseException:
-        child.abandon()
-        if child.poll() is None:
-            child.stop()
-        if writer is not None and not writer.closed:
-            _remove_partial(path)
+        with output_rights(creds):
+            writer.close(meta)
+    except BaseException as e:
+        _outlive_our_failure(child, e)
+        if writer is None or writer.closed:
+            raise
+        if isinstance(e, OSError):  # e.g. no space even for meta.json: keep what was written
+            raise ReadtraceError(f"could not finish the trace ({e.strerror}); what was written is in "
+                                 f"{writer.dir}") from None
+        writer.abort()
         raise
     finally:
         if bpf is not None:
@@ -140,8 +160,33 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
     result = RecordResult(exit_code=ExitStatus.INTERRUPTED if stop.received else code, trace_path=path,
                           lost_events=meta["lost_events"], wall_s=meta["wall_s"], events=session.records)
     if not quiet:
-        _print_summary(result, meta)
+        with contextlib.suppress(OSError):  # stderr gone (SIGHUP, closed): the trace is written anyway
+            _print_summary(result, meta)
     return result
+
+
+def partial_fields(problems: list[str], dropped: int) -> dict:
+    """The meta keys of a partial trace: ``partial`` (bool), ``partial_reasons`` (one line each) and
+    ``dropped_records`` (records the recorder received but could not keep)."""
+    return {"partial": bool(problems), "partial_reasons": list(problems), "dropped_records": int(dropped)}
+
+
+def _outlive_our_failure(child: HeldChild, error: BaseException) -> None:
+    """The recorder failed: a released command is the user's work and keeps running to its end (the
+    probes are detached after); one never released exits without running."""
+    child.abandon()
+    if child.poll() is not None:
+        return
+    if isinstance(error, KeyboardInterrupt | SystemExit):
+        child.stop()
+        return
+    with contextlib.suppress(OSError):
+        print(f"readtrace: recording failed ({type(error).__name__}: {error}); the command (pid "
+              f"{child.pid}) keeps running untraced until it exits", file=sys.stderr)
+    try:
+        child.wait()
+    except KeyboardInterrupt:
+        child.stop()
 
 
 def _alive(pid: int) -> bool:
@@ -178,12 +223,6 @@ class _Priority:
             os.setpriority(os.PRIO_PROCESS, 0, self._old)
 
 
-def _remove_partial(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def _print_summary(result: RecordResult, meta: dict) -> None:
     err = sys.stderr
     print(f"readtrace: {result.events:,} records ({meta['calls']:,} calls) in {result.wall_s:.2f} s, "
@@ -191,5 +230,9 @@ def _print_summary(result: RecordResult, meta: dict) -> None:
           file=err)
     if result.lost_events:
         print(f"readtrace: WARNING: {result.lost_events:,} events lost (ring buffer full): "
-              "the trace is incomplete", file=err)
+              f"the trace is incomplete; record again with a larger --ring-mib (this run: {meta['ring_mib']})",
+              file=err)
+    for reason in meta["partial_reasons"]:
+        print(f"readtrace: WARNING: partial trace: {reason}"
+              + (f" ({meta['dropped_records']:,} records dropped)" if meta["dropped_records"] else ""), file=err)
     print(f"next: readtrace report {result.trace_path}", file=err)

@@ -9,6 +9,10 @@ the trace: memory stays bounded.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
+
 import numpy as np
 import pandas as pd
 
@@ -23,6 +27,13 @@ MERGED_PAGE_KINDS = 4  # probes/pages.bpf.c: RT_FAULT .. RT_MISS keep a run per 
 FLUSH_ROWS = 200_000  # rows buffered per table before they go to disk (bounded memory)
 CHUNK_RECORDS = 500_000  # spooled records decoded at a time
 SPOOL_NAME = "events.spool"
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 1, 2
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _punch_hole(fd: int, offset: int, length: int) -> None:
+    """Free the disk blocks of a decoded part of the spool (a full disk can take the tables)."""
+    _libc.fallocate(fd, FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE, ctypes.c_long(offset), ctypes.c_long(length))
 
 
 class Session:
@@ -38,10 +49,14 @@ class Session:
         self.calls = 0
         self.max_drain_gap_s = 0.0
         self._strs_seen: list[tuple[np.ndarray, list[str]]] = []  # decoded into rows after the run
-        self._spool_path = writer.path / SPOOL_NAME
-        self._spool = open(self._spool_path, "wb")  # noqa: SIM115 - closed in finish()
+        self._spool_path = writer.dir / SPOOL_NAME
+        self._spool = os.open(self._spool_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        self._spool_bytes = 0
+        self.dropped = 0  # records taken from the ring but not kept (the disk was full)
+        self.problems: list[str] = []  # why the trace is partial, one line each
         self._buffers: dict[str, list[pd.DataFrame]] = {"events": [], "pages": [], "fuse": []}
         self._buffered = dict.fromkeys(self._buffers, 0)
+        self._failed: set[str] = set()
 
     def trace_pid(self, pid: int) -> None:
         """Add the command's process to the traced set before it is released."""
@@ -59,15 +74,44 @@ class Session:
         """Copy the fast ring to the spool, note the strs ring (opens, forks, execs); records taken."""
         events = self.fast.drain()
         if len(events):
-            events.tofile(self._spool)
+            self._spool_write(events)
         strs = self.strs.drain()
         if len(strs):
             self._strs_seen.append((strs, self.decoder.note_strs(strs)))
         return len(events) + len(strs)
 
+    def _spool_write(self, events: np.ndarray) -> None:
+        """Append to the spool; on a write error (full disk) keep what is there and drop the rest:
+        the command goes on, the trace will say what is missing."""
+        if self.problems:
+            self.dropped += len(events)
+            return
+        data = memoryview(events).cast("B")
+        done = 0
+        try:
+            while done < len(data):
+                done += os.write(self._spool, data[done:])
+        except OSError as e:
+            kept = done // EVENT_DTYPE.itemsize
+            self._spool_bytes += kept * EVENT_DTYPE.itemsize
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._spool, self._spool_bytes)
+            self.dropped += len(events) - kept
+            self.problems.append(f"writing the trace failed while recording ({e.strerror}): "
+                                 "later events were not kept")
+            return
+        self._spool_bytes += done
+
     def _decode_spool(self) -> None:
         with open(self._spool_path, "rb") as spool:
-            while len(chunk := np.fromfile(spool, dtype=EVENT_DTYPE, count=CHUNK_RECORDS)):
+            offset = 0
+            while offset < self._spool_bytes:
+                count = min(CHUNK_RECORDS, (self._spool_bytes - offset) // EVENT_DTYPE.itemsize)
+                chunk = np.fromfile(spool, dtype=EVENT_DTYPE, count=count)
+                if not len(chunk):
+                    break
+                _punch_hole(spool.fileno(), offset, chunk.nbytes)
+                offset += chunk.nbytes
                 self._decode(chunk)
         self._spool_path.unlink()
 
@@ -96,10 +140,22 @@ class Session:
 
     def _flush(self, name: str) -> None:
         frames = self._buffers[name]
-        if frames:
-            frame = pd.concat(frames, ignore_index=True).sort_values("ts_ns", kind="stable")
-            self.writer.append(name, frame)
         self._buffers[name], self._buffered[name] = [], 0
+        if not frames or name in self._failed:
+            return
+        self._write(name, pd.concat(frames, ignore_index=True).sort_values("ts_ns", kind="stable"))
+
+    def _write(self, name: str, frame: pd.DataFrame) -> None:
+        if name in self._failed:
+            return
+        try:
+            self.writer.append(name, frame)
+        except OSError as e:  # a full disk: keep the rows written so far, say what is missing
+            self._failed.add(name)
+            self.writer.release_reserve()
+            kept = self.writer.salvage(name)
+            self.problems.append(f"writing {name}.parquet failed ({e.strerror}): kept {kept:,} rows, "
+                                 f"lost {len(frame):,} and all later ones")
 
     def _pending_runs(self) -> np.ndarray:
         """Merged reads / page runs still held in kernel slots (threads alive at the end)."""
@@ -129,15 +185,17 @@ class Session:
         self._held_runs = self._pending_runs()
         lost = self.lost()
         self.fast.close()
-        self._spool.close()
+        os.close(self._spool)
         return lost
 
     def write(self, mounts) -> None:
         """Decode the spool and the held runs, finish FUSE requests, write the files table."""
+        if self.problems:
+            self.writer.release_reserve()  # the disk filled up: finish the trace in the space held back
         self._decode_strs()
         self._decode_spool()
         self._decode(self._held_runs)
         self._buffer("fuse", pd.DataFrame(self.decoder.unfinished_fuse()))
         for name in self._buffers:
             self._flush(name)
-        self.writer.append("files", files_table(self.decoder.files, mounts))
+        self._write("files", files_table(self.decoder.files, mounts))

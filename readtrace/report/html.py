@@ -146,5 +146,8 @@ def render_html(a: Analysis) -> str:
             f"<h2>Files</h2>{_files_html(a)}<h2>Streams</h2>{_streams_html(a)}{figs}</body></html>")
 
 
+MARKER = b"<title>readtrace report</title>"  # how --force recognises a report of ours
+
+
 def write_html(a: Analysis, path: Path) -> None:
     Path(path).write_text(render_html(a), encoding="utf-8")

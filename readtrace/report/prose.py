@@ -120,7 +120,8 @@ def _fuse_readahead(f: SmallFuseReadahead) -> Prose:
 def _lost(f: LostEvents) -> Prose:
     return Prose(f"{f.lost} events were lost while recording: every figure in this report is incomplete "
                  "(a lower bound)", [f"lost per source: {f.detail}"] if f.detail else [],
-                 "record again with a larger ring buffer or fewer probes, and keep the machine less busy")
+                 "record again with a larger ring buffer (readtrace record --ring-mib 256 -- CMD; the default is "
+                 "64) or fewer probes, and keep the machine less busy")
 
 
 RENDERERS: dict[type[Finding], Callable] = {

@@ -8,14 +8,17 @@ Layout of ``NAME.rtrace/``::
     fuse.parquet     FUSE requests         (schema.FUSE)
     files.parquet    files and their mounts (schema.FILES)
 
-``meta.json`` is written last (atomically): a trace without it was cut off mid-recording.
+``meta.json`` is written last. The trace is written into a marked directory beside NAME.rtrace and
+renamed into place at the end (readtrace.replace): a failed recording leaves the previous trace intact,
+and ``force`` replaces only a readtrace trace, never a directory of other files or a symlink.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from readtrace import replace
 from readtrace.errors import ReadtraceError, TraceError
 from readtrace.trace.schema import READ_COLUMNS, READ_OPS, TABLES, default_for
 
@@ -35,6 +39,34 @@ FORMAT_VERSION = 2
 OLDEST_READABLE_VERSION = 2
 SUFFIX = ".rtrace"
 META_FILE = "meta.json"
+RESERVE_FILE = ".reserve"  # space held back so a trace can still be finished on a full disk
+RESERVE_BYTES = 4 << 20
+EXTRA_FILES = {"events.spool"}  # written into a trace directory by the recorder while it runs
+
+
+def is_trace_dir(path: Path) -> bool:
+    """Whether ``path`` is a readtrace trace (finished, or unfinished and marked) holding nothing but
+    trace files: the only kind of directory ``--force`` may replace."""
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            return False
+        names = set(os.listdir(path))
+    except OSError:
+        return False
+    known = {META_FILE, META_FILE + ".tmp", RESERVE_FILE, replace.UNFINISHED_MARK, *EXTRA_FILES,
+             *(f"{name}.parquet" for name in TABLES)}
+    if names - known:
+        return False
+    if replace.is_unfinished(path):
+        return True
+    try:
+        with open(path / META_FILE, "rb") as f:  # noqa: PTH123
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return False
+            meta = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == FORMAT_NAME
 
 
 @dataclass
@@ -89,28 +121,44 @@ def empty_frame(name: str) -> pd.DataFrame:
     return TABLES[name].empty_table().to_pandas()
 
 
-class TraceWriter:
-    """Writes a trace incrementally: ``append`` row batches, then ``close(meta)``.
+def check_trace_target(path: str | os.PathLike, force: bool) -> None:
+    """Refuse to write a trace at ``path`` (ReadtraceError) unless it is free or, with ``force``, a trace."""
+    replace.check_target(path, force=force, is_ours=is_trace_dir, what="trace")
 
-    Memory stays bounded: each ``append`` becomes Parquet row groups on disk at once.
+
+class TraceWriter:
+    """Writes a trace incrementally: ``append`` row batches, then ``close(meta)``; ``abort()`` on failure.
+
+    Memory stays bounded: each ``append`` becomes Parquet row groups on disk at once. The tables go to
+    ``self.dir``, a marked directory beside ``path``, renamed to ``path`` by ``close``.
     """
 
     def __init__(self, path: str | os.PathLike, force: bool = False):
         self.path = Path(path)
-        if self.path.exists():
-            if not force:
-                raise ReadtraceError(f"{self.path} exists; use --force to overwrite it", 1)
-            if self.path.is_dir():
-                shutil.rmtree(self.path)
-            else:
-                self.path.unlink()
+        self.force = force
+        check_trace_target(self.path, force)
         try:
-            self.path.mkdir(parents=True)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise ReadtraceError(f"cannot create trace {self.path}: {e.strerror}") from e
+            raise ReadtraceError(f"cannot create trace {self.path}: {e.strerror}") from None
+        self.dir = replace.staging_dir(self.path)
         self._writers: dict[str, pq.ParquetWriter] = {}
         self.rows = dict.fromkeys(TABLES, 0)
         self.closed = False
+        self._reserve()
+
+    def _reserve(self) -> None:
+        with contextlib.suppress(OSError):  # best effort: a disk already full has nothing to hold back
+            fd = os.open(self.dir / RESERVE_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                os.posix_fallocate(fd, 0, RESERVE_BYTES)
+            finally:
+                os.close(fd)
+
+    def release_reserve(self) -> None:
+        """Free the space held back at the start (the disk is full: finish the trace with it)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.dir / RESERVE_FILE)
 
     def append(self, name: str, data) -> None:
         """Append rows to table ``name`` (DataFrame, dict of columns, list of dicts or Arrow table)."""
@@ -119,31 +167,53 @@ class TraceWriter:
             return
         writer = self._writers.get(name)
         if writer is None:
-            writer = pq.ParquetWriter(self.path / f"{name}.parquet", TABLES[name], compression="zstd")
+            writer = pq.ParquetWriter(self.dir / f"{name}.parquet", TABLES[name], compression="zstd")
             self._writers[name] = writer
         writer.write_table(table)
         self.rows[name] += table.num_rows
 
+    def salvage(self, name: str) -> int:
+        """After a failed write to table ``name`` (full disk): keep its complete row groups when the
+        file can still be closed, else write it empty. Returns the rows kept; later appends fail."""
+        writer = self._writers.pop(name, None)
+        file = self.dir / f"{name}.parquet"
+        kept = 0
+        try:
+            if writer is not None:
+                writer.close()
+                kept = pq.ParquetFile(file).metadata.num_rows
+        except Exception:  # noqa: BLE001 - any failure here means: the table is lost
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(file)
+            kept = 0
+        self.rows[name] = kept
+        return kept
+
     def close(self, meta: dict) -> Path:
-        """Finish every table, then write meta.json last; returns the trace path."""
+        """Finish every table, write meta.json last, rename the trace into place; returns its path."""
         if self.closed:
             return self.path
-        for name in TABLES:
-            if name not in self._writers:
-                pq.write_table(TABLES[name].empty_table(), self.path / f"{name}.parquet")
+        self.release_reserve()
         for writer in self._writers.values():
             writer.close()
+        for name in TABLES:
+            if not (self.dir / f"{name}.parquet").exists():
+                pq.write_table(TABLES[name].empty_table(), self.dir / f"{name}.parquet")
         full = {"format": FORMAT_NAME, "version": FORMAT_VERSION, **meta, "rows": dict(self.rows)}
-        tmp = self.path / (META_FILE + ".tmp")
+        tmp = self.dir / (META_FILE + ".tmp")
         tmp.write_text(json.dumps(full, indent=2, sort_keys=True, default=str))
-        os.replace(tmp, self.path / META_FILE)
+        os.replace(tmp, self.dir / META_FILE)
+        replace.install_dir(self.dir, self.path, force=self.force, is_ours=is_trace_dir, what="trace")
         self.closed = True
         return self.path
 
-    def chown(self, uid: int, gid: int) -> None:
-        """Give the trace to the invoking user (recording under sudo)."""
-        for p in [self.path, *self.path.iterdir()]:
-            os.chown(p, uid, gid)
+    def abort(self) -> None:
+        """Remove the unfinished trace (the previous one at ``path``, if any, is untouched)."""
+        for writer in self._writers.values():
+            with contextlib.suppress(Exception):
+                writer.close()
+        self._writers = {}
+        replace.remove_dir(self.dir)
 
 
 def write_trace(path, *, meta: dict | None = None, events=None, pages=None, fuse=None, files=None,
