@@ -23,8 +23,9 @@ from readtrace.ptrace.parse import StraceParser
 from readtrace.ptrace.sampler import ResidencySampler
 from readtrace.record.decode import FileInfo, files_table
 from readtrace.record.launch import HeldChild, resolve_command
-from readtrace.record.recorder import RecordResult, _check_output, _output_path, _print_summary, _StopSignals
+from readtrace.record.recorder import RecordResult, _output_path, _print_summary, _StopSignals
 from readtrace.trace import TraceWriter, views
+from readtrace.trace.format import check_trace_target
 
 SYSCALLS = ("open,openat,openat2,close,dup,dup2,dup3,fcntl,read,pread64,readv,preadv,preadv2,mmap,munmap,"
             "lseek,fadvise64,readahead,clone,clone3,fork,vfork,execve,exit_group")
@@ -99,11 +100,12 @@ def record_ptrace(cmd: list[str], output: str | Path | None = None, *, force: bo
     """Run ``cmd`` under strace (and the residency sampler unless ``interval_s`` is None); write the trace."""
     strace = strace_path()
     resolve_command(cmd, env)
-    _check_output(output, force)
+    if output is not None:
+        check_trace_target(output, force)
     mounts = read_mounts()
     run_cwd = os.path.abspath(cwd or os.getcwd())
     writer = TraceWriter(_output_path(output, cmd, os.getpid()), force=force)
-    spool = writer.path / SPOOL
+    spool = writer.dir / SPOOL
     child = HeldChild(strace, strace_argv(strace, spool, cmd), env, cwd, None)
     sampler = ResidencySampler(str(spool), interval_s) if interval_s else None
     try:
@@ -143,7 +145,7 @@ def record_ptrace(cmd: list[str], output: str | Path | None = None, *, force: bo
         if child.poll() is None:
             child.stop()
         if not writer.closed:
-            shutil.rmtree(writer.path, ignore_errors=True)
+            writer.abort()  # the unfinished trace only: a previous one at the path stays
         raise
     result = RecordResult(exit_code=ExitStatus.INTERRUPTED if stop.received else code, trace_path=writer.path,
                           lost_events=0, wall_s=meta["wall_s"], events=writer.rows["events"])

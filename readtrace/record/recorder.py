@@ -230,9 +230,10 @@ def _print_summary(result: RecordResult, meta: dict) -> None:
           file=err)
     if result.lost_events:
         print(f"readtrace: WARNING: {result.lost_events:,} events lost (ring buffer full): "
-              f"the trace is incomplete; record again with a larger --ring-mib (this run: {meta['ring_mib']})",
+              f"the trace is incomplete; record again with a larger --ring-mib (this run: {meta.get('ring_mib')})",
               file=err)
-    for reason in meta["partial_reasons"]:
+    dropped = meta.get("dropped_records", 0)
+    for reason in meta.get("partial_reasons", []):
         print(f"readtrace: WARNING: partial trace: {reason}"
-              + (f" ({meta['dropped_records']:,} records dropped)" if meta["dropped_records"] else ""), file=err)
+              + (f" ({dropped:,} records dropped)" if dropped else ""), file=err)
     print(f"next: readtrace report {result.trace_path}", file=err)

@@ -41,7 +41,7 @@ SUFFIX = ".rtrace"
 META_FILE = "meta.json"
 RESERVE_FILE = ".reserve"  # space held back so a trace can still be finished on a full disk
 RESERVE_BYTES = 4 << 20
-EXTRA_FILES = {"events.spool"}  # written into a trace directory by the recorder while it runs
+EXTRA_FILES = {"events.spool", "strace.out"}  # spools the recorders write into a trace while running
 
 
 def is_trace_dir(path: Path) -> bool:
