@@ -19,13 +19,17 @@ F_DUPFD, F_SETFD, F_DUPFD_CLOEXEC = 0, 2, 0x406
 UNKNOWN = -1
 
 _LINE = re.compile(r"(\d+) (\d+)\.(\d{6}) (.*)")
-_CALL = re.compile(r"(\w+)\((.*)\)\s+= (-?\d+|0x[0-9a-f]+|\?)(?:<(.*?)>)?(?: \w+ \(.*?\)| \(.*?\))?(?: <(\d+)\.(\d+)>)?$")
+_RETURN = r"(-?\d+|0x[0-9a-f]+|\?)(?:<(.*?)>)?(?: \w+ \(.*?\)| \(.*?\))?(?: <(\d+)\.(\d+)>)?$"
+# one regex for a whole complete line (nearly all of them): thread, time, call, arguments, return, duration
+_FULL = re.compile(r"(\d+) (\d+)\.(\d{6}) (\w+)\((.*)\)\s+= " + _RETURN)
+_CALL = re.compile(r"(\w+)\((.*)\)\s+= " + _RETURN)
 _RESUMED = re.compile(r"<\.\.\. (\w+) resumed>(.*)")
 _FD = re.compile(r"(-?\d+)(?:<(.*?)>(?:\(deleted\))?)?(?:, |$)")
 _CLONE_FLAGS = re.compile(r"flags=(0x[0-9a-f]+|\d+)")
 _MMAP = re.compile(r"(\w+), (\d+), (\w+), (\w+), (-?\d+)(?:<.*>)?, (\w+)$")
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
+_TEXT = ("comm", "op", "path")
 COLUMNS = ("ts_ns", "pid", "tid", "comm", "op", "fd", "ofd", "path", "offset", "size", "ret", "latency_ns",
            "arg")
 
@@ -61,7 +65,7 @@ class StraceParser:
         self.lines = 0
         self.unparsed = 0
         self.paths: set[str] = set()  # every file path seen (for the files table)
-        self._rows = {c: [] for c in COLUMNS}
+        self._rows: list[tuple] = []
         self._handlers = {
             "open": self._open, "openat": self._open, "openat2": self._open, "close": self._close,
             "dup": self._dup, "dup2": self._dup, "dup3": self._dup, "fcntl": self._fcntl,
@@ -75,69 +79,94 @@ class StraceParser:
     # -- rows ------------------------------------------------------------------------------------
     def _row(self, ts, tid, op, fd=UNKNOWN, of: OpenFile | None = None, offset=UNKNOWN, size=UNKNOWN, ret=0,
              latency=0, arg=0, path=None) -> None:
-        r = self._rows
-        r["ts_ns"].append(ts)
-        r["pid"].append(self.tgid.get(tid, tid))
-        r["tid"].append(tid)
-        r["comm"].append(self.comm.get(self.tgid.get(tid, tid)))
-        r["op"].append(op)
-        r["fd"].append(fd)
-        r["ofd"].append(of.id if of else 0)
-        r["path"].append(path if path is not None else (of.path if of else None))
-        r["offset"].append(offset)
-        r["size"].append(size)
-        r["ret"].append(ret)
-        r["latency_ns"].append(latency)
-        r["arg"].append(arg)
+        pid = self.tgid.get(tid, tid)
+        self._rows.append((ts, pid, tid, self.comm.get(pid), op, fd, of.id if of else 0,
+                           path if path is not None else (of.path if of else None), offset, size, ret, latency, arg))
 
-    def take(self) -> dict[str, list]:
-        rows, self._rows = self._rows, {c: [] for c in COLUMNS}
-        return rows
+    def take(self):
+        """The rows so far as a DataFrame (schema.EVENTS columns); starts afresh."""
+        import numpy as np
+        import pandas as pd
+
+        rows, self._rows = self._rows, []
+        if not rows:
+            return pd.DataFrame(columns=COLUMNS)
+        columns = {}
+        for name, values in zip(COLUMNS, zip(*rows, strict=True), strict=True):
+            columns[name] = np.array(values, dtype=object if name in _TEXT else np.int64)
+        return pd.DataFrame(columns, copy=False)
 
     def __len__(self) -> int:
-        return len(self._rows["ts_ns"])
+        return len(self._rows)
 
     # -- lines -----------------------------------------------------------------------------------
     def feed(self, line: str) -> None:
         self.lines += 1
+        m = _FULL.match(line)
+        if m is None:
+            self._feed_split(line)
+            return
+        tid_s, sec, usec, name, args, ret_s, note, dsec, dusec = m.groups()
+        ts = int(sec) * 1_000_000_000 + int(usec) * 1000 + self.clock_offset_ns
+        self._call(ts, int(tid_s), name, args, ret_s, note, dsec, dusec)
+
+    def _feed_split(self, line: str) -> None:
+        """Lines that are not one whole call: unfinished/resumed halves, exits, signals."""
         m = _LINE.match(line)
         if m is None:
             self.unparsed += 1
             return
         tid = int(m.group(1))
         ts = int(m.group(2)) * 1_000_000_000 + int(m.group(3)) * 1000 + self.clock_offset_ns
-        body = m.group(4)
+        body = m.group(4).rstrip("\n")
         if body.endswith("<unfinished ...>"):
             head = body[:-len("<unfinished ...>")]
             self.pending[tid] = (ts, head[:-1] if head.endswith(" ") else head)
             return
-        if body.startswith("<..."):
-            r = _RESUMED.match(body)
-            start = self.pending.pop(tid, None)
-            if r is None or start is None:
-                self.unparsed += 1
-                return
-            ts, head = start
-            body = head + r.group(2)
-        elif body.startswith(("+++", "---")):
+        if body.startswith(("+++", "---")):
             if body.startswith(("+++ exited", "+++ killed")):
                 self.fdtab.pop(tid, None)
             return
-        c = _CALL.match(body)
+        r = _RESUMED.match(body) if body.startswith("<...") else None
+        start = self.pending.pop(tid, None) if r else None
+        c = _CALL.match(start[1] + r.group(2)) if start else None
         if c is None:
             self.unparsed += 1
             return
-        handler = self._handlers.get(c.group(1))
+        self._call(start[0], tid, *c.groups())
+
+    def _call(self, ts, tid, name, args, ret_s, note, dsec, dusec) -> None:
+        if name == "pread64" or name == "read":  # the bulk of a trace: inline
+            table = self.fdtab.get(tid)
+            head, _, rest = args.partition(", ")
+            got = table.get(int(head.partition("<")[0])) if table is not None and head[:1].isdigit() else None
+            if got is not None and ret_s[:1] != "?":
+                of = got[0]
+                if of.path is None:
+                    return
+                ret = int(ret_s)
+                latency = int(dsec) * 1_000_000_000 + int(dusec) * 1000 if dsec else 0
+                if name == "read":
+                    offset, size = of.pos, int(rest.rpartition(", ")[2])
+                    if ret > 0 and of.pos >= 0:
+                        of.pos += ret
+                else:
+                    _, size_s, offset_s = rest.rsplit(", ", 2)
+                    offset, size = int(offset_s), int(size_s)
+                pid = self.tgid.get(tid, tid)
+                self._rows.append((ts, pid, tid, self.comm.get(pid), "pread" if name == "pread64" else "read",
+                                   int(head.partition("<")[0]), of.id, of.path, offset, size, ret, latency, 0))
+                return
+        handler = self._handlers.get(name)
         if handler is None:
             return
-        ret_text = c.group(3)
-        ret = UNKNOWN if ret_text == "?" else _int(ret_text)
-        latency = int(c.group(5)) * 1_000_000_000 + int(c.group(6)) * 1000 if c.group(5) else 0
+        ret = UNKNOWN if ret_s == "?" else int(ret_s, 0)
+        latency = int(dsec) * 1_000_000_000 + int(dusec) * 1000 if dsec else 0
         table = self.fdtab.get(tid)
-        if table is None:  # a thread strace attached before its clone returned in the parent
+        if table is None:  # a process or thread first seen here (the command itself, or a clone not yet returned)
             table = self.fdtab[tid] = {}
         try:
-            handler(ts, tid, table, c.group(1), c.group(2), ret, c.group(4), latency)
+            handler(ts, tid, table, name, args, ret, note, latency)
         except (ValueError, IndexError):  # arguments in a shape we do not know: counted, never fatal
             self.unparsed += 1
 

@@ -15,8 +15,6 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pandas as pd
-
 from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.fs.mounts import kernel_dev, read_mounts
 from readtrace.ptrace.parse import StraceParser
@@ -64,8 +62,8 @@ def parse_into(spool: Path, writer: TraceWriter, clock_offset_ns: int) -> Strace
         for line in f:
             parser.feed(line)
             if len(parser) >= PARSE_ROWS:
-                writer.append("events", pd.DataFrame(parser.take()))
-    writer.append("events", pd.DataFrame(parser.take()))
+                writer.append("events", parser.take())
+    writer.append("events", parser.take())
     return parser
 
 
