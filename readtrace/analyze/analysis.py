@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze import interleave, pagecache
+from readtrace.analyze import fronts, interleave, pagecache
 from readtrace.analyze.accesses import SOURCE_READ, Accesses, fault_accesses, fuse_accesses, read_accesses
 from readtrace.analyze.coalesced import expand_coalesced
 from readtrace.analyze.fileindex import FileIndex
@@ -17,7 +17,7 @@ from readtrace.analyze.grouping import dense_codes, same_partition
 from readtrace.analyze.roles import file_roles
 from readtrace.analyze.streams import KINDS, BaseOrders, summarize
 from readtrace.analyze.thresholds import Thresholds
-from readtrace.trace import FUSE_READ, Trace
+from readtrace.trace import FUSE_READ, Trace, views
 
 
 @dataclass
@@ -36,6 +36,7 @@ class Analysis:
     pages: pd.DataFrame  # page-cache rows with a file id (ts_ns, pid, tid, op, offset, size, file)
     stream_tasks: pd.DataFrame  # per (open file / FUSE handle, task): the task's own figures
     trace_path: str | None = None
+    residency: dict = field(default_factory=dict)  # file id -> fronts.Mapped (unprivileged page view)
 
 
 _SHARED_ONLY_PREFIXES = ("task_", "min_task", "interleave", "gcsfuse_")
@@ -146,7 +147,7 @@ def _label_streams(streams: pd.DataFrame, files: pd.DataFrame, handles: pd.DataF
 
 
 def _files_table(files: pd.DataFrame, streams: pd.DataFrame, page_stats: pd.DataFrame, idle: pd.DataFrame,
-                 app: Accesses, page_view: bool) -> pd.DataFrame:
+                 app: Accesses, page_view: bool, sampled: bool = False) -> pd.DataFrame:
     """Per file: the file stream's figures plus the fractions as each open file saw them."""
     n = len(files)
     out = files.copy()
@@ -160,6 +161,8 @@ def _files_table(files: pd.DataFrame, streams: pd.DataFrame, page_stats: pd.Data
             page_stats[col] = np.nan
     out = out.join(page_stats)
     out["bytes_read"] = (out["read_bytes"] + out["mmap_bytes"]).astype(np.int64)
+    if sampled:  # no fault view: what a mapping gave the load is at least what came into the cache
+        out["bytes_read"] = np.maximum(out["bytes_read"], out["cache_miss_unique_bytes"].fillna(0)).astype(np.int64)
     for col in ("accesses", "unique_bytes", "reread_amplification", "tasks", "concurrency",
                 "latency_p50_us", "latency_p99_us", "size_hist", "top_sizes", "top_strides",
                 "first_ts_ns", "last_ts_ns"):
@@ -250,11 +253,13 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     streams, stream_tasks = _streams(app, fuse, handles, th)
     _label_streams(streams, files, handles)
     pagecache.add_to_streams(streams, pagecache.attribute(pages, app), page_view=len(trace.pages) > 0)
+    sampled = views.PAGE_CACHE in views.inferred(trace.meta)
     file_table = _files_table(files, streams, pagecache.per_file(pages, len(files)), idle, app,
-                              page_view=len(trace.pages) > 0)
+                              page_view=len(trace.pages) > 0, sampled=sampled)
     summary = _summary(trace, file_table, streams, app, fuse, pages)
     a = Analysis(files=file_table, streams=streams, findings=[], summary=summary, meta=trace.meta,
                  thresholds=th, app=app, fuse=fuse, handles=handles, pages=pages, stream_tasks=stream_tasks,
-                 trace_path=str(trace.path) if trace.path else None)
+                 trace_path=str(trace.path) if trace.path else None,
+                 residency=fronts.mapped_files(events, pages, index) if sampled else {})
     a.findings = find_all(a)
     return a

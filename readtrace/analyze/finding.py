@@ -28,6 +28,8 @@ class Finding:
     predicted_s: float | None = None  # what-if model: this load on this mount, as recorded
     predicted_fixed_s: float | None = None  # ... and with the fix applied
     evidence: list[dict] = field(default_factory=list)  # structured rows (their keys: per code)
+    inferred: bool = False  # rests on a view that was inferred, not seen (see ``basis``)
+    basis: str = ""  # the view the finding rests on and how it was obtained (trace/views.py)
 
     @property
     def code(self) -> str:
@@ -45,7 +47,9 @@ class SharedFdInterleave(Finding):
     ``task_rows``: each task's own figures in the shared stream."""
 
     CODE: ClassVar[str] = "SHARED_FD_INTERLEAVE"
-    view: str = "ofd"  # "fuse_handle" (the daemon's view) | "ofd" (the app's open file)
+    view: str = "ofd"  # "fuse_handle" (the daemon's view) | "ofd" (the app's open file) | "residency"
+    # ("residency": fronts inferred from page-cache residency samples; ``tasks`` counts fronts and
+    # ``task_rows`` holds one row per front: front, first_offset, last_end, bytes, sequential_fraction)
     mapping: bool = False  # the shared "open file" is one mmap mapping faulted by several tasks
     per_handle: bool = False  # the file system keeps read-ahead state per handle: the pattern costs
     tasks: int = 0

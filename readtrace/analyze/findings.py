@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze import interleave
+from readtrace.analyze import basis, interleave
 from readtrace.analyze.accesses import SOURCE_READ
 from readtrace.analyze.finding import (
     SEVERITIES,
@@ -222,11 +222,43 @@ def lost(a: Analysis) -> list[Finding]:
     return [LostEvents("high", lost=n, detail=detail if isinstance(detail, dict) else None)]
 
 
-RULES = (lost, shared_fd_interleave, random_on_fuse_handle, mmap_fault_storm, small_fuse_readahead,
+def residency_interleave(a: Analysis) -> list[Finding]:
+    """No fault view (ptrace backend): several read fronts advancing at once, each forward, through a
+    file one process mapped, and not explained by its read() calls: the shared-mapping interleave,
+    inferred from residency samples."""
+    th = a.thresholds
+    out = []
+    for file_id, m in a.residency.items():
+        fronts = m.sampled.fronts
+        if m.sampled.concurrent < th.interleave_min_tasks or m.tasks < 2 or file_id not in a.files.index:
+            continue
+        row = a.files.loc[file_id]
+        if row["read_bytes"] >= 0.5 * m.sampled.sampled_bytes:  # the syscall view explains these bytes
+            continue
+        seq = min(f.sequential_fraction for f in fronts)
+        score = float(np.mean([f.sequential_fraction for f in fronts])) - m.runs_in_order_fraction
+        if seq < th.interleave_task_in_order_min or m.runs_in_order_fraction > th.interleave_merged_in_order_max \
+                or score < th.interleave_min_score:
+            continue
+        prof = fs_profile(row["fstype"])
+        out.append(SharedFdInterleave(
+            "high" if prof.per_handle_stream else "info", file=row["path"], **_fs(row["fstype"]),
+            view="residency", mapping=True, per_handle=prof.per_handle_stream, tasks=m.sampled.concurrent,
+            min_task_consecutive_fraction=seq, consecutive_fraction=m.runs_in_order_fraction,
+            out_of_order_fraction=1 - m.runs_in_order_fraction, score=score, inode=int(row["ino"]),
+            task_rows=[{"front": i, "first_offset": f.first_offset, "last_end": f.end, "bytes": f.bytes,
+                        "sequential_fraction": f.sequential_fraction, "samples": f.steps}
+                       for i, f in enumerate(fronts[:8])]))
+    return out
+
+
+RULES = (lost, shared_fd_interleave, residency_interleave, random_on_fuse_handle, mmap_fault_storm, small_fuse_readahead,
          small_requests, cold_cache, cache_evicted_reread)
 
 
 def find_all(a: Analysis) -> list[Finding]:
     """Every rule's findings, most severe first (stable within a severity)."""
     found = [f for rule in RULES for f in rule(a)]
+    for f in found:
+        basis.annotate(f, a.meta)
     return sorted(found, key=lambda f: SEVERITIES.index(f.severity))

@@ -10,6 +10,8 @@ from readtrace.analyze.fileindex import FileIndex
 from readtrace.analyze.grouping import stable_by_group, union_length
 
 READAHEAD_OPS = ("sync_ra", "async_ra")
+# pages fetched into the cache: misses seen by eBPF, or runs the residency sampler saw become resident
+MISS_OPS = ("miss", "resident")
 MMAP_OPS = ("fault", "map_pages")
 
 
@@ -36,7 +38,7 @@ def per_file(rows: pd.DataFrame, n_files: int) -> pd.DataFrame:
         return np.bincount(sel["file"].clip(lower=0), weights=sel[col], minlength=n_files)
 
     op = rows["op"]
-    is_miss = (op == "miss").to_numpy()
+    is_miss = op.isin(MISS_OPS).to_numpy()
     df = pd.DataFrame({
         "cache_miss_bytes": total(is_miss),
         "cache_miss_unique_bytes": _union_by_file(rows[is_miss], n_files),

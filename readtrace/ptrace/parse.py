@@ -18,10 +18,10 @@ O_CLOEXEC = 0x80000
 F_DUPFD, F_SETFD, F_DUPFD_CLOEXEC = 0, 2, 0x406
 UNKNOWN = -1
 
-_LINE = re.compile(r"(\d+) (\d+)\.(\d{6}) (.*)")
+_LINE = re.compile(r"(\d+) +(\d+)\.(\d{6}) (.*)")
 _RETURN = r"(-?\d+|0x[0-9a-f]+|\?)(?:<(.*?)>)?(?: \w+ \(.*?\)| \(.*?\))?(?: <(\d+)\.(\d+)>)?$"
 # one regex for a whole complete line (nearly all of them): thread, time, call, arguments, return, duration
-_FULL = re.compile(r"(\d+) (\d+)\.(\d{6}) (\w+)\((.*)\)\s+= " + _RETURN)
+_FULL = re.compile(r"(\d+) +(\d+)\.(\d{6}) (\w+)\((.*)\)\s+= " + _RETURN)
 _CALL = re.compile(r"(\w+)\((.*)\)\s+= " + _RETURN)
 _RESUMED = re.compile(r"<\.\.\. (\w+) resumed>(.*)")
 _FD = re.compile(r"(-?\d+)(?:<(.*?)>(?:\(deleted\))?)?(?:, |$)")

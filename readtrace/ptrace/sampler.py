@@ -28,9 +28,9 @@ from readtrace.pagecache.residency import PAGE, ResidencyMap
 
 _PIDFD_GETFD = 438  # x86_64 and aarch64 (asm-generic)
 _libc = ctypes.CDLL(None, use_errno=True)
-_OPENED = re.compile(r"^(\d+) [\d.]+ (?:open|openat|openat2)\(.*= (\d+)<(/[^>]*)>")
-_MAPPED = re.compile(r"^(\d+) [\d.]+ mmap\(.*, (\d+)<(/[^>]*)>, \w+\) = 0x")
-_RESUMED_OPEN = re.compile(r"^(\d+) [\d.]+ <\.\.\. (?:open|openat|openat2) resumed>.*= (\d+)<(/[^>]*)>")
+_OPENED = re.compile(r"^(\d+) +[\d.]+ (?:open|openat|openat2)\(.*= (\d+)<(/[^>]*)>")
+_MAPPED = re.compile(r"^(\d+) +[\d.]+ mmap\(.*, (\d+)<(/[^>]*)>, \w+\) = 0x")
+_RESUMED_OPEN = re.compile(r"^(\d+) +[\d.]+ <\.\.\. (?:open|openat|openat2) resumed>.*= (\d+)<(/[^>]*)>")
 SKIP_PREFIXES = ("/proc/", "/sys/", "/dev/", "/usr/", "/lib", "/etc/", "/run/")
 _LIBRARY = re.compile(r"\.so(\.\d+)*$|\.pyc$|\.py$")
 MIN_WATCH_BYTES = 1 << 20  # smaller files: sampled when found and at the end, not every interval

@@ -37,7 +37,22 @@ def _fs(f: Finding) -> str:
     return f.fstype or "an unknown file system"
 
 
+def _shared_mapping_sampled(f: SharedFdInterleave) -> Prose:
+    msg = (f"{f.tasks} read fronts advanced at once through one mmap mapping of {f.file} on {_fs(f)}: every "
+           f"front >= {fmt_pct(f.min_task_consecutive_fraction)} forward on its own, the sampled runs in time "
+           f"order {fmt_pct(f.consecutive_fraction)} in order, score {f.score:.2f}")
+    if not f.per_handle:
+        msg += f" (harmless here: {f.fs_family} keeps no per-handle read stream)"
+    evidence = [f"front {r['front']}: {fmt_pct(r['sequential_fraction'])} forward over {r['samples']} samples, "
+                f"{fmt_bytes(r['bytes'])} from offset {r['first_offset']} to {r['last_end']}" for r in f.task_rows]
+    return Prose(msg, evidence, "load without faulting the mapping from several threads: read with large "
+                                f"sequential reads ({PREAD_LEVER}) or prefetch the file sequentially first; "
+                                f"{FIX_HINT}" + (f"; {f.fs_levers}" if f.per_handle else ""))
+
+
 def _shared_fd(f: SharedFdInterleave) -> Prose:
+    if f.view == "residency":
+        return _shared_mapping_sampled(f)
     what = "FUSE handle" if f.view == "fuse_handle" else "open file"
     what = f"mmap mapping ({what})" if f.mapping else what
     msg = (f"{f.tasks} tasks read {f.file} through one {what} on {_fs(f)}: every task >= "
@@ -144,4 +159,7 @@ def _timing(f: Finding) -> str:
 def render(f: Finding) -> Prose:
     p = RENDERERS[type(f)](f)
     timing = _timing(f)
-    return Prose(f"{p.message}; {timing}" if timing else p.message, p.evidence, p.recommendation)
+    message = f"{p.message}; {timing}" if timing else p.message
+    if f.inferred:
+        message += f" [inferred: {f.basis}]"
+    return Prose(message, p.evidence, p.recommendation)
