@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 
 from readtrace.errors import ReadtraceError
 from readtrace.inject.inject import shim_environment
-from readtrace.inject.manifest import compare_manifests, fill_file_digests, read_manifest, tensor_digest
+from readtrace.inject.manifest import compare_manifests, fill_digests, read_manifest, tensor_digest
 
 # An ordinary user script: knows nothing of readtrace.
 SCRIPT = """
@@ -58,8 +58,9 @@ def run_script(workload, strategy: str, *, base_env=None):
     with shim_environment(strategy, manifest, base_env=base_env) as env:
         out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    fill_file_digests(manifest)
-    return out.stdout.strip(), read_manifest(manifest)
+    loaded = read_manifest(manifest)
+    fill_digests(loaded)
+    return out.stdout.strip(), loaded
 
 
 def test_own_fd_run_loads_identical_tensors_through_the_loader(workload):
@@ -108,10 +109,10 @@ def test_baseline_recording_reads_nothing_the_script_does_not(workload):
         residency[shimmed] = cached_pages(big)[0]
     # (safetensors 0.8 itself maps the whole file eagerly; older versions read lazily)
     assert residency[True] <= residency[False] + 16
-    [record] = read_manifest(manifest).tensors
+    loaded = read_manifest(manifest)
+    [record] = loaded.tensors
     assert (record["name"], record["shape"], record["sha256"]) == ("w3[:2]", [2, 1024], None)
-    assert fill_file_digests(manifest) == 1
-    [record] = read_manifest(manifest).tensors
+    assert fill_digests(loaded) == 1
     with safe_open(big, "pt") as f:
         assert record["sha256"] == tensor_digest(f.get_tensor("w3")[:2])
 
@@ -142,12 +143,12 @@ def test_unknown_strategy_is_a_usage_error():
 
 
 def test_script_without_safetensors_pays_nothing(tmp_path):
-    """The hook imports nothing until safetensors is imported."""
+    """The hook imports nothing but the protocol (standard library only) until safetensors is imported."""
     with shim_environment("both", tmp_path / "m.jsonl") as env:
         out = subprocess.run([sys.executable, "-c", "import sys; print(sorted(m for m in sys.modules "
                               "if m.startswith(('readtrace', 'torch'))))"],
                              env=env, capture_output=True, text=True, timeout=60)
-    assert json.loads(out.stdout.replace("'", '"')) == []
+    assert json.loads(out.stdout.replace("'", '"')) == ["readtrace", "readtrace.inject", "readtrace.inject.protocol"]
 
 
 def test_auto_strategy_follows_the_file_system(workload, monkeypatch):
@@ -202,8 +203,8 @@ def test_unchanged_transformers_from_pretrained(tmp_path):
             out = subprocess.run([sys.executable, str(tmp_path / "load.py"), str(tmp_path / "tiny")], env=env,
                                  capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr
-        fill_file_digests(manifest)
         results[strategy] = (out.stdout.strip(), read_manifest(manifest))
+        fill_digests(results[strategy][1])
     assert results["none"][0] == results["both"][0]
     diff = compare_manifests(results["none"][1], results["both"][1])
     assert diff.all_identical and diff.count > 10

@@ -14,7 +14,7 @@ import json
 import sys
 
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.fix.strategies import FIX_STRATEGIES
+from readtrace.inject.protocol import FIX_STRATEGIES
 
 PATTERNS = ("mmap-threads", "fork-shared-fd", "safetensors-default", "per-tensor-pread")
 

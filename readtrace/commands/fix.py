@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.fix.strategies import FIX_STRATEGIES
+from readtrace.inject.protocol import FIX_STRATEGIES
 
 
 def add_arguments(parser) -> None:
@@ -49,8 +48,7 @@ def run(args) -> int:
     command, cwd, files = _target(args.target)
     if not args.compare:
         files = args.files or files
-        extra = {"READTRACE_PREFETCH_FILES": os.pathsep.join(files)} if files else None
-        with shim_environment(args.strategy, None, device=args.device, extra=extra) as env:
+        with shim_environment(args.strategy, None, device=args.device, prefetch_files=files or ()) as env:
             return subprocess.run(command, env=env, cwd=cwd).returncode
     recorder, why_not = (None, "runs not recorded (--no-record)") if args.no_record else default_recorder()
     log = (lambda line: print(f"readtrace: {line}", file=sys.stderr)) if not args.json else (lambda line: None)

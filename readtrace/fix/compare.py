@@ -22,15 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.fix.strategies import FIX_STRATEGIES
 from readtrace.inject.inject import shim_environment
 from readtrace.inject.manifest import (
     Manifest,
     ManifestDiff,
     compare_manifests,
-    fill_file_digests,
+    fill_digests,
     read_manifest,
 )
+from readtrace.inject.protocol import FIX_STRATEGIES
 from readtrace.pagecache.evict import Eviction, evict
 from readtrace.pagecache.prefetch import prefetch
 from readtrace.pagecache.residency import cache_survives_open
@@ -141,9 +141,7 @@ def compare(
 def _run(command, side, index, strategy, work: Path, device, cwd, recorder, files=()) -> Run:
     stem = f"{side}-{index + 1}"
     manifest_path = work / f"{stem}.jsonl"
-    prefetch = {"READTRACE_PREFETCH_FILES": os.pathsep.join(files)} if strategy in FIX_STRATEGIES and files \
-        else None
-    with shim_environment(strategy, manifest_path, device=device, extra=prefetch) as env:
+    with shim_environment(strategy, manifest_path, device=device, prefetch_files=files) as env:
         if recorder is not None:
             trace = work / f"{stem}.rtrace"
             with _stdout_to(work / f"{stem}.log"):  # the command's output must not mix with ours
@@ -152,9 +150,9 @@ def _run(command, side, index, strategy, work: Path, device, cwd, recorder, file
         else:
             code, wall = _run_plain(command, env, cwd, work / f"{stem}.log")
             summary, trace_path = None, None
-    if code == 0:
-        fill_file_digests(manifest_path)  # the baseline's, from the files, now that it has finished
     manifest = read_manifest(manifest_path)
+    if code == 0:
+        fill_digests(manifest)  # the baseline's, from the files, now that it has finished
     if code != 0:
         tail = _tail(work / f"{stem}.log")
         raise ReadtraceError(f"{side} run exited with {code}" + (f": {tail}" if tail else ""), ExitStatus.ERROR)

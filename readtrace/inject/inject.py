@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import readtrace
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.fix.strategies import STRATEGIES
 from readtrace.inject import shim_sitecustomize
+from readtrace.inject.protocol import STRATEGIES, Rerun
 
 
 @contextmanager
@@ -22,27 +23,24 @@ def shim_environment(
     *,
     device: str | None = None,
     base_env: Mapping[str, str] | None = None,
-    extra: Mapping[str, str] | None = None,
+    prefetch_files: Iterable[str] = (),
+    **settings,
 ) -> Iterator[dict[str, str]]:
     """Yield an environment for a rerun with the shim; the shim directory is removed on exit.
 
-    ``strategy`` is one of ``shim.STRATEGIES`` (``none`` still records the manifest); ``extra``
-    adds READTRACE_* tuning variables (see ``readtrace.inject.shim``).
+    ``strategy`` is one of ``protocol.STRATEGIES`` (``none`` still records the manifest);
+    ``prefetch_files`` are prefetched at interpreter start when the strategy prefetches; ``settings``
+    are other ``protocol.Rerun`` fields. Tuning already in ``base_env`` (READTRACE_CHUNK_MB ...) is kept.
     """
     if strategy not in STRATEGIES:
         raise ReadtraceError(f"unknown fix strategy {strategy!r} (choose from {', '.join(STRATEGIES)})",
                              ExitStatus.USAGE)
-    env = dict(os.environ if base_env is None else base_env)
+    base = dict(os.environ if base_env is None else base_env)
+    rerun = replace(Rerun.from_env(base), strategy=strategy, manifest=None if manifest is None else os.fspath(manifest),
+                    device=device or None, prefetch_files=tuple(prefetch_files), prefetched=(),
+                    readtrace_path=str(Path(readtrace.__file__).resolve().parent.parent), **settings)
     with tempfile.TemporaryDirectory(prefix="readtrace-shim-") as shim_dir:
         shutil.copyfile(shim_sitecustomize.__file__, os.path.join(shim_dir, "sitecustomize.py"))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (shim_dir, env.get("PYTHONPATH")) if p)
-        env["READTRACE_PYTHONPATH"] = str(Path(readtrace.__file__).resolve().parent.parent)
-        env["READTRACE_FIX"] = strategy
-        env.pop("READTRACE_MANIFEST", None)
-        if manifest is not None:
-            env["READTRACE_MANIFEST"] = os.fspath(manifest)
-        env.pop("READTRACE_DEVICE", None)
-        if device:
-            env["READTRACE_DEVICE"] = device
-        env.update(extra or {})
+        env = rerun.to_env(base)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (shim_dir, base.get("PYTHONPATH")) if p)
         yield env

@@ -1,7 +1,8 @@
 """The tensor manifest: one JSON line per loaded tensor (file, name, dtype, shape, sha256 of its bytes).
 
-Both the baseline and the fixed rerun write one; identical manifests prove the fix loaded the same
-tensors. Loader-call timings go in the same file as ``{"event": "call", ...}`` lines.
+Both the baseline and the fixed rerun write one (through protocol.append_manifest, its one writer);
+identical manifests prove the fix loaded the same tensors. Loader-call timings go in the same file as
+``{"event": "call", ...}`` lines. The host reads it here and fills missing digests in memory.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def tensor_digest(tensor: torch.Tensor) -> str:
 def tensor_record(file: str, name: str, tensor: torch.Tensor, *, index=None, digest: bool = True) -> dict:
     """The manifest line for one tensor (or one slice of it: ``index`` as given to get_slice()[...]).
 
-    ``digest=False`` leaves ``sha256`` null, for ``fill_file_digests`` to compute from the file later
+    ``digest=False`` leaves ``sha256`` null, for ``fill_digests`` to compute from the file later
     (an index that cannot be written down is digested now instead).
     """
     record = {"event": "tensor", "file": file, "name": name, "dtype": str(tensor.dtype).removeprefix("torch."),
@@ -83,45 +84,6 @@ def index_text(index) -> str:
     return ",".join(one(i) for i in (index if isinstance(index, tuple) else (index,)))
 
 
-def fill_file_digests(path: str | os.PathLike) -> int:
-    """Compute the digests a run left null, from the files with safetensors itself; rewrite the
-    manifest in place. Returns how many were filled. Call it right after the run that wrote them."""
-    from safetensors import safe_open
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            records = [json.loads(line) for line in f]
-    except FileNotFoundError:
-        return 0
-    except ValueError:
-        raise ReadtraceError(f"{path}: corrupt manifest", ExitStatus.ERROR) from None
-    todo = [r for r in records if r.get("event") == "tensor" and r.get("sha256") is None]
-    for file in sorted({r["file"] for r in todo}):
-        with safe_open(file, framework="pt") as handle:
-            for r in (r for r in todo if r["file"] == file):
-                if "index" in r:
-                    tensor = handle.get_slice(r["tensor"])[decode_index(r["index"])]
-                else:
-                    tensor = handle.get_tensor(r["name"])
-                r["sha256"] = tensor_digest(tensor)
-    if todo:
-        tmp = f"{path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
-        os.replace(tmp, path)
-    return len(todo)
-
-
-def append_lines(path: str | os.PathLike, records: list[dict]) -> None:
-    """Append records as JSON lines in one write (O_APPEND: safe from several processes)."""
-    data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-
-
 @dataclass
 class Manifest:
     """What one run loaded: tensor records, and the loader calls with their time."""
@@ -136,6 +98,23 @@ class Manifest:
     @property
     def digest_s(self) -> float:
         return sum(c.get("digest_seconds", 0.0) for c in self.calls)
+
+
+def fill_digests(manifest: Manifest) -> int:
+    """Compute the digests a run left null, from the files with safetensors itself (in memory: the
+    manifest file is the child's alone). Returns how many were filled. Call it right after the run."""
+    from safetensors import safe_open
+
+    todo = [r for r in manifest.tensors if r.get("sha256") is None]
+    for file in sorted({r["file"] for r in todo}):
+        with safe_open(file, framework="pt") as handle:
+            for r in (r for r in todo if r["file"] == file):
+                if "index" in r:
+                    tensor = handle.get_slice(r["tensor"])[decode_index(r["index"])]
+                else:
+                    tensor = handle.get_tensor(r["name"])
+                r["sha256"] = tensor_digest(tensor)
+    return len(todo)
 
 
 def read_manifest(path: str | os.PathLike) -> Manifest:

@@ -1,16 +1,16 @@
 """Route an unchanged script's safetensors loads to the fix, and record what it loaded.
 
 Patched (by the sitecustomize hook, as the modules are imported): ``safetensors.safe_open`` and
-``safetensors.torch.load_file`` (diffusers and transformers call through these). Environment:
+``safetensors.torch.load_file`` (diffusers and transformers call through these). What to do comes
+from the environment through ``protocol.Rerun``:
 
-- ``READTRACE_FIX``: ``none`` (record only), ``prefetch`` (stream the file into the page cache, then
+- ``strategy``: ``none`` (record only), ``prefetch`` (stream the file into the page cache, then
   the original loader), ``own-fd`` (the own-fd sequential loader), ``both``, or ``auto`` (per file:
   ``both`` on FUSE/network file systems, else ``own-fd`` for CUDA targets and ``none`` for CPU).
-- ``READTRACE_DEVICE``: load onto this device instead of the one asked for (default: as asked).
-- ``READTRACE_MANIFEST``: append one JSON line per loaded tensor (name, dtype, shape, sha256) and
+- ``device``: load onto this device instead of the one asked for (default: as asked).
+- ``manifest``: append one JSON line per loaded tensor (name, dtype, shape, sha256) and
   one per loader call (seconds inside it; digests are computed after the clock stops).
-- ``READTRACE_CHUNK_MB``, ``READTRACE_THREADS``, ``READTRACE_PREFETCH_THREADS``: reader tuning.
-- ``READTRACE_PREFETCH_DIST``: ``0`` to stop prefetch splitting files over torchrun's local ranks.
+- ``chunk_mib``, ``threads``, ``prefetch_threads``, ``prefetch_distributed``: reader tuning.
 
 A file our loader refuses (malformed, no GPU ...) goes to the original function, which then fails or
 succeeds exactly as it would have without the shim; the call record names the reason.
@@ -25,9 +25,9 @@ import time
 from dataclasses import dataclass, field
 
 from readtrace.errors import ReadtraceError
-from readtrace.fix.strategies import STRATEGIES
 from readtrace.fs.fsinfo import is_remote
-from readtrace.inject.manifest import append_lines, tensor_record
+from readtrace.inject.manifest import tensor_record
+from readtrace.inject.protocol import Rerun, append_manifest, prefetches, routes
 from readtrace.inject.startup import already_prefetched, release_pin
 from readtrace.loader import loader
 from readtrace.loader.fileio import MiB, open_fd
@@ -48,15 +48,15 @@ class Config:
 
     @classmethod
     def from_env(cls, env=os.environ) -> Config:
-        strategy = env.get("READTRACE_FIX", "none")
+        rerun = Rerun.from_env(env)
         return cls(
-            strategy=strategy if strategy in STRATEGIES else "none",
-            device=env.get("READTRACE_DEVICE") or None,
-            manifest=env.get("READTRACE_MANIFEST") or None,
-            chunk_bytes=int(float(env.get("READTRACE_CHUNK_MB", loader.DEFAULT_CHUNK_BYTES / MiB)) * MiB),
-            threads=int(env["READTRACE_THREADS"]) if env.get("READTRACE_THREADS") else None,
-            prefetch_threads=int(env.get("READTRACE_PREFETCH_THREADS", prefetcher.DEFAULT_THREADS)),
-            prefetch_distributed=None if env.get("READTRACE_PREFETCH_DIST", "1") != "0" else False,
+            strategy=rerun.strategy,
+            device=rerun.device,
+            manifest=rerun.manifest,
+            chunk_bytes=int(rerun.chunk_mib * MiB) if rerun.chunk_mib else loader.DEFAULT_CHUNK_BYTES,
+            threads=rerun.threads,
+            prefetch_threads=rerun.prefetch_threads or prefetcher.DEFAULT_THREADS,
+            prefetch_distributed=None if rerun.prefetch_distributed else False,
         )
 
 
@@ -82,8 +82,6 @@ def patch(name: str, module) -> None:
         _STATE.originals["load_file"] = module.load_file
         module.load_file = load_file
         module.safe_open = safe_open  # in case safetensors was imported before the hook
-    elif name == "readtrace.workloads.patterns":
-        module.PATTERNS = {key: _recorded_pattern(fn) for key, fn in module.PATTERNS.items()}
 
 
 def strategy_for(path: str, device) -> str:
@@ -108,9 +106,9 @@ def load_file(filename, device="cpu", *args, **kwargs):
     nested = getattr(_STATE.local, "inside", False)  # called by a recorded loader: route, do not record
     try:
         with _Inside():
-            if mode in ("prefetch", "both"):
+            if prefetches(mode):
                 _prefetch_once(path)
-            if mode in ("own-fd", "both") and not args and set(kwargs) <= {"backend"}:
+            if routes(mode) and not args and set(kwargs) <= {"backend"}:
                 try:
                     tensors = loader.load_file(path, device, chunk_bytes=_STATE.config.chunk_bytes,
                                                threads=_STATE.config.threads)
@@ -131,27 +129,19 @@ def load_file(filename, device="cpu", *args, **kwargs):
     return tensors
 
 
-def _recorded_pattern(pattern):
-    """Wrap one of readtrace's example loader patterns (raw mmap, forked preads ...): the shim cannot
-    route these, so the fix for them is the start-up prefetch; their tensors are recorded here.
-    They return materialised copies, so digesting them now disturbs no lazy read."""
-    def run(layout, workers):
-        started = time.perf_counter()
-        with _Inside():
-            tensors = pattern(layout, workers)
-        seconds = time.perf_counter() - started
-        mode = _STATE.config.strategy
-        by_file: dict[str, list] = {}
-        for info in layout:
-            by_file.setdefault(os.path.abspath(info.path), []).append((info.name, tensors[info.name], None))
-        for i, (path, records) in enumerate(by_file.items()):
-            _record(f"pattern:{pattern.__name__}", path, mode, seconds if i == 0 else 0.0, None, records, None,
-                    digest=True)
-        _flush()
-        return tensors
-
-    run.__name__, run.__doc__ = pattern.__name__, pattern.__doc__
-    return run
+def record_loader(call: str, load, tensor_files: list[tuple[str, str]]) -> dict:
+    """Run a loader the shim cannot route (see hook.recorded_call) and record the tensors it returns."""
+    started = time.perf_counter()
+    with _Inside():
+        tensors = load()
+    seconds = time.perf_counter() - started
+    by_file: dict[str, list] = {}
+    for path, name in tensor_files:
+        by_file.setdefault(os.path.abspath(path), []).append((name, tensors[name], None))
+    for i, (path, records) in enumerate(by_file.items()):
+        _record(call, path, _STATE.config.strategy, seconds if i == 0 else 0.0, None, records, None, digest=True)
+    _flush()
+    return tensors
 
 
 def safe_open(filename, framework, device="cpu", *args, **kwargs):
@@ -174,9 +164,9 @@ class _Handle:
         with self._timed():
             self._mode = strategy_for(self._path, device)
             self._device = device
-            if self._mode in ("prefetch", "both"):
+            if prefetches(self._mode):
                 _prefetch_once(self._path)
-            if self._mode in ("own-fd", "both") and not args and set(kwargs) <= {"backend"}:
+            if routes(self._mode) and not args and set(kwargs) <= {"backend"}:
                 try:
                     with open_fd(self._path) as fd:
                         self._header = read_header(fd, self._path)
@@ -312,7 +302,7 @@ def _record(call: str, path: str, mode: str, seconds: float, fallback: str | Non
 
     Tensors our loader produced are digested here, after the clock stopped. Tensors the original
     loader returned (the baseline) may be lazy mmap views: digesting them here would read the file
-    in an order the script never used, so their digests are left to ``fill_file_digests``, which
+    in an order the script never used, so their digests are left to ``manifest.fill_digests``, which
     computes them from the file after the run.
     """
     if not _STATE.config.manifest:
@@ -336,7 +326,7 @@ def _flush() -> None:
     with _STATE.lock:
         lines, _STATE.pending = _STATE.pending, []
     if lines and _STATE.config.manifest:
-        append_lines(_STATE.config.manifest, lines)
+        append_manifest(_STATE.config.manifest, lines)
 
 
 atexit.register(_flush)

@@ -1,9 +1,9 @@
 """Copied as ``sitecustomize.py`` into a directory put first on PYTHONPATH for a rerun (see shim_env).
 
-Standard library only and cheap: it installs an import hook that patches ``safetensors`` and
-``safetensors.torch`` (and readtrace's example loader patterns) as they are imported (nothing else
-is imported until then), prefetches READTRACE_PREFETCH_FILES if set, then runs the
-``sitecustomize`` this one shadows, if any.
+Standard library only and cheap: it reads the rerun's settings (readtrace.inject.protocol, standard
+library only), installs an import hook that patches ``safetensors`` and ``safetensors.torch`` as they
+are imported (nothing else is imported until then), prefetches the rerun's start-up files if any,
+then runs the ``sitecustomize`` this one shadows, if any.
 """
 
 import importlib.abc
@@ -13,7 +13,7 @@ import os
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_PATCHED = ("safetensors", "safetensors.torch", "readtrace.workloads.patterns")
+_PATCHED = ("safetensors", "safetensors.torch")
 
 
 class _SafetensorsHook(importlib.abc.MetaPathFinder):
@@ -43,7 +43,7 @@ def _patch_after_exec(loader, name):
 
 
 def _readtrace_importable():
-    extra = os.environ.get("READTRACE_PYTHONPATH")
+    extra = os.environ.get("READTRACE_PYTHONPATH")  # Rerun.readtrace_path: read before readtrace imports
     if extra and extra not in sys.path:
         sys.path.append(extra)  # last: the user's own packages keep precedence
 
@@ -69,8 +69,17 @@ def _run_shadowed_sitecustomize():
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
 
 
-if os.environ.get("READTRACE_FIX", "none") != "none" or os.environ.get("READTRACE_MANIFEST"):
+def _rerun():
+    _readtrace_importable()
+    from readtrace.inject.protocol import Rerun
+
+    return Rerun.from_env()
+
+
+_RERUN = _rerun()
+if _RERUN.active:
     sys.meta_path.insert(0, _SafetensorsHook())
-if os.environ.get("READTRACE_PREFETCH_FILES"):
+if _RERUN.start_prefetch():
     _prefetch_at_start()
+del _RERUN
 _run_shadowed_sitecustomize()

@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.inject.hook import recorded_call
 from readtrace.workloads.layout import TensorInfo, split_contiguous
 
 Tensors = dict[str, torch.Tensor]
@@ -213,7 +214,17 @@ def sharded(layout: list[TensorInfo], workers: int) -> Tensors:
     return out
 
 
-PATTERNS: dict[str, Callable[[list[TensorInfo], int], Tensors]] = {
+def _recorded(pattern: Callable[[list[TensorInfo], int], Tensors]) -> Callable[[list[TensorInfo], int], Tensors]:
+    """Registered with the rerun shim, which cannot route these loaders: it records what they load."""
+    @functools.wraps(pattern)
+    def run(layout: list[TensorInfo], workers: int) -> Tensors:
+        return recorded_call(f"pattern:{pattern.__name__}", lambda: pattern(layout, workers),
+                             [(t.path, t.name) for t in layout])
+
+    return run
+
+
+PATTERNS: dict[str, Callable[[list[TensorInfo], int], Tensors]] = {name: _recorded(pattern) for name, pattern in {
     "safetensors-default": safetensors_default,
     "mmap-threads": mmap_threads,
     "fork-shared-fd": fork_shared_fd,
@@ -221,4 +232,4 @@ PATTERNS: dict[str, Callable[[list[TensorInfo], int], Tensors]] = {
     "per-tensor-pread": per_tensor_pread,
     "sequential": sequential,
     "sharded": sharded,
-}
+}.items()}
