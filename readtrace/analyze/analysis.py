@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze import fronts, interleave, pagecache
+from readtrace.analyze import fronts, interleave, pagecache, ranks
 from readtrace.analyze.accesses import SOURCE_READ, Accesses, fault_accesses, fuse_accesses, read_accesses
 from readtrace.analyze.coalesced import expand_coalesced
 from readtrace.analyze.fileindex import FileIndex
@@ -37,6 +37,7 @@ class Analysis:
     stream_tasks: pd.DataFrame  # per (open file / FUSE handle, task): the task's own figures
     trace_path: str | None = None
     residency: dict = field(default_factory=dict)  # file id -> fronts.Mapped (unprivileged page view)
+    ranks: pd.DataFrame | None = None  # per rank of a distributed job (analyze/ranks.py); empty: no ranks
 
 
 _SHARED_ONLY_PREFIXES = ("task_", "min_task", "interleave", "gcsfuse_")
@@ -261,5 +262,10 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
                  thresholds=th, app=app, fuse=fuse, handles=handles, pages=pages, stream_tasks=stream_tasks,
                  trace_path=str(trace.path) if trace.path else None,
                  residency=fronts.mapped_files(events, pages, index) if sampled else {})
+    job_ranks = ranks.process_ranks(trace.meta, trace.events)
+    data_files = file_table.index[file_table["role"] == "data"].to_numpy()
+    a.ranks = ranks.per_rank(app, job_ranks, int(trace.meta.get("t0_ns") or (app.ts.min() if len(app) else 0)),
+                             data_files)
+    a.summary["replicated_rank_bytes"] = ranks.replicated_bytes(app, job_ranks, a.ranks, data_files)
     a.findings = find_all(a)
     return a

@@ -145,6 +145,32 @@ class LostEvents(Finding):
     detail: dict | None = None  # lost per source, where the recorder said
 
 
+@dataclass
+class ReplicatedReads(Finding):
+    """Several nodes (traces) fetched the same file's bytes from a remote / FUSE mount.
+    Evidence rows: ``{"trace", "host", "bytes"}`` per node."""
+
+    CODE: ClassVar[str] = "REPLICATED_READS"
+    nodes: int = 0
+    file_bytes: int = 0  # the file's size (or the bytes one node read, where the size is unknown)
+    aggregate_bytes: int = 0  # what all nodes fetched together
+    replication: float = 0.0  # aggregate_bytes / file_bytes
+    saved_bytes: int = 0  # fetched once for the job (span- or rank-split prefetch shared by the nodes)
+
+
+@dataclass
+class LoadSkew(Finding):
+    """Stragglers: one node (or rank) took much longer to load than the median.
+    Evidence rows: ``{"name", "load_s"}`` for every node or rank, slowest first."""
+
+    CODE: ClassVar[str] = "LOAD_SKEW"
+    scope: str = "node"  # "node" | "rank"
+    slowest: str = ""
+    slowest_s: float = 0.0
+    median_s: float = 0.0
+    skew: float = 0.0  # slowest_s / median_s
+
+
 FINDING_TYPES: tuple[type[Finding], ...] = (
     SharedFdInterleave, RandomOnFuseHandle, SmallRequests, MmapFaultStorm, ColdCache, CacheEvictedReread,
-    SmallFuseReadahead, LostEvents)
+    SmallFuseReadahead, LostEvents, ReplicatedReads, LoadSkew)

@@ -5,6 +5,7 @@ shared-fd interleaving, page-cache misses, and findings with the lever to pull.
   readtrace report T.rtrace --json      machine-readable (stable keys; `fix --compare` reads them)
   readtrace report T.rtrace --html r.html --perfetto r.json
   readtrace report T.rtrace --threshold small_request_fraction=0.2
+  readtrace report node*.rtrace         a job of several nodes: one trace per node, joined (or a directory of them)
 """
 
 from __future__ import annotations
@@ -15,13 +16,37 @@ from collections.abc import Callable
 from pathlib import Path
 
 from readtrace.analyze import Thresholds, analyze
-from readtrace.errors import ExitStatus
+from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.replace import check_target, has_marker, replacing_file
-from readtrace.trace import load_trace, newest_trace
+from readtrace.trace import SUFFIX, load_trace, newest_trace
+
+
+def trace_paths(paths: list[str]) -> list[Path]:
+    """The traces to report: the newest here by default; a directory that is not itself a trace stands
+    for the traces in it (a job of several nodes)."""
+    if not paths:
+        return [newest_trace()]
+    if len(paths) == 1 and Path(paths[0]).is_dir() and not (Path(paths[0]) / "meta.json").exists():
+        found = sorted(p for p in Path(paths[0]).glob(f"*{SUFFIX}") if p.is_dir())
+        if not found:
+            raise ReadtraceError(f"{paths[0]}: not a trace, and no {SUFFIX} trace in it", ExitStatus.USAGE)
+        return found
+    return [Path(p) for p in paths]
+
+
+def _report_job(paths: list[Path], thresholds: Thresholds, as_json: bool) -> int:
+    from readtrace.analyze.job import analyze_job
+    from readtrace.report.jobreport import render_job, write_job_json
+
+    job = analyze_job([load_trace(p, lean=True) for p in paths], thresholds)
+    (write_job_json if as_json else render_job)(job, sys.stdout)
+    return ExitStatus.OK
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("trace", nargs="?", help="a .rtrace directory (default: the newest in the current one)")
+    parser.add_argument("trace", nargs="*",
+                        help="a .rtrace directory (default: the newest in the current one); several traces, or a "
+                             "directory holding them, report a job of several nodes")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML report with plots")
     parser.add_argument("--perfetto", metavar="FILE", help="write a Chrome trace JSON (open in ui.perfetto.dev)")
@@ -54,7 +79,12 @@ def run(args: argparse.Namespace) -> int:
 
     thresholds = Thresholds().override(args.threshold)
     outputs = _outputs(args)
-    trace = load_trace(args.trace or newest_trace(), lean=True)
+    paths = trace_paths(args.trace)
+    if len(paths) > 1:
+        if outputs:
+            raise ReadtraceError("--html/--perfetto report one trace; give one node's trace", ExitStatus.USAGE)
+        return _report_job(paths, thresholds, args.json)
+    trace = load_trace(paths[0], lean=True)
     a = analyze(trace, thresholds)
     for label, path, write, marker in outputs:
         with replacing_file(path, force=args.force, is_ours=_ours(marker), what=label) as tmp:

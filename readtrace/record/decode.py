@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from readtrace.record.ranks import rank_of
 from readtrace.record.records import KIND
 from readtrace.trace.schema import FUSE_READ
 
@@ -71,6 +72,7 @@ class Decoder:
     files: dict[tuple[int, int], FileInfo] = field(default_factory=dict)
     _fuse_open: dict[tuple[int, int], dict] = field(default_factory=dict)
     mapped_names: dict[tuple[int, int], str] = field(default_factory=dict)  # from /proc/PID/maps
+    ranks: dict[int, dict[str, int]] = field(default_factory=dict)  # pid -> RANK, LOCAL_RANK ... at exec
     _ofd_files: list[pd.DataFrame] = field(default_factory=list)  # (ofd, ts_ns, dev, ino) seen so far
 
     def __post_init__(self):
@@ -96,6 +98,9 @@ class Decoder:
                 self._set_comm(tid, ts, _exec_comm(paths[i], comms[i]))
                 self._remember_exec(paths[i])
                 self.mapped_names.update(mapped_files(pid))  # the kernel maps ld.so: never opened
+                rank = rank_of(pid)
+                if rank is not None:
+                    self.ranks[pid] = rank
             else:
                 if tid not in self.comm:
                     self._set_comm(tid, 0, comms[i])

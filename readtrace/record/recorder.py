@@ -142,6 +142,7 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
             "max_drain_gap_s": round(session.max_drain_gap_s, 4), "ring_mib": ring_mib,
             "fuse_connections": sorted(connections), "page_size": os.sysconf("SC_PAGE_SIZE"),
             **partial_fields(session.problems, session.dropped),
+            "ranks": {str(pid): rank for pid, rank in sorted(session.decoder.ranks.items())},
         }
         with output_rights(creds):
             writer.close(meta)

@@ -13,9 +13,11 @@ from readtrace.analyze.finding import (
     CacheEvictedReread,
     ColdCache,
     Finding,
+    LoadSkew,
     LostEvents,
     MmapFaultStorm,
     RandomOnFuseHandle,
+    ReplicatedReads,
     SharedFdInterleave,
     SmallFuseReadahead,
     SmallRequests,
@@ -139,10 +141,26 @@ def _lost(f: LostEvents) -> Prose:
                  "64) or fewer probes, and keep the machine less busy")
 
 
+def _replicated(f: ReplicatedReads) -> Prose:
+    msg = (f"{f.nodes} nodes each fetched {f.file} ({fmt_bytes(f.file_bytes)}) from {_fs(f)}: "
+           f"{fmt_bytes(f.aggregate_bytes)} in all, {f.replication:.1f}x the file")
+    return Prose(msg, [f"{r['host']} ({r['trace']}): {fmt_bytes(r['bytes'])}" for r in f.evidence],
+                 "fetch each byte from the shared storage once for the job: split the prefetch over the nodes' "
+                 "ranks (each rank reads its own byte spans) or stage the checkpoint on node-local disk once; "
+                 f"up to {fmt_bytes(f.saved_bytes)} less from the storage")
+
+
+def _skew(f: LoadSkew) -> Prose:
+    msg = (f"{f.slowest} took {fmt_seconds(f.slowest_s)} to load, {f.skew:.1f}x the median {f.scope} "
+           f"({fmt_seconds(f.median_s)}): the job waits for its slowest {f.scope}")
+    return Prose(msg, [f"{r['name']}: {fmt_seconds(r['load_s'])}" for r in f.evidence[:8]],
+                 f"compare the slowest {f.scope}'s report with the others' (its mount, its cache, its read pattern)")
+
+
 RENDERERS: dict[type[Finding], Callable] = {
     SharedFdInterleave: _shared_fd, RandomOnFuseHandle: _random, SmallRequests: _small,
     MmapFaultStorm: _fault_storm, ColdCache: _cold, CacheEvictedReread: _reread,
-    SmallFuseReadahead: _fuse_readahead, LostEvents: _lost,
+    SmallFuseReadahead: _fuse_readahead, LostEvents: _lost, ReplicatedReads: _replicated, LoadSkew: _skew,
 }
 
 

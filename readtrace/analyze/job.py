@@ -1,0 +1,145 @@
+"""A job of several nodes: one trace per node, analysed each on its own, then joined.
+
+Time line: each trace's ``start_time`` (the node's wall clock, UTC) gives its offset from the
+earliest node; the offsets are as good as the nodes' clock sync (NTP: milliseconds), and say so.
+A file is the same on two nodes when it lives on the same kind of mount at the same path below the
+mount point with the same size (each node mounts the shared storage itself, maybe elsewhere).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from readtrace.analyze.analysis import Analysis, analyze
+from readtrace.analyze.finding import Finding, LoadSkew, ReplicatedReads
+from readtrace.analyze.thresholds import Thresholds
+from readtrace.trace import Trace
+
+SKEW_RATIO = 1.25  # slowest / median load time that makes a straggler
+SKEW_MIN_S = 1.0  # ... and by at least this much
+NODE_COLUMNS = ("trace", "host", "start_offset_s", "wall_s", "io_wait_s", "bytes_read", "remote_bytes_read",
+                "files", "ranks")
+
+
+@dataclass
+class JobAnalysis:
+    """Result of ``analyze_job``: every node's own analysis plus what only the whole job shows."""
+
+    nodes: list[Analysis]
+    node_rows: pd.DataFrame  # NODE_COLUMNS, one row per trace, in start order
+    ranks: pd.DataFrame  # every node's per-rank rows, with "node"
+    findings: list[Finding] = field(default_factory=list)
+    clock: str = "offsets from each trace's start_time (the nodes' wall clocks)"
+
+
+def analyze_job(traces: list[Trace], thresholds: Thresholds | None = None) -> JobAnalysis:
+    """Analyse each node's trace, then the job: node table, rank table, cross-node findings."""
+    nodes = [analyze(t, thresholds) for t in traces]
+    starts = [_start(t.meta) for t in traces]
+    known = [s for s in starts if s is not None]
+    first = min(known) if known else None
+    rows = []
+    for t, a, start in zip(traces, nodes, starts, strict=True):
+        remote = a.files[a.files["remote"].fillna(False).astype(bool)] if "remote" in a.files else a.files[:0]
+        rows.append({
+            "trace": str(t.path) if t.path else None,
+            "host": t.meta.get("hostname") or "?",
+            "start_offset_s": (start - first).total_seconds() if start is not None and first is not None else None,
+            "wall_s": a.summary.get("wall_s"),
+            "io_wait_s": a.summary.get("io_wait_s"),
+            "bytes_read": int(a.summary.get("bytes_read") or 0),
+            "remote_bytes_read": int(remote["bytes_read"].sum()),
+            "files": int(a.summary.get("files") or 0),
+            "ranks": int(len(a.ranks)) if a.ranks is not None else 0,
+        })
+    node_rows = pd.DataFrame(rows, columns=list(NODE_COLUMNS))
+    ranks = pd.concat([a.ranks.assign(node=i) for i, a in enumerate(nodes) if a.ranks is not None and len(a.ranks)]
+                      or [pd.DataFrame(columns=["node"])], ignore_index=True)
+    job = JobAnalysis(nodes=nodes, node_rows=node_rows, ranks=ranks)
+    job.findings = replicated_reads(job) + stragglers(job)
+    return job
+
+
+def _start(meta: dict) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(meta["start_time"]))
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def _shared_files(job: JobAnalysis) -> pd.DataFrame:
+    """Remote files of every node with a cross-node key (fstype, path below the mount, size)."""
+    frames = []
+    for i, a in enumerate(job.nodes):
+        f = a.files
+        if not len(f) or "remote" not in f:
+            continue
+        f = f[f["remote"].fillna(False).astype(bool) & (f["bytes_read"] > 0)]
+        rel = [_below(p, m) for p, m in zip(f["path"].fillna(""), f["mountpoint"].fillna(""), strict=True)]
+        fetched = f["fuse_read_bytes"].where(f["fuse_read_bytes"] > 0, f["bytes_read"])
+        frames.append(pd.DataFrame({"node": i, "path": f["path"].to_numpy(), "key_path": rel,
+                                    "fstype": f["fstype"].to_numpy(), "size": f["size"].to_numpy(),
+                                    "fetched": fetched.to_numpy(dtype=np.int64)}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["node", "path", "key_path", "fstype", "size", "fetched"])
+
+
+def _below(path: str, mountpoint: str) -> str:
+    try:
+        return str(Path(path).relative_to(mountpoint)) if mountpoint else path
+    except ValueError:
+        return path
+
+
+def replicated_reads(job: JobAnalysis) -> list[Finding]:
+    """REPLICATED_READS: one finding per file that two or more nodes fetched from remote storage."""
+    shared = _shared_files(job)
+    out: list[Finding] = []
+    if shared.empty:
+        return out
+    for (fstype, _path, size), g in shared.groupby(["fstype", "key_path", "size"], sort=False):
+        if g["node"].nunique() < 2:
+            continue
+        per_node = g.groupby("node", sort=True)["fetched"].sum()
+        file_bytes = int(size) if size and size > 0 else int(per_node.max())
+        aggregate = int(per_node.sum())
+        rows = [{"trace": job.node_rows.at[n, "trace"], "host": job.node_rows.at[n, "host"], "bytes": int(b)}
+                for n, b in per_node.items()]
+        out.append(ReplicatedReads(
+            severity="warn", file=str(g["path"].iloc[0]), fstype=str(fstype), evidence=rows,
+            nodes=int(len(per_node)), file_bytes=file_bytes, aggregate_bytes=aggregate,
+            replication=aggregate / file_bytes if file_bytes else 0.0,
+            saved_bytes=max(0, aggregate - file_bytes)))
+    return sorted(out, key=lambda f: -f.aggregate_bytes)
+
+
+def stragglers(job: JobAnalysis) -> list[Finding]:
+    """LOAD_SKEW for nodes (wall time) and for ranks (first to last access), where one lags."""
+    out = []
+    walls = job.node_rows.dropna(subset=["wall_s"])
+    names = [f"{h} ({Path(t).name if t else i})" for i, (h, t) in enumerate(zip(walls["host"], walls["trace"],
+                                                                                  strict=True))]
+    out += _skew("node", names, walls["wall_s"].to_numpy(dtype=float))
+    ranks = job.ranks.dropna(subset=["load_s"]) if "load_s" in job.ranks else job.ranks[:0]
+    out += _skew("rank", [f"rank {r} (node {n})" for r, n in zip(ranks["rank"], ranks["node"], strict=True)],
+                 ranks["load_s"].to_numpy(dtype=float))
+    return out
+
+
+def _skew(scope: str, names: list[str], seconds: np.ndarray) -> list[Finding]:
+    if len(seconds) < 2:
+        return []
+    median = float(np.median(seconds))
+    slowest = int(np.argmax(seconds))
+    worst = float(seconds[slowest])
+    if median <= 0 or worst < SKEW_RATIO * median or worst - median < SKEW_MIN_S:
+        return []
+    order = np.argsort(-seconds, kind="stable")
+    return [LoadSkew(severity="warn", scope=scope, slowest=names[slowest], slowest_s=worst, median_s=median,
+                     skew=worst / median,
+                     evidence=[{"name": names[i], "load_s": float(seconds[i])} for i in order])]

@@ -1,0 +1,100 @@
+"""Per rank of a distributed job: bytes, time waiting, files and byte spans, and spans read twice.
+
+Ranks come from the recorder (``meta["ranks"]``: pid -> RANK, LOCAL_RANK, WORLD_SIZE ... read from
+each process's environment at exec). A process that forked without exec (a DataLoader worker, a
+multiprocessing fork) belongs to its parent's rank; processes of no rank (the launcher) are left out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from readtrace.analyze.accesses import Accesses
+from readtrace.analyze.grouping import dense_codes, union_length
+
+RANK_COLUMNS = ("rank", "local_rank", "world_size", "pids", "bytes_read", "wait_s", "files", "span_bytes",
+                "first_s", "last_s", "load_s")
+
+
+def process_ranks(meta: dict, events: pd.DataFrame) -> dict[int, dict[str, int]]:
+    """pid -> its rank variables, forked children inheriting their parent's (in fork order)."""
+    ranks = {int(pid): dict(rank) for pid, rank in (meta.get("ranks") or {}).items()}
+    if not ranks or events is None or not len(events):
+        return ranks
+    forks = events[events["op"] == "fork"].sort_values("ts_ns", kind="stable")
+    for parent, child in zip(forks["pid"].tolist(), forks["arg"].tolist(), strict=True):
+        if parent in ranks and int(child) not in ranks:
+            ranks[int(child)] = ranks[parent]
+    return ranks
+
+
+def per_rank(app: Accesses, ranks: dict[int, dict[str, int]], t0_ns: int, data_files: np.ndarray
+             ) -> pd.DataFrame:
+    """One row per rank (RANK_COLUMNS) over its accesses to ``data_files`` (file ids: checkpoints, not
+    code and libraries); empty when the trace has no ranks.
+
+    ``span_bytes``: bytes of the byte spans the rank read (union over its files); ``wait_s``: time its
+    read calls took (syscall latency); ``first_s``/``last_s``: its first and last access after t0.
+    """
+    if not ranks or not len(app):
+        return pd.DataFrame(columns=list(RANK_COLUMNS))
+    pids = np.fromiter(ranks, dtype=np.int64)
+    rank_ids = np.array([ranks[p]["rank"] for p in ranks], dtype=np.int64)
+    order = np.argsort(pids)
+    pids, rank_ids = pids[order], rank_ids[order]
+    pos = np.clip(np.searchsorted(pids, app.pid), 0, len(pids) - 1)
+    rank = np.where(pids[pos] == app.pid, rank_ids[pos], -1)
+    mine = (rank >= 0) & np.isin(app.file, data_files)
+    rank, file = rank[mine], app.file[mine]
+    offset, end = app.offset[mine], app.end[mine]
+    ts, nbytes, latency = app.ts[mine], app.nbytes[mine], app.latency[mine]
+    out = pd.DataFrame({"rank": np.unique(rank_ids)})
+    out = out.set_index("rank", drop=False)
+    if len(rank):
+        grouped = pd.DataFrame({"rank": rank, "file": file, "ts": ts, "nbytes": nbytes, "latency": latency})
+        g = grouped.groupby("rank")
+        out["bytes_read"] = g["nbytes"].sum()
+        out["wait_s"] = g["latency"].sum() / 1e9
+        out["files"] = g["file"].nunique()
+        out["first_s"] = (g["ts"].min() - t0_ns) / 1e9
+        out["last_s"] = (g["ts"].max() - t0_ns) / 1e9
+        out["span_bytes"] = _span_bytes(rank, file, offset, end)
+    first_meta = {}
+    for pid in sorted(ranks):
+        first_meta.setdefault(ranks[pid]["rank"], ranks[pid])
+    out["local_rank"] = [first_meta[r].get("local_rank", -1) for r in out.index]
+    out["world_size"] = [first_meta[r].get("world_size", -1) for r in out.index]
+    out["pids"] = [sorted(p for p in ranks if ranks[p]["rank"] == r) for r in out.index]
+    for col in ("bytes_read", "files", "span_bytes"):
+        out[col] = out.get(col, pd.Series(0, index=out.index)).fillna(0).astype(np.int64)
+    out["wait_s"] = out.get("wait_s", pd.Series(0.0, index=out.index)).fillna(0.0)
+    for col in ("first_s", "last_s"):
+        out[col] = out.get(col, pd.Series(np.nan, index=out.index))
+    out["load_s"] = out["last_s"] - out["first_s"]
+    return out.reset_index(drop=True)[list(RANK_COLUMNS)]
+
+
+def _span_bytes(rank: np.ndarray, file: np.ndarray, offset: np.ndarray, end: np.ndarray) -> pd.Series:
+    """Per rank: bytes covered by the union of its [offset, end) ranges, file by file."""
+    codes, n = dense_codes(rank, file)
+    order = np.lexsort((offset, codes))
+    union = union_length(codes[order], n, offset[order].copy(), end[order].copy())
+    first = np.zeros(n, dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes))[::-1]
+    return pd.Series(union).groupby(rank[first]).sum().astype(np.int64)
+
+
+def replicated_bytes(app: Accesses, ranks: dict[int, dict[str, int]], spans: pd.DataFrame,
+                     data_files: np.ndarray) -> int:
+    """Bytes of data files read by more than one rank: the ranks' span bytes minus the union of all."""
+    if spans.empty:
+        return 0
+    ranked = np.isin(app.pid, np.fromiter(ranks, dtype=np.int64)) & np.isin(app.file, data_files)
+    if not ranked.any():
+        return 0
+    file, offset, end = app.file[ranked], app.offset[ranked], app.end[ranked]
+    codes, n = dense_codes(file)
+    order = np.lexsort((offset, codes))
+    union = union_length(codes[order], n, offset[order].copy(), end[order].copy())
+    return max(0, int(spans["span_bytes"].sum() - union.sum()))

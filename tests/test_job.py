@@ -1,0 +1,148 @@
+"""Jobs of several ranks and nodes: rank labels from the environment, traces of several nodes joined.
+
+The lab: two "nodes" as two torchrun launches (--nnodes 2, gloo on CPU, rendezvous on 127.0.0.1),
+each under its own ``readtrace record``, each reading the same checkpoint through its own lab mount.
+Known answers: 4 ranks (0-1 on node 0, 2-3 on node 1), each reading the whole file; both nodes
+fetched it from the mount (REPLICATED_READS, about 2x the file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import fuse_available, require
+
+from readtrace.analyze.job import analyze_job
+from readtrace.record.ranks import parse_environ
+from readtrace.trace import make_trace
+
+WORKLOAD = Path(__file__).parent / "workloads" / "rank_load.py"
+
+
+def test_rank_variables_parsed_from_an_environment_block():
+    env = b"PATH=/bin\0RANK=3\0LOCAL_RANK=1\0WORLD_SIZE=4\0LOCAL_WORLD_SIZE=2\0RANKX=9\0"
+    assert parse_environ(env) == {"rank": 3, "local_rank": 1, "world_size": 4, "local_world_size": 2}
+    assert parse_environ(b"PATH=/bin\0LOCAL_RANK=1\0") is None  # no RANK: not a rank
+    assert parse_environ(b"RANK=abc\0") is None
+
+
+def _node_trace(host: str, start: str, pids_ranks: dict[int, int], wall_s: float, path: str, size: int):
+    """A node's trace: each ranked pid reads the whole file through the FUSE mount in 1 MiB preads."""
+    mib = 1 << 20
+    rows = []
+    for pid in pids_ranks:
+        for off in range(0, size, mib):
+            rows.append({"ts_ns": 10**9 + off, "pid": pid, "tid": pid, "op": "pread", "fd": 3, "ofd": pid,
+                         "path": path, "dev": 45 << 20, "ino": 2, "offset": off, "size": mib, "ret": mib,
+                         "latency_ns": 10**6})
+    files = [{"path": path, "dev": 45 << 20, "ino": 2, "size": size, "fstype": "fuse.gcsfuse",
+              "mountpoint": str(Path(path).parent)}]
+    meta = {"hostname": host, "start_time": start, "t0_ns": 10**9, "wall_s": wall_s,
+            "ranks": {str(p): {"rank": r, "local_rank": r % 2, "world_size": 4} for p, r in pids_ranks.items()}}
+    return make_trace(events=pd.DataFrame(rows), files=pd.DataFrame(files), meta=meta)
+
+
+def test_two_synthetic_nodes_replicated_reads_and_a_straggler():
+    size = 8 << 20
+    a = _node_trace("n0", "2026-12-01T10:00:00+00:00", {100: 0, 101: 1}, 10.0, "/mnt/a/model.safetensors", size)
+    b = _node_trace("n1", "2026-12-01T10:00:02.5+00:00", {200: 2, 201: 3}, 30.0, "/gcs/model.safetensors", size)
+    job = analyze_job([a, b])
+    assert list(job.node_rows["host"]) == ["n0", "n1"]
+    assert job.node_rows["start_offset_s"].tolist() == [0.0, 2.5]
+    assert sorted(job.ranks["rank"]) == [0, 1, 2, 3]
+    assert (job.ranks["span_bytes"] == size).all() and (job.ranks["bytes_read"] == size).all()
+    assert all(n.summary["replicated_rank_bytes"] == size for n in job.nodes)  # 2 ranks read each byte
+    rep = [f for f in job.findings if f.code == "REPLICATED_READS"]
+    assert len(rep) == 1 and rep[0].nodes == 2 and rep[0].file_bytes == size
+    assert rep[0].aggregate_bytes == 4 * size  # 4 ranks each fetched it (no shared cache on the mount)
+    skew = [f for f in job.findings if f.code == "LOAD_SKEW" and f.scope == "node"]
+    assert len(skew) == 1 and skew[0].slowest.startswith("n1") and skew[0].skew == pytest.approx(1.5)
+
+
+def test_nodes_on_local_disks_replicate_nothing():
+    size = 4 << 20
+    a = _node_trace("n0", "2026-12-01T10:00:00+00:00", {100: 0}, 5.0, "/data/model.safetensors", size)
+    b = _node_trace("n1", "2026-12-01T10:00:00+00:00", {200: 1}, 5.0, "/data/model.safetensors", size)
+    for t in (a, b):
+        t.files["fstype"] = "ext4"
+    assert not [f for f in analyze_job([a, b]).findings if f.code == "REPLICATED_READS"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.ebpf
+@pytest.mark.fuse
+@pytest.mark.slow
+def test_two_nodes_two_ranks_each_recorded_merged_and_reported(tmp_path):
+    from readtrace.simfs import force_unmount, mount
+    from readtrace.workloads import make_checkpoint
+
+    require(os.geteuid() == 0, "recording needs root")
+    require(*fuse_available())
+    ckpt = make_checkpoint(tmp_path / "bucket", 16)[0]
+    port = _free_port()
+    mounts = [tmp_path / f"mnt{n}" for n in range(2)]
+    for mnt in mounts:
+        mnt.mkdir()
+    procs = []
+    try:
+        with mount(ckpt.parent, mounts[0], profile="gcsfuse", latency_ms=0.0), \
+                mount(ckpt.parent, mounts[1], profile="gcsfuse", latency_ms=0.0):
+            for n, mnt in enumerate(mounts):
+                cmd = [sys.executable, "-m", "readtrace", "record", "-o", str(tmp_path / f"node{n}.rtrace"), "--",
+                       sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(n),
+                       "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(port),
+                       str(WORKLOAD), str(mnt / ckpt.name)]
+                env = {**os.environ, "OMP_NUM_THREADS": "1"}
+                procs.append(subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                              stderr=subprocess.STDOUT, text=True))
+            outputs = [p.communicate(timeout=300)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for mnt in mounts:
+            force_unmount(mnt)
+    for p, out in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, out
+    assert sum(out.count("same on every rank: True") for out in outputs) == 4, outputs
+
+    report = subprocess.run([sys.executable, "-m", "readtrace", "report", str(tmp_path / "node0.rtrace"),
+                             str(tmp_path / "node1.rtrace"), "--json"], capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr
+    data = json.loads(report.stdout)
+    assert [Path(n["trace"]).name for n in data["nodes"]] == ["node0.rtrace", "node1.rtrace"]
+    assert all(n["host"] == socket.gethostname() for n in data["nodes"])
+    ranks = pd.DataFrame(data["ranks"])
+    assert sorted(ranks["rank"]) == [0, 1, 2, 3]
+    assert sorted(ranks[ranks["node"] == 0]["rank"]) == [0, 1]  # node_rank 0 holds global ranks 0-1
+    assert (ranks["world_size"] == 4).all()
+    size = ckpt.stat().st_size
+    # every rank read the whole data section (its header too): its spans cover about the file
+    assert np.all(ranks["span_bytes"] >= 0.9 * size), ranks
+    rep = [f for f in data["findings"] if f["code"] == "REPLICATED_READS"]
+    assert len(rep) == 1 and rep[0]["nodes"] == 2 and rep[0]["file"].endswith(ckpt.name)
+    assert rep[0]["aggregate_bytes"] >= 1.8 * size
+
+    text = subprocess.run([sys.executable, "-m", "readtrace", "report", str(tmp_path)], capture_output=True,
+                          text=True, timeout=300)
+    assert text.returncode == 0, text.stderr
+    assert "REPLICATED_READS" in text.stdout and "2 nodes" in text.stdout
+
+
+def test_report_of_a_directory_without_traces_is_one_line(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    r = subprocess.run([sys.executable, "-m", "readtrace", "report", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode != 0 and "no .rtrace trace in it" in r.stderr and "Traceback" not in r.stderr
