@@ -26,8 +26,9 @@ def trace_paths(paths: list[str]) -> list[Path]:
     for the traces in it (a job of several nodes)."""
     if not paths:
         return [newest_trace()]
-    if len(paths) == 1 and Path(paths[0]).is_dir() and not (Path(paths[0]) / "meta.json").exists():
-        found = sorted(p for p in Path(paths[0]).glob(f"*{SUFFIX}") if p.is_dir())
+    one = Path(paths[0])
+    if len(paths) == 1 and one.is_dir() and one.suffix != SUFFIX and not (one / "meta.json").exists():
+        found = sorted(p for p in one.glob(f"*{SUFFIX}") if p.is_dir())
         if not found:
             raise ReadtraceError(f"{paths[0]}: not a trace, and no {SUFFIX} trace in it", ExitStatus.USAGE)
         return found
