@@ -198,6 +198,8 @@ def _files_table(files: pd.DataFrame, streams: pd.DataFrame, page_stats: pd.Data
 def _wall_s(trace: Trace, app: Accesses, fuse: Accesses) -> float | None:
     if trace.meta.get("wall_s") is not None:
         return float(trace.meta["wall_s"])
+    if (trace.meta.get("fuse_view") or {}).get("timed") is False and len(app) == 0:
+        return None  # a log without times: its "times" are line numbers
     tables = (trace.pages, trace.events, *([trace.reads] if trace.reads is not None else []))
     stamps = [s for s in (app.ts, fuse.ts, *(t["ts_ns"].to_numpy() for t in tables)) if len(s)]
     if not stamps:
@@ -235,6 +237,9 @@ def _summary(trace: Trace, files: pd.DataFrame, streams: pd.DataFrame, app: Acce
         "wall_s": _wall_s(trace, app, fuse),
         "command": trace.meta.get("command"),
         "exit_code": trace.meta.get("exit_code"),
+        "backend": views.backend(trace.meta),
+        "missing_views": views.missing_views(trace.meta),
+        "not_seen": views.limitations(trace.meta),  # what could not be seen, and what that means
     }
 
 

@@ -127,8 +127,9 @@ def _findings_html(a: Analysis) -> str:
     for f in a.findings:
         p = render(f)
         ev = _esc("\n".join(p.evidence))
+        basis = f"<div class='basis'>seen in: {_esc(f.basis)}</div>" if f.basis and not f.inferred else ""
         parts.append(f"<div class='finding {f.severity}'><span class='sev'>{f.severity.upper()}</span>"
-                     f"<b>{_esc(f.code)}</b> {_esc(p.message)}<div class='ev'>{ev}</div>"
+                     f"<b>{_esc(f.code)}</b> {_esc(p.message)}<div class='ev'>{ev}</div>{basis}"
                      f"<div class='rec'>&rarr; {_esc(p.recommendation)}</div></div>")
     return "".join(parts)
 

@@ -62,7 +62,8 @@ class TerminalReport:
         t = Text()
         t.append("readtrace report", style="bold")
         t.append(f"  {self.a.trace_path or '(in memory)'}\n")
-        t.append(f"command: {cmd}   exit {s.get('exit_code', '-')}   wall {s['wall_s'] or 0:.3g} s\n")
+        wall = "-" if s["wall_s"] is None else f"{s['wall_s']:.3g} s"
+        t.append(f"command: {cmd}   exit {s.get('exit_code', '-')}   wall {wall}\n")
         t.append(f"read {fmt_bytes(s['bytes_read'])} from {s['files']} file(s) by {s['tasks']} task(s) in "
                  f"{s['processes']} process(es): {s['reads']} reads, {s['page_faults']} mmap faults")
         if s["fuse_read_requests"]:
@@ -72,6 +73,10 @@ class TerminalReport:
             t.append(f"; page-cache misses {fmt_bytes(s['cache_miss_bytes'])}")
         if s["lost_events"]:
             t.append(f"\n{s['lost_events']} events lost: figures incomplete", style="bold red")
+        if s.get("not_seen"):
+            t.append(f"\nrecorded with {s['backend']}; not seen:", style="yellow")
+            for line in s["not_seen"]:
+                t.append(f"\n  - {line}", style="yellow")
         return t
 
     def files(self, width: int = PIPED_WIDTH) -> RenderableType:
@@ -127,6 +132,8 @@ class TerminalReport:
             t.append(f"  {p.message}\n")
             for line in p.evidence:
                 t.append(f"    {line}\n", style="dim")
+            if f.basis and not f.inferred:  # an inferred basis is in the message already
+                t.append(f"    seen in: {f.basis}\n", style="dim")
             t.append(f"  -> {p.recommendation}")
             parts.append(t)
         return Group(*parts)

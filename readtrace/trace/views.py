@@ -29,6 +29,15 @@ CONSEQUENCE = {
 }
 
 
+# ... and when it was inferred instead ("{how}": meta.inferred's text, e.g. "residency sampling every 5 ms").
+INFERRED = {
+    PAGE_FAULTS: "page-fault order not seen: read fronts inferred from {how} (how many advanced at once and "
+                 "whether each moved forward; the threads behind them are not known)",
+    PAGE_CACHE: "page-cache misses not seen: pages that became resident, from {how} (a page that came and went "
+                "between two samples is missed)",
+}
+
+
 def backend(meta: dict) -> str:
     """The backend that wrote the trace (traces from before the field: eBPF)."""
     return str(meta.get("backend") or BACKEND_EBPF)
@@ -50,7 +59,7 @@ def limitations(meta: dict) -> list[str]:
     guessed = inferred(meta)
     for view in missing_views(meta):
         if view in guessed:
-            lines.append(f"{view} not seen, inferred from {guessed[view]}")
+            lines.append(INFERRED.get(view, view + " not seen, inferred from {how}").format(how=guessed[view]))
         else:
             lines.append(CONSEQUENCE.get(view, f"no {view} view"))
     return lines
