@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import glob
 import os
 import secrets
 import shutil
@@ -75,9 +76,35 @@ def replacing_file(path: str | os.PathLike, *, force: bool, is_ours: Callable[[P
             os.unlink(tmp)
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def remove_stale_staging(path: Path) -> list[Path]:
+    """Remove the unfinished outputs for ``path`` that killed runs left beside it (marked, named with
+    a pid that is no longer running): only what is provably ours."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in path.parent.glob(f".{glob.escape(path.name)}.partial-*-*"):
+            pid = entry.name.rsplit("-", 2)[-2]
+            if pid.isdigit() and not _pid_alive(int(pid)) and is_unfinished(entry) \
+                    and not os.path.islink(entry):
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry)
+    return removed
+
+
 def staging_dir(path: str | os.PathLike) -> Path:
-    """A new directory beside ``path``, marked as readtrace's unfinished output (with the pid)."""
+    """A new directory beside ``path``, marked as readtrace's unfinished output (with the pid); the
+    leftovers of killed runs for the same path are removed first."""
     path = Path(path)
+    remove_stale_staging(path)
     staging = _sibling(path, "partial")
     try:
         staging.mkdir(mode=0o755)

@@ -29,8 +29,13 @@ def _tagged(tag: str) -> list[int]:
 
 
 def fuse_mounts_under(directory: Path) -> list[str]:
-    points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-    return [p for p in points if p.startswith(str(directory))]
+    """FUSE mount points at or below ``directory``."""
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if fields[fields.index("-") + 1].startswith("fuse") and fields[4].startswith(str(directory)):
+            points.append(fields[4])
+    return points
 
 
 class Leftovers:
