@@ -35,9 +35,9 @@ READ = 64 * 1024
 TARGET_S, TARGET_RSS = 10.0, 2 << 30
 
 
-def write_synthetic(path: Path, events: int) -> Path:
+def write_synthetic(path: Path, events: int, meta: dict | None = None) -> Path:
     """``events`` pread events: 8 forked workers on one shared fd, each sequential over its 1/8 of a file,
-    taking turns (the seed case at scale), plus the open event."""
+    taking turns (the seed case at scale), plus the open event. ``meta``: more meta fields."""
     per_worker = events // WORKERS
     size = per_worker * WORKERS * READ
     w = TraceWriter(path, force=True)
@@ -53,7 +53,7 @@ def write_synthetic(path: Path, events: int) -> Path:
             "ts_ns": 1000 + i * 2000, "pid": pid.astype(np.int32), "tid": pid.astype(np.int32), "comm": "python",
             "op": "pread", "fd": np.int32(3), "ofd": np.int64(-0x7777), "offset": (worker * per_worker + step) * READ,
             "size": READ, "ret": READ, "latency_ns": 20_000 + (i % 97) * 100}))
-    return w.close({"command": ["python", "synthetic.py"], "exit_code": 0, "lost_events": 0})
+    return w.close({"command": ["python", "synthetic.py"], "exit_code": 0, "lost_events": 0, **(meta or {})})
 
 
 STEPS = {

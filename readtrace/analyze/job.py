@@ -8,6 +8,7 @@ mount point with the same size (each node mounts the shared storage itself, mayb
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze.analysis import Analysis, analyze
+from readtrace.analyze.analysis import analyze
 from readtrace.analyze.finding import Finding, LoadSkew, ReplicatedReads
 from readtrace.analyze.thresholds import Thresholds
 from readtrace.trace import Trace
@@ -23,42 +24,64 @@ from readtrace.trace import Trace
 SKEW_RATIO = 1.25  # slowest / median load time that makes a straggler
 SKEW_MIN_S = 1.0  # ... and by at least this much
 NODE_COLUMNS = ("trace", "host", "start_offset_s", "wall_s", "io_wait_s", "bytes_read", "remote_bytes_read",
-                "files", "ranks")
+                "files", "ranks", "findings")
+
+
+@dataclass
+class Node:
+    """What the job keeps of one node's analysis (the whole Analysis is dropped: memory stays that of
+    the largest node, not the sum of all)."""
+
+    trace: str | None
+    meta: dict
+    summary: dict
+    files: pd.DataFrame  # the node's files table
+    ranks: pd.DataFrame
+    findings: list[Finding]
 
 
 @dataclass
 class JobAnalysis:
-    """Result of ``analyze_job``: every node's own analysis plus what only the whole job shows."""
+    """Result of ``analyze_job``: each node's summary plus what only the whole job shows."""
 
-    nodes: list[Analysis]
-    node_rows: pd.DataFrame  # NODE_COLUMNS, one row per trace, in start order
+    nodes: list[Node]
+    node_rows: pd.DataFrame  # NODE_COLUMNS, one row per trace, in the order given
     ranks: pd.DataFrame  # every node's per-rank rows, with "node"
     findings: list[Finding] = field(default_factory=list)
     clock: str = "offsets from each trace's start_time (the nodes' wall clocks)"
 
 
-def analyze_job(traces: list[Trace], thresholds: Thresholds | None = None) -> JobAnalysis:
-    """Analyse each node's trace, then the job: node table, rank table, cross-node findings."""
-    nodes = [analyze(t, thresholds) for t in traces]
-    starts = [_start(t.meta) for t in traces]
+def analyze_job(traces: Iterable[Trace | Callable[[], Trace]], thresholds: Thresholds | None = None
+                ) -> JobAnalysis:
+    """Analyse each node's trace (a Trace, or a callable that loads one: then one node at a time is in
+    memory), then the job: node table, rank table, cross-node findings."""
+    nodes = []
+    for t in traces:
+        trace = t() if callable(t) else t
+        a = analyze(trace, thresholds)
+        nodes.append(Node(trace=a.trace_path, meta=trace.meta, summary=a.summary, files=a.files, ranks=a.ranks,
+                          findings=a.findings))
+        del trace, a
+    starts = [_start(n.meta) for n in nodes]
     known = [s for s in starts if s is not None]
     first = min(known) if known else None
     rows = []
-    for t, a, start in zip(traces, nodes, starts, strict=True):
-        remote = a.files[a.files["remote"].fillna(False).astype(bool)] if "remote" in a.files else a.files[:0]
+    for n, start in zip(nodes, starts, strict=True):
+        remote = n.files[n.files["remote"].fillna(False).astype(bool)] if "remote" in n.files else n.files[:0]
         rows.append({
-            "trace": str(t.path) if t.path else None,
-            "host": t.meta.get("hostname") or "?",
+            "trace": n.trace,
+            "host": n.meta.get("hostname") or "?",
             "start_offset_s": (start - first).total_seconds() if start is not None and first is not None else None,
-            "wall_s": a.summary.get("wall_s"),
-            "io_wait_s": a.summary.get("io_wait_s"),
-            "bytes_read": int(a.summary.get("bytes_read") or 0),
+            "wall_s": n.summary.get("wall_s"),
+            "io_wait_s": n.summary.get("io_wait_s"),
+            "bytes_read": int(n.summary.get("bytes_read") or 0),
             "remote_bytes_read": int(remote["bytes_read"].sum()),
-            "files": int(a.summary.get("files") or 0),
-            "ranks": int(len(a.ranks)) if a.ranks is not None else 0,
+            "files": int(n.summary.get("files") or 0),
+            "ranks": int(len(n.ranks)) if n.ranks is not None else 0,
+            "findings": sorted({f.code for f in n.findings}),
         })
     node_rows = pd.DataFrame(rows, columns=list(NODE_COLUMNS))
-    ranks = pd.concat([a.ranks.assign(node=i) for i, a in enumerate(nodes) if a.ranks is not None and len(a.ranks)]
+    ranks = pd.concat([n.ranks.assign(node=i) for i, n in enumerate(nodes) if n.ranks is not None and len(n.ranks)]
                       or [pd.DataFrame(columns=["node"])], ignore_index=True)
     job = JobAnalysis(nodes=nodes, node_rows=node_rows, ranks=ranks)
     job.findings = replicated_reads(job) + stragglers(job)
@@ -75,8 +98,8 @@ def _start(meta: dict) -> datetime | None:
 def _shared_files(job: JobAnalysis) -> pd.DataFrame:
     """Remote files of every node with a cross-node key (fstype, path below the mount, size)."""
     frames = []
-    for i, a in enumerate(job.nodes):
-        f = a.files
+    for i, node in enumerate(job.nodes):
+        f = node.files
         if not len(f) or "remote" not in f:
             continue
         f = f[f["remote"].fillna(False).astype(bool) & (f["bytes_read"] > 0)]

@@ -13,16 +13,17 @@ from rich.text import Text
 
 from readtrace.analyze.job import NODE_COLUMNS, JobAnalysis
 from readtrace.analyze.ranks import RANK_COLUMNS
-from readtrace.report.jsonreport import _finding, plain, report_json
+from readtrace.report.jsonreport import _finding, plain
 from readtrace.report.prose import render
 from readtrace.report.terminal import PIPED_WIDTH, SEVERITY_STYLE, _is_terminal
-from readtrace.report.units import fmt_bytes
+from readtrace.report.units import fmt_bytes, fmt_seconds
 
 JOB_REPORT_VERSION = 1
 
 
 def job_json(job: JobAnalysis) -> dict:
-    """``nodes`` (one row per trace), ``ranks``, the cross-node ``findings`` and each node's report."""
+    """``nodes`` (one row per trace, with its summary and finding codes), ``ranks``, the cross-node
+    ``findings``. Each node's full report: ``readtrace report NODE.rtrace``."""
     ranks = job.ranks[[c for c in ("node", *RANK_COLUMNS) if c in job.ranks]]
     return {
         "report_version": JOB_REPORT_VERSION,
@@ -30,7 +31,7 @@ def job_json(job: JobAnalysis) -> dict:
         "nodes": [plain(r) for r in job.node_rows[list(NODE_COLUMNS)].to_dict("records")],
         "ranks": [plain(r) for r in ranks.to_dict("records")],
         "findings": [_finding(f) for f in job.findings],
-        "node_reports": [report_json(a) for a in job.nodes],
+        "node_summaries": [plain(n.summary) for n in job.nodes],
     }
 
 
@@ -39,20 +40,16 @@ def write_job_json(job: JobAnalysis, out: IO[str]) -> None:
     out.write("\n")
 
 
-def _seconds(x) -> str:
-    return "-" if x is None or x != x else f"{x:.3g} s"
-
-
 def render_job(job: JobAnalysis, out: IO[str]) -> None:
     console = Console(file=out, width=None if _is_terminal(out) else PIPED_WIDTH, highlight=False,
                       soft_wrap=False)
     nodes = Table(title=f"{len(job.nodes)} nodes ({job.clock})", title_justify="left")
-    for col in ("trace", "host", "start", "wall", "I/O wait", "read", "from remote", "files", "ranks"):
+    for col in ("trace", "host", "start", "wall", "I/O wait", "read", "from remote", "files", "ranks", "findings"):
         nodes.add_column(col, justify="left" if col in ("trace", "host") else "right")
     for r in job.node_rows.itertuples():
-        nodes.add_row(Path(r.trace).name if r.trace else "-", str(r.host), _seconds(r.start_offset_s), _seconds(r.wall_s),
-                      _seconds(r.io_wait_s), fmt_bytes(r.bytes_read), fmt_bytes(r.remote_bytes_read),
-                      str(r.files), str(r.ranks))
+        nodes.add_row(Path(r.trace).name if r.trace else "-", str(r.host), fmt_seconds(r.start_offset_s), fmt_seconds(r.wall_s),
+                      fmt_seconds(r.io_wait_s), fmt_bytes(r.bytes_read), fmt_bytes(r.remote_bytes_read),
+                      str(r.files), str(r.ranks), ", ".join(r.findings) or "-")
     parts = [nodes]
     if len(job.ranks):
         ranks = Table(title="ranks", title_justify="left")
@@ -60,7 +57,7 @@ def render_job(job: JobAnalysis, out: IO[str]) -> None:
             ranks.add_column(col, justify="right")
         for r in job.ranks.sort_values(["node", "rank"]).itertuples():
             ranks.add_row(str(r.node), str(r.rank), str(r.local_rank), fmt_bytes(r.bytes_read),
-                          fmt_bytes(r.span_bytes), _seconds(r.wait_s), _seconds(r.first_s), _seconds(r.last_s))
+                          fmt_bytes(r.span_bytes), fmt_seconds(r.wait_s), fmt_seconds(r.first_s), fmt_seconds(r.last_s))
         parts.append(ranks)
     text = Text()
     for f in job.findings:
