@@ -40,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
     optional = [c for c in checks if not c.required and not c.ok]
     if missing:
         console.print(f"[red]{len(missing)} required prerequisite(s) missing[/]: readtrace record will not run")
+        for c in missing:  # unwrapped, one line each: what to type
+            console.print(f"fix ({c.name}): {c.fix}", markup=False, highlight=False, soft_wrap=True)
         return ExitStatus.PREREQUISITE
     note = " (FUSE view unavailable)" if optional else ""
     console.print(f"[green]ready to record[/]{note}")

@@ -72,8 +72,21 @@ def check_headers() -> Check:
     return Check("kernel headers", False, f"{build} missing", fix)
 
 
+def _is_dir(path: Path) -> bool:
+    """Like Path.is_dir, but False (not PermissionError) where a non-root user may not look."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
 def check_tracefs() -> Check:
-    ok = (TRACEFS / "events").is_dir()
+    events = TRACEFS / "events"
+    try:
+        ok = events.is_dir()
+    except PermissionError:
+        return Check("tracefs", False, f"{events} not readable as uid {os.geteuid()} (root only)",
+                     "run it with sudo: sudo readtrace ...")
     return Check("tracefs", ok, str(TRACEFS) if ok else f"{TRACEFS} not mounted",
                  "mount -t tracefs nodev /sys/kernel/tracing")
 
@@ -109,10 +122,13 @@ def check_tracepoints(source_names, required: bool) -> list[Check]:
     checks = []
     for category, name in probe_tracepoints(source_names):
         if category == "raw":  # a raw tracepoint: its event exists under some category
-            ok = any((TRACEFS / "events").glob(f"*/{name}"))
+            try:
+                ok = any((TRACEFS / "events").glob(f"*/{name}"))
+            except OSError:
+                ok = False
             label = f"raw tracepoint {name}"
         else:
-            ok = (TRACEFS / "events" / category / name).is_dir()
+            ok = _is_dir(TRACEFS / "events" / category / name)
             label = f"tracepoint {category}:{name}"
         checks.append(Check(label, ok, "present" if ok else "missing",
                             "a kernel with this tracepoint (CONFIG_FTRACE_SYSCALLS, CONFIG_FUSE_FS ...)",

@@ -234,12 +234,24 @@ def make_trace(*, meta: dict | None = None, events=None, pages=None, fuse=None, 
     return Trace(meta={"format": FORMAT_NAME, "version": FORMAT_VERSION, **(meta or {})}, **frames)
 
 
+def unreadable(path: Path, name: str) -> TraceError:
+    """A trace file this user may not read: say so (not "corrupt"), and whose it is."""
+    try:
+        owner = f"uid {os.stat(path / name).st_uid}"
+    except OSError:
+        owner = "another user"
+    return TraceError(f"{path}: cannot read {name}: permission denied (it belongs to {owner}: read it as "
+                      "that user or with sudo)")
+
+
 def _read_meta(path: Path) -> dict:
     meta_path = path / META_FILE
     if not meta_path.exists():
         raise TraceError(f"{path}: incomplete trace (no {META_FILE}; was the recorder killed?)")
     try:
         meta = json.loads(meta_path.read_text())
+    except PermissionError:
+        raise unreadable(path, META_FILE) from None
     except (OSError, ValueError) as e:
         raise TraceError(f"{path}: corrupt {META_FILE}: {e}") from e
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
@@ -265,6 +277,8 @@ def _open_table(path: Path, name: str, expected_rows: int | None, lean: bool) ->
     strings = [f.name for f in TABLES[name] if pa.types.is_string(f.type)]
     try:
         parquet = pq.ParquetFile(file, read_dictionary=strings if lean else None)
+    except PermissionError:
+        raise unreadable(path, file.name) from None
     except (pa.ArrowException, OSError) as e:
         raise TraceError(f"{path}: corrupt trace: {file.name}: {e}") from e
     rows = parquet.metadata.num_rows
