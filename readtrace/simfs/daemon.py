@@ -27,9 +27,10 @@ def serve(config: SimConfig, ready_fd: int | None = None) -> None:
             os.write(ready_fd, b"ready\n")
             os.close(ready_fd)
 
+    # default_permissions: the kernel checks SRC's owners and modes (as getattr shows them) for everyone
     options = {"ro": True, "max_read": config.max_read_kib * 1024, "fsname": f"simfs:{config.src}",
-               "subtype": f"simfs-{config.profile}"}
-    if os.geteuid() == 0:
+               "subtype": f"simfs-{config.profile}", "default_permissions": True}
+    if os.geteuid() == 0:  # other users may read through it, never more than they could read in SRC
         options["allow_other"] = True
     try:
         ZeroCopyFUSE(SimFS(config, log, on_ready=signal_ready), config.mountpoint, raw_fi=True,

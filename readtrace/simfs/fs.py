@@ -3,6 +3,11 @@
 Runs only inside the daemon process (readtrace.simfs.daemon). Reads are served by mfusepy's
 multithreaded libfuse3 loop; each request sleeps its modelled time in its own thread so the wall
 clock of the reading program shows it.
+
+Access: the mount shows SRC's owners and modes and the kernel enforces them (default_permissions);
+the mount's root keeps group/other bits only when everyone can reach SRC (a 0700 parent of SRC stays
+closed through the mount). Only regular files, directories and symlinks are served: a FIFO, socket
+or device in SRC is invisible (opening one would block or reach the device as root).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import errno
 import itertools
 import json
 import os
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,6 +28,7 @@ from readtrace.simfs.log import RequestLog
 from readtrace.simfs.model import PROFILES, HandleReader, Plan, stateless_plan
 
 FUSE_CAP_ASYNC_READ = 1 << 0
+SERVED = (stat.S_ISREG, stat.S_ISDIR, stat.S_ISLNK)
 STAT_KEYS = ("st_mode", "st_ino", "st_nlink", "st_uid", "st_gid", "st_size", "st_atime_ns", "st_mtime_ns",
              "st_ctime_ns", "st_blocks", "st_blksize")
 
@@ -87,6 +94,15 @@ class SimFS(mfusepy.Operations):
     def _real(self, path: str) -> str:
         return os.path.join(self.root, path.lstrip("/"))
 
+    def _root_mask(self) -> int:
+        """Mode bits the mount's root may keep: group/other ones only when others can reach SRC."""
+        parent = os.path.dirname(self.root)
+        while parent and parent != os.sep:
+            if not os.stat(parent).st_mode & stat.S_IXOTH:
+                return ~0o077
+            parent = os.path.dirname(parent)
+        return ~0
+
     # --- lifecycle -------------------------------------------------------------------------------
     def init_with_config(self, conn_info, config_3) -> None:
         if conn_info is not None:
@@ -117,16 +133,21 @@ class SimFS(mfusepy.Operations):
             st = os.lstat(self._real(path))
         except OSError as e:
             raise mfusepy.FuseOSError(e.errno) from None
+        if not any(kind(st.st_mode) for kind in SERVED):
+            raise mfusepy.FuseOSError(errno.ENOENT)
         attrs = {key.replace("_ns", ""): getattr(st, key) for key in STAT_KEYS}
         attrs["st_mode"] &= ~0o222  # read-only mirror
+        if path == "/":
+            attrs["st_mode"] &= self._root_mask()
         return attrs
 
     def readdir(self, path: str, fh) -> list:
         # With use_ino the inode numbers must be real: readdir(3) hides entries whose d_ino is 0.
         try:
             with os.scandir(self._real(path)) as entries:
-                names = [(e.name, {"st_mode": e.stat(follow_symlinks=False).st_mode, "st_ino": e.inode()}, 0)
-                         for e in entries]
+                stats = [(e, e.stat(follow_symlinks=False)) for e in entries]
+                names = [(e.name, {"st_mode": st.st_mode, "st_ino": e.inode()}, 0) for e, st in stats
+                         if any(kind(st.st_mode) for kind in SERVED)]
         except OSError as e:
             raise mfusepy.FuseOSError(e.errno) from None
         return [".", "..", *names]
@@ -143,10 +164,13 @@ class SimFS(mfusepy.Operations):
     def open(self, path: str, fi) -> int:
         if fi.flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND):
             raise mfusepy.FuseOSError(errno.EROFS)
-        try:
-            fd = os.open(self._real(path), os.O_RDONLY | os.O_CLOEXEC)
+        try:  # never block on a FIFO swapped in since getattr, never follow a symlink as root
+            fd = os.open(self._real(path), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError as e:
             raise mfusepy.FuseOSError(e.errno) from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise mfusepy.FuseOSError(errno.EACCES)
         fh = next(self._next_fh)
         self.handles[fh] = Handle(fd, path, HandleReader(os.fstat(fd).st_size), json.dumps(path))
         fi.fh = fh
