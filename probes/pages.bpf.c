@@ -98,6 +98,7 @@ static __always_inline int mapping_event(u16 kind, u64 mapping, u64 first, u64 n
 RAW_TRACEPOINT_PROBE(mm_filemap_fault)
 {
     if (!traced()) return 0;
+    fault_begin(ctx->args[0]);               /* sched.bpf.c: a wait from now on is this fault's */
     return mapping_event(RT_FAULT, ctx->args[0], ctx->args[1], 1);
 }
 

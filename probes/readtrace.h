@@ -17,6 +17,7 @@ enum rt_kind {
     /* application view (events ring) */
     RT_READ = 1, RT_PREAD = 2, RT_READV = 3, RT_PREADV = 4, RT_MMAP = 5, RT_MUNMAP = 6,
     RT_LSEEK = 7, RT_FADVISE = 8, RT_READAHEAD = 9, RT_CLOSE = 10, RT_DUP = 11, RT_EXIT = 12,
+    RT_BLOCK = 13,                 /* a stretch off the CPU waiting on file I/O (sched.bpf.c) */
     /* page-cache view (events ring) */
     RT_FAULT = 20, RT_MAP_PAGES = 21, RT_GET_PAGES = 22, RT_MISS = 23, RT_SYNC_RA = 24, RT_ASYNC_RA = 25,
     /* FUSE view (events ring) */

@@ -33,6 +33,7 @@ RAW_TRACEPOINT_PROBE(sys_enter)
     u64 id;
     u64 how_flags = 0;
     if (!traced()) return 0;
+    fault_end(current_tid());                 /* a syscall: any file fault of this thread is over */
     id = ctx->args[1];
     if (!wanted_syscall(id))
         return 0;

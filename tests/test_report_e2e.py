@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 
+import pandas as pd
 import pytest
 from conftest import fuse_available, require
 
@@ -99,3 +100,35 @@ def test_cold_then_warm_local_load(checkpoint, tmp_path):
     assert "COLD_CACHE" not in codes(warm)
     row = warm.files[warm.files["path"] == str(local)].iloc[0]
     assert row["cache_miss_fraction"] < 0.1
+
+
+@pytest.mark.parametrize("pattern", ["mmap-threads", "sequential"])
+def test_time_split_adds_up_on_real_recordings(lab, checkpoint, tmp_path, pattern):
+    """The scheduler view (probes/sched.bpf.c): every task's CPU, run-queue, file-wait and other
+    off-CPU time add up to its life; the root task's to the recorder's wall clock; no read waits
+    longer than the read syscalls themselves lasted; the waits land on the checkpoint, over FUSE."""
+    import numpy as np
+
+    from readtrace.analyze.accesses import SOURCE_READ
+
+    path = f"{lab.mountpoint}/{checkpoint.name}"
+    a = record(path, pattern, tmp_path / "t.rtrace")
+    s = a.summary
+    assert s["time_split_source"] == "sched"
+    t = a.tasks.set_index("tid")
+    parts = t["cpu_s"] + t["runq_s"] + t["io_wait_s"] + t["other_off_s"]
+    long = t["wall_s"] > 0.05
+    assert ((parts[long] - t["wall_s"][long]).abs() <= 0.1 * t["wall_s"][long]).all(), t[long]
+    root = a.meta["pid"]
+    assert abs(parts[root] - s["wall_s"]) <= 0.1 * s["wall_s"], (parts[root], s["wall_s"])
+    reads = a.app.source == SOURCE_READ
+    latency = pd.Series(a.app.latency[reads]).groupby(a.app.tid[reads]).sum() / 1e9
+    assert (t["read_wait_s"] <= latency.reindex(t.index).fillna(0) * 1.05 + 0.002).all()
+    assert 0 < s["io_wait_s"] <= s["wall_s"] and s["wait_file"] == path and s["fuse_wait_s"] >= 0.9 * s["io_wait_s"]
+    if pattern == "mmap-threads":
+        assert s["wait_file_faults"] and s["wait_tasks"] == WORKERS and s["fault_wait_s"] > s["read_wait_s"]
+        assert np.isclose(t["fault_wait_s"].sum(), s["io_wait_task_s"] - t["read_wait_s"].sum())
+    else:
+        assert not s["wait_file_faults"] and s["wait_tasks"] == 1
+    f = next((f for f in a.findings if f.file == path), None)
+    assert f is None or f.wait_s == pytest.approx(s["wait_file_s"])

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze import fronts, interleave, pagecache, ranks
+from readtrace.analyze import fronts, interleave, pagecache, ranks, timesplit
 from readtrace.analyze.accesses import SOURCE_READ, Accesses, fault_accesses, fuse_accesses, read_accesses
 from readtrace.analyze.coalesced import expand_coalesced
 from readtrace.analyze.fileindex import FileIndex
@@ -35,6 +35,7 @@ class Analysis:
     handles: pd.DataFrame  # FUSE handle code -> connection, nodeid, fh, file
     pages: pd.DataFrame  # page-cache rows with a file id (ts_ns, pid, tid, op, offset, size, file)
     stream_tasks: pd.DataFrame  # per (open file / FUSE handle, task): the task's own figures
+    tasks: pd.DataFrame  # per task: where its time went (analyze/timesplit.py)
     trace_path: str | None = None
     residency: dict = field(default_factory=dict)  # file id -> fronts.Mapped (unprivileged page view)
     ranks: pd.DataFrame | None = None  # per rank of a distributed job (analyze/ranks.py); empty: no ranks
@@ -204,7 +205,8 @@ def _wall_s(trace: Trace, app: Accesses, fuse: Accesses) -> float | None:
     stamps = [s for s in (app.ts, fuse.ts, *(t["ts_ns"].to_numpy() for t in tables)) if len(s)]
     if not stamps:
         return None
-    return (max(int(s.max()) for s in stamps) - min(int(s.min()) for s in stamps)) / 1e9
+    ends = [s for s in (app.ts + app.latency, fuse.ts + np.maximum(fuse.latency, 0)) if len(s)]
+    return (max(int(s.max()) for s in stamps + ends) - min(int(s.min()) for s in stamps)) / 1e9
 
 
 def _summary(trace: Trace, files: pd.DataFrame, streams: pd.DataFrame, app: Accesses, fuse: Accesses,
@@ -255,6 +257,7 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     app = Accesses.concat([reads, faults])
     fuse, handles = fuse_accesses(trace.fuse, events, app, index)
     pages = pagecache.page_rows(trace.pages, index)
+    waits = timesplit.sched_waits(trace.events, index) or timesplit.syscall_waits(app, fuse)
     files = index.finish()
     streams, stream_tasks = _streams(app, fuse, handles, th)
     _label_streams(streams, files, handles)
@@ -263,9 +266,11 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     file_table = _files_table(files, streams, pagecache.per_file(pages, len(files)), idle, app,
                               page_view=len(trace.pages) > 0, sampled=sampled)
     summary = _summary(trace, file_table, streams, app, fuse, pages)
+    split, tasks, file_wait = timesplit.time_split(trace.events, waits, files, {**trace.meta, **summary})
+    summary.update(split)
     a = Analysis(files=file_table, streams=streams, findings=[], summary=summary, meta=trace.meta,
                  thresholds=th, app=app, fuse=fuse, handles=handles, pages=pages, stream_tasks=stream_tasks,
-                 trace_path=str(trace.path) if trace.path else None,
+                 tasks=tasks, trace_path=str(trace.path) if trace.path else None,
                  residency=fronts.mapped_files(events, pages, index) if sampled else {})
     job_ranks = ranks.process_ranks(trace.meta, trace.events)
     data_files = file_table.index[file_table["role"] == "data"].to_numpy()
@@ -273,4 +278,8 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
                              data_files)
     a.summary["replicated_rank_bytes"] = ranks.replicated_bytes(app, job_ranks, a.ranks, data_files)
     a.findings = find_all(a)
+    by_path = pd.Series(file_wait.to_numpy(), index=files["path"].reindex(file_wait.index).to_numpy())
+    for f in a.findings:
+        if f.file in by_path.index:
+            f.wait_s = float(by_path[f.file])
     return a

@@ -16,7 +16,7 @@ import pandas as pd
 
 from readtrace.record.ranks import rank_of
 from readtrace.record.records import KIND
-from readtrace.trace.schema import FUSE_READ
+from readtrace.trace.schema import FUSE_READ, WAIT_IN
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 FUSE_OUT_HEADER = 16  # struct fuse_out_header precedes the data of every reply
@@ -26,6 +26,7 @@ APP_OPS = {
     KIND["READ"]: "read", KIND["PREAD"]: "pread", KIND["READV"]: "readv", KIND["PREADV"]: "preadv",
     KIND["MMAP"]: "mmap", KIND["MUNMAP"]: "munmap", KIND["LSEEK"]: "lseek", KIND["FADVISE"]: "fadvise",
     KIND["READAHEAD"]: "readahead", KIND["CLOSE"]: "close", KIND["DUP"]: "dup", KIND["EXIT"]: "exit",
+    KIND["BLOCK"]: "wait",
 }
 PAGE_OPS = {
     KIND["FAULT"]: "fault", KIND["MAP_PAGES"]: "map_pages", KIND["GET_PAGES"]: "get_pages",
@@ -42,6 +43,12 @@ def _op_table(ops: dict[int, str]) -> np.ndarray:
 
 
 _APP_TABLE, _PAGE_TABLE, _STR_TABLE = _op_table(APP_OPS), _op_table(PAGE_OPS), _op_table(STR_OPS)
+# A wait record's RT_* "waited in" kind -> its WAIT_IN index (readtrace/trace/schema.py).
+_WAIT_CODE = np.full(max(KIND.values()) + 1, WAIT_IN.index("other"), dtype=np.int64)
+_WAIT_CODE[[KIND["READ"], KIND["PREAD"], KIND["READV"], KIND["PREADV"]]] = WAIT_IN.index("read")
+_WAIT_CODE[KIND["FAULT"]] = WAIT_IN.index("fault")
+_WAIT_CODE[[KIND[k] for k in ("OPEN", "MMAP", "MUNMAP", "LSEEK", "FADVISE", "READAHEAD", "CLOSE", "DUP")]] = \
+    WAIT_IN.index("syscall")
 
 
 def exit_status(wait_status: np.ndarray) -> np.ndarray:
@@ -245,6 +252,7 @@ class Decoder:
         arg = rec["arg"].astype(np.int64)
         is_exit = kinds == KIND["EXIT"]
         arg = np.where(is_exit, exit_status(arg), arg)
+        arg = np.where(kinds == KIND["BLOCK"], _WAIT_CODE[np.clip(arg, 0, len(_WAIT_CODE) - 1)], arg)
         self._remember_ofds(rec["ofd"], rec["ts_ns"], rec["dev"], rec["ino"])
         dev, ino = self._fill_read_files(rec)
         return pd.DataFrame({

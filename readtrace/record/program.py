@@ -15,7 +15,7 @@ from readtrace.record.btf import BTFError, kernel_btf
 
 HEADER = "readtrace.h"
 # Concatenation order matters: later files call helpers of earlier ones.
-SOURCES = ("common.bpf.c", "app.bpf.c", "pages.bpf.c", "proc.bpf.c")
+SOURCES = ("common.bpf.c", "app.bpf.c", "sched.bpf.c", "pages.bpf.c", "proc.bpf.c")
 FUSE_SOURCE = "fuse.bpf.c"
 DISPATCH_SOURCE = "syscalls.bpf.c"  # last: calls into app (and fuse when included)
 

@@ -143,6 +143,7 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
             "fuse_connections": sorted(connections), "page_size": os.sysconf("SC_PAGE_SIZE"),
             **partial_fields(session.problems, session.dropped),
             "ranks": {str(pid): rank for pid, rank in sorted(session.decoder.ranks.items())},
+            "sched": session.sched,
         }
         with output_rights(creds):
             writer.close(meta)

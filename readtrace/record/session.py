@@ -179,9 +179,19 @@ class Session:
         totals = [sum(counts[counts.Key(i)]) for i in range(2)]
         return {"events_ring_full": int(totals[0]), "strs_ring_full_or_slot_clash": int(totals[1])}
 
+    def sched_totals(self) -> list[dict]:
+        """Per traced thread: first and last context switch seen, ns on a CPU, runnable, off it
+        (probes/sched.bpf.c); the trace's meta["sched"]."""
+        acct = self.bpf[b"sched_acct"]
+        rows = [{"tid": int(k.value), "first_ns": int(v.first_ns), "last_ns": int(v.last_ns),
+                 "cpu_ns": int(v.cpu_ns), "runq_ns": int(v.runq_ns), "off_ns": int(v.off_ns)}
+                for k, v in acct.items() if int(k.value) in self.decoder.tids]
+        return sorted(rows, key=lambda r: r["tid"])
+
     def stop(self) -> dict[str, int]:
         """Last drain and everything still held in kernel maps; the probes may be detached after."""
         self.drain()
+        self.sched = self.sched_totals()
         self._held_runs = self._pending_runs()
         lost = self.lost()
         self.fast.close()

@@ -34,6 +34,8 @@ STREAM_KEYS = (
     "gcsfuse_seeks", "gcsfuse_requests", "gcsfuse_sequential_requests", "gcsfuse_read_type", "gcsfuse_random_after",
     "size_hist", "top_sizes", "top_strides",
 )
+TASK_KEYS = ("tid", "pid", "wall_s", "io_wait_s", "read_wait_s", "fault_wait_s", "fuse_wait_s", "cpu_s", "runq_s",
+             "other_off_s")
 # Columns that only mean something for shared streams (open files, FUSE handles): null elsewhere.
 _SHARED_ONLY = {k for k in STREAM_KEYS if k.startswith(("task_", "min_task", "interleave", "gcsfuse_"))}
 
@@ -87,6 +89,7 @@ def report_json(a: Analysis) -> dict:
         "report_version": REPORT_VERSION,
         "trace": a.trace_path,
         "summary": plain(a.summary),
+        "tasks": _records(a.tasks, TASK_KEYS),
         "files": _records(a.files, FILE_KEYS),
         "streams": _stream_records(a),
         "findings": [_finding(f) for f in a.findings],

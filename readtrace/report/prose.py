@@ -181,3 +181,29 @@ def render(f: Finding) -> Prose:
     if f.inferred:
         message += f" [inferred: {f.basis}]"
     return Prose(message, p.evidence, p.recommendation)
+
+
+def time_line(summary: dict) -> str:
+    """The report's first line: "44.9 s wall; 41.8 s (93 %) waiting on FUSE reads of model.safetensors
+    by 4 threads" (plus CPU and run-queue time where the scheduler view was recorded)."""
+    wall, io = summary.get("wall_s"), summary.get("io_wait_s")
+    head = f"{fmt_seconds(wall)} wall" if wall else "wall time unknown"
+    if io is None:
+        return head
+    if not io or not summary.get("wait_file"):
+        line = f"{head}; no wait on file reads recorded"
+    else:
+        what = "page faults" if summary.get("wait_file_faults") else "reads"
+        fuse = "FUSE " if summary.get("wait_file_fuse") else ""
+        share = f" ({fmt_pct(io / wall)})" if wall else ""
+        name = summary["wait_file"].rsplit("/", 1)[-1]
+        others = "" if summary["wait_file_s"] >= io * 0.99 else " and other files"
+        n = summary.get("wait_tasks", 0)
+        line = (f"{head}; {fmt_seconds(io)}{share} waiting on {fuse}{what} of {name}{others} by {n} "
+                f"thread{'s' if n != 1 else ''}")
+    if summary.get("cpu_s") is not None:
+        line += f"\non CPU {fmt_seconds(summary['cpu_s'])}, waiting for a CPU {fmt_seconds(summary['runq_s'])} " \
+                "(thread-seconds, all tasks)"
+    elif summary.get("time_split_source") == "syscalls":
+        line += " (from syscall and FUSE latency: no scheduler view recorded)"
+    return line

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from readtrace.analyze import Analysis
 from readtrace.report.fit import Column, fitted_table
-from readtrace.report.prose import render
+from readtrace.report.prose import render, time_line
 from readtrace.report.units import fmt_bytes, fmt_count, fmt_pct
 
 SEVERITY_STYLE = {"high": "bold red", "warn": "yellow", "info": "cyan"}
@@ -60,6 +60,7 @@ class TerminalReport:
         s = self.a.summary
         cmd = " ".join(shlex.quote(str(c)) for c in s["command"]) if isinstance(s.get("command"), list) else "-"
         t = Text()
+        t.append(time_line(s) + "\n", style="bold")
         t.append("readtrace report", style="bold")
         t.append(f"  {self.a.trace_path or '(in memory)'}\n")
         wall = "-" if s["wall_s"] is None else f"{s['wall_s']:.3g} s"

@@ -37,4 +37,6 @@ def fmt_seconds(s: float | None) -> str:
     """0.0123 -> '12.3 ms', 44.91 -> '44.9 s'."""
     if s is None or (isinstance(s, float) and math.isnan(s)):
         return "-"
-    return f"{s * 1000:.3g} ms" if abs(s) < 1 else f"{s:.3g} s" if abs(s) < 100 else f"{s:.0f} s"
+    if abs(s) < 1:
+        return f"{s * 1000:.3g} ms"
+    return f"{s:.3g} s" if abs(s) < 10 else f"{s:.1f} s" if abs(s) < 100 else f"{s:.0f} s"

@@ -17,8 +17,14 @@ import pyarrow as pa
 
 EVENT_OPS = (
     "open", "close", "dup", "read", "pread", "readv", "preadv", "mmap", "munmap", "lseek",
-    "fadvise", "readahead", "fork", "exec", "exit", "thread",
+    "fadvise", "readahead", "fork", "exec", "exit", "thread", "wait",
 )
+# wait rows (sched:sched_switch): a stretch a thread spent off the CPU waiting on file I/O, from
+# ts_ns for latency_ns; arg = the index in WAIT_IN of what it waited in: a read syscall (ofd, dev,
+# ino, path: the file), a page fault on a file mapping (dev, ino, path), another syscall the recorder
+# follows (open, mmap, close ...), or blocked (D state) elsewhere. Per-thread totals (on CPU,
+# runnable, off CPU) are in meta["sched"] (readtrace/record/session.py).
+WAIT_IN = ("", "read", "fault", "syscall", "other")
 # The read syscalls: the bulk of a trace. A lean load (``load_trace(lean=True)``) keeps them apart with
 # only READ_COLUMNS, the columns a read needs (open-file, file and byte range, time, latency).
 READ_OPS = ("read", "pread", "readv", "preadv")
@@ -28,7 +34,7 @@ PAGE_OPS = ("fault", "map_pages", "get_pages", "miss", "sync_ra", "async_ra")
 
 # events: the application (syscall) view.
 #   arg: op-specific: open flags, dup's old fd, lseek whence, fadvise advice, fork child pid,
-#        mmap address, exec/exit code.
+#        mmap address, exec/exit code, wait: WAIT_IN index.
 #   count: calls this row stands for. The recorder merges consecutive reads of one size by one
 #        thread on one OFD (offset == previous end, all complete): offset = first, size/ret = totals,
 #        latency_ns = summed; per-call size = size // count. 1 for everything else.
