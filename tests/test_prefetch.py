@@ -11,7 +11,8 @@ import tempfile
 import pytest
 
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.fs.fsinfo import cold_cache_caveat, mount_of
+from readtrace.fs.knowledge import cold_cache_caveat, fs_profile
+from readtrace.fs.mounts import file_mount, parse_mountinfo, unescape
 from readtrace.loader.fileio import MiB, open_fd
 from readtrace.loader.spans import split_pieces, split_spans
 from readtrace.pagecache.evict import evict
@@ -36,7 +37,7 @@ def warm(path: str) -> None:
 def disk_dir():
     """A directory on a disk-backed file system (tmp_path may be tmpfs elsewhere)."""
     with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
-        fstype = mount_of(d).fstype
+        fstype = file_mount(d).fstype
         if cold_cache_caveat(fstype):
             pytest.skip(f"/var/tmp is on {fstype}: files there cannot be made cold")
         yield d
@@ -83,7 +84,7 @@ def test_cachestat_and_mincore_agree_on_a_half_cached_file(disk_dir):
 
 
 def test_tmpfs_and_fuse_are_named_as_not_evictable(tmp_path):
-    if os.path.isdir("/dev/shm") and mount_of("/dev/shm").fstype == "tmpfs":
+    if os.path.isdir("/dev/shm") and file_mount("/dev/shm").fstype == "tmpfs":
         path = make_file("/dev/shm", f"readtrace-test-{os.getpid()}", MiB)
         try:
             [ev] = evict([path])
@@ -102,8 +103,28 @@ def test_mount_of_reads_escaped_mount_points(tmp_path):
     info.write_text(f"22 1 {dev} / / rw - ext4 /dev/vda rw\n"
                     f"40 22 {dev} / {str(tmp_path).replace(' ', chr(92) + '040')} rw - fuse.gcsfuse my\\040bucket rw\n"
                     f"41 22 0:99 / {tmp_path}/x rw - nfs4 srv:/e rw\n")
-    mount = mount_of(tmp_path, mountinfo=str(info))
-    assert (mount.mount_point, mount.fstype, mount.source) == (str(tmp_path), "fuse.gcsfuse", "my bucket")
+    mount = file_mount(tmp_path, mountinfo=str(info))
+    assert (mount.mountpoint, mount.fstype, mount.source) == (str(tmp_path), "fuse.gcsfuse", "my bucket")
+
+
+def test_octal_escapes_of_non_ascii_names_decode_as_utf8():
+    # the kernel escapes space, tab, newline and backslash; every other byte (UTF-8 here) is as is
+    line = b"36 25 0:50 / /mnt/mod\\303\\250le\\040x rw - fuse.gcsfuse b\\134k rw\n"
+    raw = "37 25 0:51 / /mnt/modèle\\040x\\011y rw - nfs4 srv:/é rw\n".encode()
+    [escaped] = parse_mountinfo(line)
+    [plain] = parse_mountinfo(raw)
+    assert (escaped.mountpoint, escaped.source, escaped.dev_name) == ("/mnt/modèle x", "b\\k", "0:50")
+    assert (plain.mountpoint, plain.source) == ("/mnt/modèle x\ty", "srv:/é")
+    assert unescape("/mnt/modèle\\040x") == "/mnt/modèle x"
+
+
+def test_remote_table_is_one_table():
+    for fstype in ("cifs", "smb3", "ceph", "virtiofs", "nfs4", "fuse.gcsfuse", "fuse.sshfs", "9p"):
+        assert fs_profile(fstype).remote, fstype
+        assert cold_cache_caveat(fstype) is not None
+    for fstype in ("ext4", "xfs", "tmpfs", "fuse.simfs-local"):
+        assert not fs_profile(fstype).remote, fstype
+    assert "in memory" in cold_cache_caveat("tmpfs")
 
 
 def test_missing_file_is_bad_input(tmp_path):

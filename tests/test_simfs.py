@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.simfs import force_unmount, mount, mount_entry
+from readtrace.simfs import force_unmount, mount, mount_at
 
 pytestmark = pytest.mark.fuse
 MiB = 1024 * 1024
@@ -33,7 +33,7 @@ def lab(tmp_path, need_fuse):
         yield src, mnt
     finally:
         force_unmount(mnt)
-    assert mount_entry(mnt) is None
+    assert mount_at(mnt) is None
 
 
 def write_random(path, size, seed=1):
@@ -203,7 +203,7 @@ def test_refuses_bad_paths_with_one_line(lab, tmp_path):
                               capture_output=True, text=True)
         assert done.returncode == ExitStatus.BAD_INPUT
         assert len(done.stderr.strip().splitlines()) == 1 and why in done.stderr
-    assert mount_entry(mnt) is None
+    assert mount_at(mnt) is None
 
 
 def test_cli_daemon_and_unmount(lab, tmp_path):
@@ -214,12 +214,12 @@ def test_cli_daemon_and_unmount(lab, tmp_path):
     done = subprocess.run([*cli, str(src), str(mnt), "--daemon", "--log", str(log), "--latency-ms", "1"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    entry = mount_entry(mnt)
+    entry = mount_at(mnt)
     assert entry is not None and entry.fstype == "fuse.simfs-gcsfuse"
     assert sha256(mnt / "f.bin") == sha256(src / "f.bin")
     done = subprocess.run([*cli, "--unmount", str(mnt)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert mount_entry(mnt) is None
+    assert mount_at(mnt) is None
     deadline = time.monotonic() + 10
     while '"counters"' not in log.read_text() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -234,7 +234,7 @@ def test_foreground_cli_unmounts_on_sigterm(lab, tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
-        while mount_entry(mnt) is None and time.monotonic() < deadline:
+        while mount_at(mnt) is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert (mnt / "f.bin").read_bytes() == (src / "f.bin").read_bytes()
         proc.terminate()
@@ -243,7 +243,7 @@ def test_foreground_cli_unmounts_on_sigterm(lab, tmp_path):
         proc.kill()
     assert proc.returncode == 0, err
     assert json.loads(out.splitlines()[-1])["bytes"] == MiB
-    assert mount_entry(mnt) is None
+    assert mount_at(mnt) is None
 
 
 def test_unmount_when_busy_and_daemon_gone(lab):
@@ -255,15 +255,35 @@ def test_unmount_when_busy_and_daemon_gone(lab):
     closer.start()
     m.unmount()  # busy: detached lazily, the daemon serves the open file until it is closed
     closer.join()
-    assert mount_entry(mnt) is None
+    assert mount_at(mnt) is None
     assert json.loads(Path(m.log_path).read_text().splitlines()[-1])["kind"] == "counters"
     m1 = mount(src, mnt, profile="local")
     os.kill(m1.daemon_pid, signal.SIGTERM)  # libfuse unmounts on SIGTERM and the daemon writes its counters
     assert m1.wait(timeout=10) == 0
-    assert mount_entry(mnt) is None and json.loads(Path(m1.log_path).read_text().splitlines()[-1])["kind"] == "counters"
+    assert mount_at(mnt) is None and json.loads(Path(m1.log_path).read_text().splitlines()[-1])["kind"] == "counters"
     m1.unmount()
     m2 = mount(src, mnt, profile="local")
     os.kill(m2.daemon_pid, signal.SIGKILL)  # a crashed daemon leaves "transport endpoint not connected"
     time.sleep(0.2)
     m2.unmount()
-    assert mount_entry(mnt) is None
+    assert mount_at(mnt) is None
+
+
+def test_non_ascii_mount_point_is_found_by_the_one_mountinfo_parser(tmp_path, need_fuse):
+    """mountinfo octal-escapes the space and leaves è as UTF-8: both decode to the real path."""
+    from readtrace.fs.knowledge import is_remote
+    from readtrace.fs.mounts import file_mount
+
+    src, mnt = tmp_path / "src", tmp_path / "modèle x"
+    src.mkdir()
+    mnt.mkdir()
+    write_random(src / "w.bin", 4096)
+    try:
+        with mount(src, mnt, profile="gcsfuse", latency_ms=0):
+            entry = mount_at(mnt)
+            assert entry is not None and entry.mountpoint == str(mnt) and entry.fstype == "fuse.simfs-gcsfuse"
+            assert file_mount(mnt / "w.bin") == entry and is_remote(mnt / "w.bin")
+            assert not is_remote(src / "w.bin")
+    finally:
+        force_unmount(mnt)
+    assert mount_at(mnt) is None

@@ -1,7 +1,9 @@
 """Pure analysis of a trace: streams, classification, interleave, findings (no drawing here)."""
 
-from readtrace.analyze.analysis import Analysis, analyze
-from readtrace.analyze.finding import Finding
-from readtrace.analyze.thresholds import Thresholds
+from readtrace.lazy import lazy_exports
 
-__all__ = ["Analysis", "Finding", "Thresholds", "analyze"]
+# Lazy: `readtrace --help` reads the threshold names without importing pandas.
+_EXPORTS = {"Analysis": ("analysis", "Analysis"), "analyze": ("analysis", "analyze"),
+            "Finding": ("finding", "Finding"), "Thresholds": ("thresholds", "Thresholds")}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -15,15 +15,15 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from readtrace.analyze import Thresholds, analyze
+from readtrace.analyze.thresholds import Thresholds  # no pandas: `readtrace --help` needs only its names
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.replace import check_target, has_marker, replacing_file
-from readtrace.trace import SUFFIX, load_trace, newest_trace
 
 
 def trace_paths(paths: list[str]) -> list[Path]:
     """The traces to report: the newest here by default; a directory that is not itself a trace stands
     for the traces in it (a job of several nodes)."""
+    from readtrace.trace import SUFFIX, newest_trace
+
     if not paths:
         return [newest_trace()]
     one = Path(paths[0])
@@ -38,6 +38,7 @@ def trace_paths(paths: list[str]) -> list[Path]:
 def _report_job(paths: list[Path], thresholds: Thresholds, as_json: bool) -> int:
     from readtrace.analyze.job import analyze_job
     from readtrace.report.jobreport import render_job, write_job_json
+    from readtrace.trace import load_trace
 
     job = analyze_job([lambda p=p: load_trace(p, lean=True) for p in paths], thresholds)
     (write_job_json if as_json else render_job)(job, sys.stdout)
@@ -60,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _outputs(args: argparse.Namespace) -> list[tuple[str, str, Callable, bytes]]:
     """(label, path, writer, marker) of each file asked for, each checked before any work is done:
     never through a symlink; with --force only over a report of ours (readtrace.replace)."""
+    from readtrace.replace import check_target
     from readtrace.report import html, perfetto
 
     outputs = [(label, path, write, marker) for label, path, write, marker in (
@@ -71,12 +73,17 @@ def _outputs(args: argparse.Namespace) -> list[tuple[str, str, Callable, bytes]]
 
 
 def _ours(marker: bytes) -> Callable[[Path], bool]:
+    from readtrace.replace import has_marker
+
     return lambda path: has_marker(path, marker)
 
 
 def run(args: argparse.Namespace) -> int:
+    from readtrace.analyze import analyze
+    from readtrace.replace import replacing_file
     from readtrace.report.jsonreport import write_json
     from readtrace.report.terminal import TerminalReport
+    from readtrace.trace import load_trace
 
     thresholds = Thresholds().override(args.threshold)
     outputs = _outputs(args)

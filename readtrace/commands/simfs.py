@@ -19,7 +19,7 @@ import signal
 import sys
 
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.simfs import PROFILES, force_unmount, mount, mount_entry
+from readtrace.simfs.model import PROFILES
 
 
 def add_arguments(parser) -> None:
@@ -41,6 +41,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from readtrace.simfs import mount
+
     if args.unmount:
         return unmount(args.unmount)
     if not args.src or not args.mountpoint:
@@ -67,7 +69,9 @@ def run(args) -> int:
 
 
 def unmount(mountpoint: str) -> int:
-    entry = mount_entry(mountpoint)
+    from readtrace.simfs import force_unmount, mount_at
+
+    entry = mount_at(mountpoint)
     if entry is None or not entry.fstype.startswith("fuse.simfs-"):
         raise ReadtraceError(f"not a simfs mount: {mountpoint}", ExitStatus.BAD_INPUT)
     force_unmount(mountpoint)

@@ -1,8 +1,14 @@
-"""What each file system does with a shared file handle: the one table findings consult."""
+"""What each file system does: the one table of file-system knowledge (findings, the fix, eviction).
+
+Per fstype: whether reads on one open file form a stream the client/daemon keeps state for, whether a
+miss pays a network or daemon round trip ("remote": the fix prefetches there), and its levers."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+
+from readtrace.fs.mounts import file_mount, is_fuse
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,13 @@ _NFS = FsProfile("nfs", True, True, "nfs: rsize=1048576 and read_ahead_kb of the
 _FUSE = FsProfile("fuse", True, True, "the FUSE daemon's read-ahead / chunk-size options")
 _SSHFS = FsProfile("sshfs", False, True, "sshfs: -o max_read, -o cache=yes")
 _LOCAL = FsProfile("local", False, False, "read_ahead_kb of the block device")
+_MEMORY = FsProfile("memory", False, False, "the file lives in memory: nothing to tune")
+# Kernel network clients keep read-ahead per open file, as NFS does.
+_CIFS = FsProfile("cifs", True, True, "cifs/smb3: rsize=, the read_ahead_kb of the mount's bdi")
+_CEPH = FsProfile("ceph", True, True, "cephfs: rasize=, rsize=")
+_NETWORK = FsProfile("network", True, True, "the client's read-ahead and request-size options")
+_VIRTIOFS = FsProfile("virtiofs", False, True, "virtiofs: the host daemon's cache mode (virtiofsd --cache=always), DAX")
+_9P = FsProfile("9p", False, True, "9p: msize=, cache=loose or fscache")
 # The lab mount (readtrace simfs) names its cost model in the subtype: fuse.simfs-<profile>.
 _SIM = "readtrace simfs: --max-read-kib, the kernel's FUSE read_ahead_kb"
 _SIM_GCSFUSE = FsProfile("simfs-gcsfuse", True, True, _SIM)
@@ -43,6 +56,9 @@ FS_TABLE: tuple[tuple[str, FsProfile], ...] = (
     ("fuse.simfs-gcsfuse", _SIM_GCSFUSE), ("fuse.simfs-nfs", _SIM_NFS), ("fuse.simfs-local", _SIM_LOCAL),
     ("lustre", _LUSTRE),
     ("nfs", _NFS), ("nfs4", _NFS),
+    ("cifs", _CIFS), ("smb3", _CIFS), ("ceph", _CEPH), ("virtiofs", _VIRTIOFS), ("9p", _9P),
+    ("glusterfs", _NETWORK), ("beegfs", _NETWORK), ("gpfs", _NETWORK), ("wekafs", _NETWORK),
+    ("tmpfs", _MEMORY), ("ramfs", _MEMORY), ("hugetlbfs", _MEMORY),
     ("fuse", _FUSE),  # fuse, fuse.<anything else>, fuseblk: generic FUSE daemon (the lab simfs too)
 )
 LOCAL = _LOCAL
@@ -58,3 +74,26 @@ def fs_profile(fstype: str | None) -> FsProfile:
         if name.startswith(key):
             return profile
     return LOCAL
+
+
+def is_remote(path: str | os.PathLike) -> bool:
+    """On a file system where every miss pays a network or daemon round trip (False when it cannot
+    be told)."""
+    try:
+        mount = file_mount(path)
+    except OSError:
+        return False
+    return mount is not None and fs_profile(mount.fstype).remote
+
+
+def cold_cache_caveat(fstype: str) -> str | None:
+    """Why dropping the kernel page cache may not make a file on ``fstype`` cold (None: it does)."""
+    if is_fuse(fstype):
+        return (f"{fstype}: the FUSE daemon may keep its own cache (gcsfuse file cache, rclone VFS cache) "
+                "that posix_fadvise cannot evict; only the kernel page cache was dropped")
+    profile = fs_profile(fstype)
+    if profile.remote:
+        return f"{fstype}: server-side caches cannot be evicted from this machine"
+    if profile is _MEMORY:
+        return f"{fstype}: the file lives in memory and cannot be made cold"
+    return None

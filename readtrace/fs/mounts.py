@@ -1,8 +1,10 @@
-"""Mounts and FUSE daemons: where each traced file lives, and who serves each FUSE mount."""
+"""Mounts and FUSE daemons: the one mountinfo parser and Mount type, where a file lives, who serves
+each FUSE mount."""
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,29 +19,54 @@ def kernel_dev(major: int, minor: int) -> int:
 
 @dataclass(frozen=True)
 class Mount:
-    dev: int  # kernel encoding
+    """One line of /proc/<pid>/mountinfo."""
+
+    dev: int  # kernel encoding (major << 20 | minor)
     mountpoint: str
-    fstype: str
+    fstype: str  # e.g. ext4, fuse.gcsfuse, nfs4, tmpfs
+    source: str = ""
 
     @property
     def is_fuse(self) -> bool:
-        return self.fstype == "fuse" or self.fstype.startswith(("fuse.", "fuseblk"))
+        return is_fuse(self.fstype)
+
+    @property
+    def dev_name(self) -> str:
+        """The "major:minor" name of the device, also its /sys/class/bdi entry."""
+        return f"{self.dev >> 20}:{self.dev & 0xFFFFF}"
 
 
-def _unescape(field: str) -> str:
-    """mountinfo escapes space, tab, newline and backslash as octal (\\040 ...)."""
-    return field.encode().decode("unicode_escape").encode("latin-1").decode(errors="replace")
+def is_fuse(fstype: str) -> bool:
+    return fstype == "fuse" or fstype.startswith(("fuse.", "fuseblk"))
 
 
-def read_mounts(pid: int | str = "self") -> list[Mount]:
-    """Mounts as seen by ``pid`` (its mount namespace), from /proc/<pid>/mountinfo."""
+_OCTAL = re.compile(rb"\\([0-7]{3})")
+
+
+def unescape(field: str | bytes) -> str:
+    """mountinfo escapes space, tab, newline and backslash as octal (\\040 ...); the other bytes of a
+    name are its UTF-8 as is. Decode the escapes on the bytes, then the UTF-8."""
+    raw = field if isinstance(field, bytes) else field.encode("utf-8", "surrogateescape")
+    return _OCTAL.sub(lambda m: bytes([int(m.group(1), 8)]), raw).decode("utf-8", "replace")
+
+
+def parse_mountinfo(data: bytes) -> list[Mount]:
+    """The mounts of a mountinfo file's contents, in order (later lines stack over earlier ones)."""
     mounts = []
-    for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        fields = left.split()
-        major, minor = (int(x) for x in fields[2].split(":"))
-        mounts.append(Mount(kernel_dev(major, minor), _unescape(fields[4]), right.split()[0]))
+    for line in data.splitlines():
+        left, _, right = line.partition(b" - ")
+        fields, tail = left.split(), right.split()
+        if len(fields) < 5 or not tail:
+            continue
+        major, _, minor = fields[2].partition(b":")
+        mounts.append(Mount(kernel_dev(int(major), int(minor)), unescape(fields[4]), tail[0].decode(),
+                            unescape(tail[1]) if len(tail) > 1 else ""))
     return mounts
+
+
+def read_mounts(pid: int | str = "self", *, mountinfo: str | os.PathLike | None = None) -> list[Mount]:
+    """Mounts as seen by ``pid`` (its mount namespace), from /proc/<pid>/mountinfo (or ``mountinfo``)."""
+    return parse_mountinfo(Path(mountinfo or f"/proc/{pid}/mountinfo").read_bytes())
 
 
 def mount_of(path: str | None, dev: int, mounts: list[Mount]) -> Mount | None:
@@ -51,6 +78,21 @@ def mount_of(path: str | None, dev: int, mounts: list[Mount]) -> Mount | None:
         if under:
             return max(under, key=lambda m: len(m.mountpoint))
     return same_dev[-1] if same_dev else None
+
+
+def file_mount(path: str | os.PathLike, *, mountinfo: str | os.PathLike | None = None) -> Mount | None:
+    """The mount holding an existing file: same device, longest mount point over its real path."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    mounts = read_mounts(mountinfo=mountinfo)
+    dev = kernel_dev(os.major(st.st_dev), os.minor(st.st_dev))
+    return mount_of(real, dev, [m for m in mounts if m.dev == dev])
+
+
+def mount_at(mountpoint: str | os.PathLike) -> Mount | None:
+    """The mount whose mount point is exactly ``mountpoint`` (the last: mounts stack), or None."""
+    want = os.path.realpath(mountpoint)
+    return next((m for m in reversed(read_mounts()) if m.mountpoint == want), None)
 
 
 def fuse_connections(mounts: list[Mount]) -> set[int]:

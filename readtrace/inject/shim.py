@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 
 from readtrace.errors import ReadtraceError
-from readtrace.fs.fsinfo import is_remote
+from readtrace.fs.knowledge import is_remote
 from readtrace.inject.manifest import tensor_record
 from readtrace.inject.protocol import Rerun, append_manifest, prefetches, routes
 from readtrace.inject.startup import already_prefetched, release_pin

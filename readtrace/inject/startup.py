@@ -12,7 +12,7 @@ import time
 from dataclasses import replace
 
 from readtrace.errors import ReadtraceError
-from readtrace.fs.fsinfo import is_remote
+from readtrace.fs.knowledge import is_remote
 from readtrace.inject.protocol import Rerun, append_manifest
 from readtrace.pagecache.pin import DEFAULT_HOLD_S, Pins
 from readtrace.pagecache.prefetch import DEFAULT_THREADS, prefetch

@@ -4,12 +4,7 @@ Runs in whichever process loads: the user's (through the shim) or a library call
 library, numpy and torch only.
 """
 
+from readtrace.lazy import lazy_exports
+
 __all__ = ["load_file"]
-
-
-def __getattr__(name: str):
-    if name == "load_file":  # lazy: the header/fileio modules must not import torch
-        from readtrace.loader.loader import load_file
-
-        return load_file
-    raise AttributeError(name)
+__getattr__ = lazy_exports(__name__, {"load_file": ("loader", "load_file")})  # header/fileio: no torch

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.fs.fsinfo import is_remote
+from readtrace.fs.knowledge import is_remote
 from readtrace.loader.fileio import MiB, open_fd, read_into, tensor_bytes
 from readtrace.loader.header import CheckpointFormatError, Header, read_header
 from readtrace.loader.spans import split_spans

@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.fs.fsinfo import cold_cache_caveat, mount_of
+from readtrace.fs.knowledge import cold_cache_caveat
+from readtrace.fs.mounts import file_mount
 from readtrace.loader.fileio import open_fd
 from readtrace.pagecache.residency import cached_pages
 
@@ -49,7 +50,7 @@ def _evict_one(path: str) -> Eviction:
             os.fdatasync(fd)  # a freshly written file's dirty pages would survive DONTNEED
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         after, _ = cached_pages(path)
-        mount = mount_of(path)
+        mount = file_mount(path)
     except OSError as e:
         raise ReadtraceError(f"cannot evict {path}: {e.strerror or e}", ExitStatus.BAD_INPUT) from None
     fstype = mount.fstype if mount else "unknown"

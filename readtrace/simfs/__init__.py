@@ -10,6 +10,6 @@ The daemon always runs in a process of its own (readtrace.simfs.daemon).
 """
 
 from readtrace.simfs.model import PROFILES
-from readtrace.simfs.mount import SimMount, force_unmount, mount, mount_entry
+from readtrace.simfs.mount import SimMount, force_unmount, mount, mount_at
 
-__all__ = ["PROFILES", "SimMount", "force_unmount", "mount", "mount_entry"]
+__all__ = ["PROFILES", "SimMount", "force_unmount", "mount", "mount_at"]

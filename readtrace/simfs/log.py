@@ -13,10 +13,12 @@ import json
 import threading
 import time
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from readtrace.errors import ExitStatus, ReadtraceError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _JSON_BOOL = {True: "true", False: "false"}
 READ_COLUMNS = ["ts_ns", "fh", "pid", "path", "offset", "size", "returned", "new_request", "seek",
@@ -68,6 +70,8 @@ def read_records(path: str | Path) -> list[dict]:
 
 def requests_frame(records: list[dict]) -> pd.DataFrame:
     """The READ records as a DataFrame (columns READ_COLUMNS), in arrival order."""
+    import pandas as pd  # here, not at import: the daemon and the command line need none of it
+
     reads = [r for r in records if r["kind"] == "read"]
     return pd.DataFrame(reads, columns=READ_COLUMNS) if reads else pd.DataFrame(columns=READ_COLUMNS)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import select
 import shutil
 import signal
@@ -12,44 +11,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.fs.mounts import mount_at
 from readtrace.simfs.config import SimConfig
 from readtrace.simfs.log import count, read_records, requests_frame
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 READY_TIMEOUT_S = 20.0
-
-
-@dataclass(frozen=True)
-class MountEntry:
-    """One line of /proc/self/mountinfo."""
-
-    mountpoint: str
-    dev: str  # "major:minor", also the name of the mount's /sys/class/bdi entry
-    fstype: str
-    source: str
-
-
-def mount_entry(mountpoint: str | Path) -> MountEntry | None:
-    """The mount whose mount point is exactly ``mountpoint``, or None."""
-    want = os.path.realpath(mountpoint)
-    found = None
-    with open("/proc/self/mountinfo", encoding="utf-8") as f:
-        for line in f:
-            fields = line.split()
-            sep = fields.index("-")
-            point = _unescape(fields[4])
-            if point == want:
-                found = MountEntry(point, fields[2], fields[sep + 1], _unescape(fields[sep + 2]))
-    return found  # the last one wins: mounts stack
-
-
-def _unescape(field: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
 def check_prerequisites() -> None:
@@ -65,7 +38,7 @@ def check_paths(src: str | Path, mountpoint: str | Path) -> None:
         raise ReadtraceError(f"simfs source is not a directory: {src}", ExitStatus.BAD_INPUT)
     if not os.path.isdir(mountpoint):
         raise ReadtraceError(f"simfs mount point is not a directory: {mountpoint}", ExitStatus.BAD_INPUT)
-    if mount_entry(mountpoint) is not None:
+    if mount_at(mountpoint) is not None:
         raise ReadtraceError(f"simfs mount point is already a mount: {mountpoint}", ExitStatus.BAD_INPUT)
     if os.listdir(mountpoint):
         raise ReadtraceError(f"simfs mount point is not empty: {mountpoint}", ExitStatus.BAD_INPUT)
@@ -75,7 +48,7 @@ def check_paths(src: str | Path, mountpoint: str | Path) -> None:
 
 def force_unmount(mountpoint: str | Path) -> bool:
     """Unmount with fusermount3, lazily when busy. True when something was unmounted."""
-    if mount_entry(mountpoint) is None:
+    if mount_at(mountpoint) is None:
         return False
     for flags in ("-u", "-uz"):
         done = subprocess.run(["fusermount3", flags, str(mountpoint)], capture_output=True, text=True)
@@ -105,7 +78,7 @@ class SimMount:
 
     @property
     def mounted(self) -> bool:
-        return mount_entry(self.mountpoint) is not None
+        return mount_at(self.mountpoint) is not None
 
     def wait(self, timeout: float | None = None) -> int:
         """Block until the daemon exits (it exits when the file system is unmounted); its exit code."""
@@ -212,11 +185,11 @@ def _wait_ready(ready_r: int, process: subprocess.Popen, stderr_path: str) -> No
 
 def _set_readahead(mountpoint: str, readahead_kib: int | None) -> tuple[str | None, int | None]:
     """Set the mount's bdi read_ahead_kb (root only); return the bdi and the value now in effect."""
-    entry = mount_entry(mountpoint)
+    entry = mount_at(mountpoint)
     if entry is None:
         return None, None
-    knob = Path(f"/sys/class/bdi/{entry.dev}/read_ahead_kb")
+    knob = Path(f"/sys/class/bdi/{entry.dev_name}/read_ahead_kb")
     if readahead_kib is not None and os.geteuid() == 0 and knob.exists():
         with contextlib.suppress(OSError):  # read-only /sys (containers): report what is in effect
             knob.write_text(str(int(readahead_kib)))
-    return entry.dev, int(knob.read_text()) if knob.exists() else None
+    return entry.dev_name, int(knob.read_text()) if knob.exists() else None

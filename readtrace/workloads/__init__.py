@@ -7,16 +7,10 @@ model loaders (``python -m readtrace.workloads.checkpoint`` / ``python -m readtr
 (``load_checkpoint`` is ``readtrace.workloads.load.load``: the submodule ``load`` takes that name.)
 """
 
-import importlib
+from readtrace.lazy import lazy_exports
 
 _EXPORTS = {"make_checkpoint": ("checkpoint", "make_checkpoint"), "load_checkpoint": ("load", "load"),
             "digest": ("load", "digest"), "LoadResult": ("load", "LoadResult"), "PATTERNS": ("patterns", "PATTERNS")}
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    # Lazy, so that ``python -m readtrace.workloads.load`` does not import itself twice.
-    if name in _EXPORTS:
-        module, attribute = _EXPORTS[name]
-        return getattr(importlib.import_module(f"readtrace.workloads.{module}"), attribute)
-    raise AttributeError(name)
+# Lazy, so that ``python -m readtrace.workloads.load`` does not import itself twice.
+__getattr__ = lazy_exports(__name__, _EXPORTS)
