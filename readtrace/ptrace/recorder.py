@@ -87,7 +87,8 @@ def ptrace_meta(sampler: ResidencySampler | None, interval_s: float) -> dict:
         meta["inferred"] = {views.PAGE_FAULTS: how, views.PAGE_CACHE: how}
         s = sampler.stats
         meta["sampler"] = {"interval_ms": interval_s * 1000, "samples": s.samples, "files": s.files,
-                           "own_fd": s.own_fd, "reopened": s.reopened, "failed": s.failed,
+                           "own_fd": s.own_fd, "reopened": s.reopened, "reopened_paths": s.reopened_paths, "failed": s.failed,
+                           "unmeasurable": s.unmeasurable_count, "unmeasurable_paths": s.unmeasurable,
                            "sample_cpu_s": round(s.sample_s, 4), "max_gap_ms": round(s.max_gap_s * 1000, 2)}
     return meta
 

@@ -54,7 +54,9 @@ class SamplerStats:
     reopened: int = 0  # files the sampler had to open itself
     failed: int = 0
     max_gap_s: float = 0.0  # longest time between two samples
-    skipped: list[str] = field(default_factory=list)
+    reopened_paths: list[str] = field(default_factory=list)  # first few: on sshfs/rclone that open drops the cache
+    unmeasurable: list[str] = field(default_factory=list)  # not ours, >= 1 MiB: mincore/cachestat would not tell
+    unmeasurable_count: int = 0
 
 
 def _tgid(tid: int) -> int:
@@ -78,6 +80,13 @@ def _their_fd(tid: int, fd: int) -> int | None:
         return got if got >= 0 else None
     finally:
         os.close(pidfd)
+
+
+def can_measure(path: str, st: os.stat_result) -> bool:
+    """Whether mincore/cachestat tell this process the truth about ``path``: the kernel answers only
+    for files the caller owns or may write (can_do_mincore, since the 2019 page-cache side-channel
+    fix): for other files mincore reports every page resident and cachestat refuses."""
+    return os.geteuid() == 0 or st.st_uid == os.geteuid() or os.access(path, os.W_OK)
 
 
 def _runs(pages: np.ndarray) -> list[tuple[int, int]]:
@@ -163,6 +172,11 @@ class ResidencySampler(threading.Thread):
             return
         if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
             return
+        if not can_measure(path, st):
+            self.stats.unmeasurable_count += 1
+            if len(self.stats.unmeasurable) < 10 and st.st_size >= MIN_WATCH_BYTES:  # the ones that matter
+                self.stats.unmeasurable.append(path)
+            return
         own = _their_fd(tid, fd)
         if own is not None:
             mine = os.fstat(own)
@@ -180,6 +194,8 @@ class ResidencySampler(threading.Thread):
             self.stats.own_fd += 1
         else:
             self.stats.reopened += 1
+            if len(self.stats.reopened_paths) < 10:
+                self.stats.reopened_paths.append(path)
         w = _Watched(path, kernel_dev(os.major(st.st_dev), os.minor(st.st_dev)), st.st_ino, rmap,
                      st.st_size >= MIN_WATCH_BYTES)
         self._watched[path] = w

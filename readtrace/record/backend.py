@@ -20,6 +20,8 @@ def first_missing_prerequisite() -> str | None:
         require_prerequisites()
     except ReadtraceError as e:
         return str(e)
+    except OSError as e:  # a check that could not even look (permissions): not usable either
+        return f"cannot check the eBPF prerequisites: {e}"
     return None
 
 

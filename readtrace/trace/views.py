@@ -62,4 +62,8 @@ def limitations(meta: dict) -> list[str]:
             lines.append(INFERRED.get(view, view + " not seen, inferred from {how}").format(how=guessed[view]))
         else:
             lines.append(CONSEQUENCE.get(view, f"no {view} view"))
+    hidden = (meta.get("sampler") or {}).get("unmeasurable", 0)
+    if hidden:
+        lines.append(f"page-cache residency of {hidden} file(s) not measurable: the kernel shows it only to the "
+                     "file's owner or writer (mincore/cachestat), so nothing is inferred for them")
     return lines
