@@ -57,7 +57,7 @@ def record_as(user, model: Path, pattern: str):
 
     evict([model])
     out = user.home / f"{pattern}.rtrace"
-    p = user.readtrace("record", "-o", out, "--", user.python, "-m", "readtrace.workloads.load", "--pattern",
+    p = user.readtrace("record", "--force", "-o", out, "--", user.python, "-m", "readtrace.workloads.load", "--pattern",
                        pattern, "--workers", WORKERS, model, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     notices = [line for line in p.stderr.splitlines() if "eBPF not available" in line]

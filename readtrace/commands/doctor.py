@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
     missing = [c for c in checks if c.required and not c.ok]
     optional = [c for c in checks if not c.required and not c.ok]
     if missing:
-        console.print(f"[red]{len(missing)} required prerequisite(s) missing[/]: readtrace record will not run")
+        console.print(f"[red]{len(missing)} required prerequisite(s) missing[/]: no eBPF recording; "
+                      "readtrace record falls back to --backend ptrace (strace, no page-fault or FUSE view)")
         for c in missing:  # unwrapped, one line each: what to type
             console.print(f"fix ({c.name}): {c.fix}", markup=False, highlight=False, soft_wrap=True)
         return ExitStatus.PREREQUISITE

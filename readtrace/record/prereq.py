@@ -31,12 +31,24 @@ def _cap_eff() -> int:
     return 0
 
 
+INIT_USER_NS = "user:[4026531837]"  # PROC_USER_INIT_INO: capabilities count for bpf() only in this one
+
+
+def _user_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/user")
+    except OSError:
+        return INIT_USER_NS
+
+
 def check_privileges() -> Check:
     caps = _cap_eff()
     has = lambda bit: bool(caps >> bit & 1)  # noqa: E731
     ok = (has(CAP_BPF) and has(CAP_PERFMON)) or has(CAP_SYS_ADMIN)  # root without capabilities cannot
     who = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
     detail = who if ok else f"{who} without CAP_BPF/CAP_PERFMON/CAP_SYS_ADMIN"
+    if ok and _user_namespace() != INIT_USER_NS:  # "root" of a user namespace (rootless containers)
+        ok, detail = False, f"{who} of a user namespace ({_user_namespace()}): its capabilities do not reach bpf()"
     return Check("root or CAP_BPF+CAP_PERFMON", ok, detail, "run it with sudo: sudo readtrace ...")
 
 
@@ -148,9 +160,25 @@ def check_fuse() -> list[Check]:
     ]
 
 
+INIT_PID_NS = "pid:[4026531836]"  # PROC_PID_INIT_INO: the host's PID namespace, the same on every kernel
+
+
+def check_pid_namespace() -> Check:
+    """The probes match the kernel's (host) pids; in a container's own PID namespace the command's pid
+    is another number and nothing would be recorded (measured: 0 records under unshare --pid)."""
+    try:
+        ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        ns = INIT_PID_NS  # no /proc/self/ns: nothing to tell
+    ok = ns == INIT_PID_NS
+    return Check("host PID namespace", ok, "host" if ok else f"{ns} (a container's own PID namespace)",
+                 "run the recorder in the host PID namespace (Kubernetes: hostPID: true; docker: --pid=host)")
+
+
 def all_checks() -> list[Check]:
     """Every prerequisite, in the order a fix should be attempted."""
-    checks = [check_privileges(), check_bcc(), check_headers(), check_tracefs(), check_btf(), check_arch()]
+    checks = [check_privileges(), check_bcc(), check_headers(), check_tracefs(), check_btf(), check_arch(),
+              check_pid_namespace()]
     if checks[3].ok:
         checks += check_tracepoints([*SOURCES, DISPATCH_SOURCE], required=True)
         checks += check_tracepoints([FUSE_SOURCE], required=False)
