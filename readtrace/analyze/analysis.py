@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze import fronts, interleave, pagecache, ranks, timesplit
+from readtrace.analyze import fronts, interleave, pagecache, ranks, timesplit, whatif
 from readtrace.analyze.accesses import SOURCE_READ, Accesses, fault_accesses, fuse_accesses, read_accesses
 from readtrace.analyze.coalesced import expand_coalesced
 from readtrace.analyze.fileindex import FileIndex
@@ -282,4 +282,19 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     for f in a.findings:
         if f.file in by_path.index:
             f.wait_s = float(by_path[f.file])
+    _predict_fixed_here(a)
     return a
+
+
+def _predict_fixed_here(a: Analysis) -> None:
+    """The what-if model for this mount, fixed pattern only (cheap): summary and remote findings."""
+    mount = whatif.mount_profile(a)
+    if mount is None or a.summary.get("wall_s") is None:
+        return
+    fixed = whatif.what_if(a, [mount], recorded=False)[0]
+    a.summary.update(mount_profile=mount.name, mount_latency_ms=mount.latency_ms, mount_request_ms=mount.request_ms,
+                     predicted_fixed_s=fixed.predicted_fixed_s)
+    remote = set(a.files.loc[a.files["remote"], "path"])
+    for f in a.findings:
+        if f.file in remote:
+            f.predicted_fixed_s = fixed.predicted_fixed_s

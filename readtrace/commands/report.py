@@ -6,6 +6,7 @@ shared-fd interleaving, page-cache misses, and findings with the lever to pull.
   readtrace report T.rtrace --html r.html --perfetto r.json
   readtrace report T.rtrace --threshold small_request_fraction=0.2
   readtrace report node*.rtrace         a job of several nodes: one trace per node, joined (or a directory of them)
+  readtrace report T.rtrace --what-if gcsfuse,nfs,local-nvme --latency-ms 20   this load on other storage
 """
 
 from __future__ import annotations
@@ -56,6 +57,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"override a threshold (repeatable): {', '.join(Thresholds.names())}")
     parser.add_argument("--streams", type=int, default=12, metavar="N", help="stream rows in the terminal report")
     parser.add_argument("--force", action="store_true", help="replace --html/--perfetto files (only reports readtrace wrote)")
+    parser.add_argument("--what-if", metavar="PROFILES",
+                        help="predict this load on other storage: comma-separated, from "
+                             "gcsfuse, prefetch, mountpoint-s3, rclone, hf-mount, nfs, lustre, local-nvme, or 'mount' "
+                             "(this trace's own mount, its costs measured from the trace)")
+    parser.add_argument("--latency-ms", type=float, metavar="MS", help="--what-if: first-byte latency per backend request")
+    parser.add_argument("--bandwidth-mbps", type=float, metavar="MB/S", help="--what-if: link bandwidth (default unlimited)")
+
+
+def what_if_profiles(args: argparse.Namespace, a) -> list:
+    """The --what-if profiles with the user's latency and bandwidth (a usage error names the bad one)."""
+    from readtrace.analyze import whatif
+
+    if args.latency_ms is not None and args.latency_ms < 0 or args.bandwidth_mbps is not None and args.bandwidth_mbps <= 0:
+        raise ReadtraceError("--latency-ms must be >= 0 and --bandwidth-mbps > 0", ExitStatus.USAGE)
+    out = []
+    for name in (n.strip() for n in args.what_if.split(",") if n.strip()):
+        if name == "mount":
+            p = whatif.mount_profile(a)
+            if p is None:
+                raise ReadtraceError("--what-if mount: no storage model for this trace's mount", ExitStatus.USAGE)
+            out.append(whatif.profile(p.name, args.latency_ms if args.latency_ms is not None else p.latency_ms,
+                                      args.bandwidth_mbps, request_ms=p.request_ms))
+            continue
+        try:
+            out.append(whatif.profile(name, args.latency_ms, args.bandwidth_mbps))
+        except ValueError as e:
+            raise ReadtraceError(f"--what-if: {e}", ExitStatus.USAGE) from None
+    return out
 
 
 def _outputs(args: argparse.Namespace) -> list[tuple[str, str, Callable, bytes]]:
@@ -92,15 +121,22 @@ def run(args: argparse.Namespace) -> int:
         if outputs:
             raise ReadtraceError("--html/--perfetto report one trace; give one node's trace", ExitStatus.USAGE)
         return _report_job(paths, thresholds, args.json)
+    if (args.latency_ms is not None or args.bandwidth_mbps is not None) and not args.what_if:
+        raise ReadtraceError("--latency-ms/--bandwidth-mbps go with --what-if", ExitStatus.USAGE)
     trace = load_trace(paths[0], lean=True)
     a = analyze(trace, thresholds)
+    predictions = None
+    if args.what_if:
+        from readtrace.analyze.whatif import what_if
+
+        predictions = what_if(a, what_if_profiles(args, a))
     for label, path, write, marker in outputs:
         with replacing_file(path, force=args.force, is_ours=_ours(marker), what=label) as tmp:
             write(a, tmp)
     if args.json:
-        write_json(a, sys.stdout)
+        write_json(a, sys.stdout, predictions)
     else:
-        TerminalReport(a, streams=args.streams).render(sys.stdout)
+        TerminalReport(a, streams=args.streams, predictions=predictions).render(sys.stdout)
         for label, path, _, _ in outputs:
             print(f"{label}: {path}")
     return ExitStatus.OK

@@ -58,7 +58,7 @@ def fitted_table(title: str, columns: list[Column], rows: list[list], width: int
     budget = width - 1  # the table's left border
     for prio in sorted({c.priority for c in columns}, reverse=True):
         fixed = sum(need[i] for i in keep if i not in paths)
-        if prio == 0 or fixed + MIN_PATH * len(paths) <= budget:
+        if prio == 0 or fixed + (MIN_PATH + CELL_PAD) * len(paths) <= budget:
             break
         keep = [i for i in keep if columns[i].priority != prio]
     fixed = sum(need[i] for i in keep if i not in paths)

@@ -83,9 +83,11 @@ def _finding(f: Finding) -> dict:
                   "recommendation": p.recommendation, **f.data()})
 
 
-def report_json(a: Analysis) -> dict:
-    """The whole report as plain data (files, streams, findings, summary)."""
-    return {
+def report_json(a: Analysis, predictions: list | None = None) -> dict:
+    """The whole report as plain data (files, streams, findings, summary; ``what_if`` with
+    ``predictions`` from readtrace.analyze.whatif)."""
+    extra = {"what_if": [plain(p.data()) for p in predictions]} if predictions is not None else {}
+    return {**extra,
         "report_version": REPORT_VERSION,
         "trace": a.trace_path,
         "summary": plain(a.summary),
@@ -97,6 +99,6 @@ def report_json(a: Analysis) -> dict:
     }
 
 
-def write_json(a: Analysis, out: IO[str]) -> None:
-    json.dump(report_json(a), out, indent=2)
+def write_json(a: Analysis, out: IO[str], predictions: list | None = None) -> None:
+    json.dump(report_json(a, predictions), out, indent=2)
     out.write("\n")

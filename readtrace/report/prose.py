@@ -22,7 +22,7 @@ from readtrace.analyze.finding import (
     SmallFuseReadahead,
     SmallRequests,
 )
-from readtrace.report.units import fmt_bytes, fmt_pct, fmt_seconds, fmt_top
+from readtrace.report.units import fmt_bytes, fmt_count, fmt_pct, fmt_seconds, fmt_top
 
 FIX_HINT = "`readtrace fix --compare` reruns it cold with sequential prefetch and an own-fd loader"
 PREAD_LEVER = "safetensors load_file(..., backend=\"pread\")"
@@ -207,3 +207,20 @@ def time_line(summary: dict) -> str:
     elif summary.get("time_split_source") == "syscalls":
         line += " (from syscall and FUSE latency: no scheduler view recorded)"
     return line
+
+
+def fixed_line(summary: dict) -> str | None:
+    """The third line for a slow load: what the model predicts for it fixed, on this mount."""
+    wall, fixed = summary.get("wall_s"), summary.get("predicted_fixed_s")
+    if not wall or fixed is None or fixed > 0.8 * wall:
+        return None
+    return (f"fixed: ~{fmt_seconds(fixed)} predicted on this mount ({summary['mount_profile']} model, "
+            f"{summary['mount_latency_ms']:.3g} ms first byte; each file read once in order)")
+
+
+def what_if_lines(predictions: list) -> list[str]:
+    """One line per storage profile of ``readtrace report --what-if``."""
+    return [f"{p.profile:<13} {p.latency_ms:>6.3g} ms  load ~{fmt_seconds(p.predicted_s):>8}  fixed "
+            f"~{fmt_seconds(p.predicted_fixed_s):>8}  {fmt_count(p.backend_requests):>9} backend requests "
+            f"({fmt_count(p.fixed_backend_requests)} fixed), {fmt_bytes(p.bytes_fetched)} fetched"
+            for p in predictions]

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from readtrace.analyze import Analysis
 from readtrace.report.fit import Column, fitted_table
-from readtrace.report.prose import render, time_line
+from readtrace.report.prose import fixed_line, render, time_line, what_if_lines
 from readtrace.report.units import fmt_bytes, fmt_count, fmt_pct
 
 SEVERITY_STYLE = {"high": "bold red", "warn": "yellow", "info": "cyan"}
@@ -52,15 +52,19 @@ def _us(x) -> str:
 class TerminalReport:
     """Renderables for one analysis; ``streams`` rows at most (the rest: --json)."""
 
-    def __init__(self, a: Analysis, streams: int = STREAM_ROWS):
+    def __init__(self, a: Analysis, streams: int = STREAM_ROWS, predictions: list | None = None):
         self.a = a
         self.stream_rows = streams
+        self.predictions = predictions or []  # whatif.Prediction rows of --what-if
 
     def header(self) -> RenderableType:
         s = self.a.summary
         cmd = " ".join(shlex.quote(str(c)) for c in s["command"]) if isinstance(s.get("command"), list) else "-"
         t = Text()
         t.append(time_line(s) + "\n", style="bold")
+        fixed = fixed_line(s)
+        if fixed:
+            t.append(fixed + "\n", style="bold green")
         t.append("readtrace report", style="bold")
         t.append(f"  {self.a.trace_path or '(in memory)'}\n")
         wall = "-" if s["wall_s"] is None else f"{s['wall_s']:.3g} s"
@@ -143,8 +147,16 @@ class TerminalReport:
         target = shlex.quote(self.a.trace_path) if self.a.trace_path else "TRACE"
         return Text(f"next: readtrace fix --compare {target}", style="bold")
 
+    def what_if(self) -> RenderableType | None:
+        if not self.predictions:
+            return None
+        head = Text("What if (predicted load time as recorded and fixed; analyze/whatif.py)", style="bold")
+        return Group(head, *(Text(line) for line in what_if_lines(self.predictions)))
+
     def renderables(self, width: int = PIPED_WIDTH) -> list[RenderableType]:
-        return [self.header(), self.files(width), self.streams(width), self.findings(), self.next_command()]
+        parts = [self.header(), self.files(width), self.streams(width), self.what_if(), self.findings(),
+                 self.next_command()]
+        return [p for p in parts if p is not None]
 
     def render(self, out: IO[str], width: int | None = None, color: bool | None = None) -> None:
         if width is None and not _is_terminal(out) and "COLUMNS" not in os.environ:

@@ -1,0 +1,254 @@
+"""What-if storage model: replay the recorded per-handle request streams through models of other
+storage and predict the load's time, backend requests and bytes fetched, as recorded and fixed.
+
+Streams: the FUSE view where recorded (one stream per FUSE handle, the requests the daemon saw), else
+what the kernel would send from the app view (each open file's accesses cut into read-ahead windows,
+repeats of the window in flight dropped). Profiles:
+
+- ``gcsfuse``: gcsfuse's per-handle reader (the lab's readtrace/simfs/model.py HandleReader: seek
+  rule, 200 MiB sequential ranges, 1-8 MiB random ranges); reads of one handle are served one at a
+  time (gcsfuse holds the handle's lock across a read), each new backend range costs a first byte.
+- ``prefetch``: a per-handle prefetcher like mountpoint-s3 / rclone / hf-mount: a window that doubles
+  while the handle reads on (1 MiB up to 64 MiB) and falls back to 1 MiB at a seek; one request each.
+- ``nfs`` (and ``lustre``): no handle state, one RPC per request (1 MiB rsize), each paying the
+  latency; the tasks' streams run in parallel, a task's requests one after another.
+- ``local-nvme``: ``nfs`` with 0.08 ms per request and 3 GB/s.
+
+Time: per stream, requests cost latency (where they open a backend request) plus bytes over the
+bandwidth. Streams active at the same time in the recording run in parallel: the predicted I/O time
+is, per phase of overlapping streams, the slowest stream (at least the phase's bytes over the
+bandwidth), summed over phases. ``predicted_s = wall - recorded io_wait + predicted io_wait``:
+start-up and compute carry over. The fixed pattern: each file read once, in file order, by one
+reader in 1 MiB requests (up to 8 in flight where the storage keeps no handle state).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+MiB = 1 << 20
+KERNEL_READAHEAD = 128 * 1024  # the kernel's FUSE/NFS read-ahead window (default read_ahead_kb)
+FIXED_REQUEST = 1 * MiB
+FIXED_DEPTH = 8  # requests in flight for the fixed reader where the storage has no handle state
+PREFETCH_FIRST, PREFETCH_MAX = 1 * MiB, 64 * MiB
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    model: str  # "gcsfuse" | "prefetch" | "stateless"
+    latency_ms: float  # first byte of a backend request
+    bandwidth_mbps: float | None  # link, MB/s (10**6 bytes/s); None: unlimited
+    rsize: int = 1 * MiB  # stateless: largest request
+    request_ms: float = 0.0  # what serving any request costs besides the first byte (a FUSE daemon's own work)
+
+
+DEFAULTS = {
+    "gcsfuse": Profile("gcsfuse", "gcsfuse", 20.0, None),
+    "prefetch": Profile("prefetch", "prefetch", 20.0, None),
+    "mountpoint-s3": Profile("mountpoint-s3", "prefetch", 20.0, None),
+    "rclone": Profile("rclone", "prefetch", 20.0, None),
+    "hf-mount": Profile("hf-mount", "prefetch", 20.0, None),
+    "nfs": Profile("nfs", "stateless", 1.0, None),
+    "lustre": Profile("lustre", "stateless", 0.5, None),
+    "local-nvme": Profile("local-nvme", "stateless", 0.08, 3000.0),
+}
+FAMILY_PROFILE = {"gcsfuse": "gcsfuse", "simfs-gcsfuse": "gcsfuse", "rclone": "rclone", "hf-mount": "hf-mount",
+                  "nfs": "nfs", "simfs-nfs": "nfs", "lustre": "lustre", "sshfs": "nfs", "fuse": "gcsfuse",
+                  "simfs-local": "local-nvme", "local": "local-nvme"}
+
+
+@dataclass
+class Prediction:
+    profile: str
+    latency_ms: float
+    bandwidth_mbps: float | None
+    predicted_s: float | None
+    predicted_fixed_s: float | None
+    predicted_io_s: float
+    predicted_fixed_io_s: float
+    recorded_io_wait_s: float
+    backend_requests: int
+    bytes_fetched: int
+    fixed_backend_requests: int
+    fixed_bytes_fetched: int
+    streams: int
+    source: str  # "fuse" (the daemon's requests) or "app" (the kernel's requests, from the app view)
+
+    def data(self) -> dict:
+        return asdict(self)
+
+
+def profile(name: str, latency_ms: float | None = None, bandwidth_mbps: float | None = None,
+            request_ms: float = 0.0) -> Profile:
+    """A profile by name with the user's latency / bandwidth (ValueError for an unknown name)."""
+    if name not in DEFAULTS:
+        raise ValueError(f"unknown storage profile {name!r} (choose from {', '.join(DEFAULTS)})")
+    p = DEFAULTS[name]
+    return Profile(p.name, p.model, p.latency_ms if latency_ms is None else latency_ms,
+                   p.bandwidth_mbps if bandwidth_mbps is None else bandwidth_mbps, p.rsize, request_ms)
+
+
+# --- the recorded streams, per model -----------------------------------------------------------
+def _groups(a, data_ids: np.ndarray, p: Profile) -> pd.DataFrame:
+    """One row per timed group (a handle for per-handle models, a task's stream of a file for
+    stateless ones): first/last ns, backend requests, bytes over the link, requests served."""
+    st = a.streams
+    fused = st.loc[(st["kind"] == "fuse_handle") & st["file_id"].isin(data_ids), "file_id"].unique()
+    if p.model == "stateless":
+        rows = st[(st["kind"] == "task") & st["file_id"].isin(data_ids) & ~st["file_id"].isin(fused)]
+        served = np.ceil(rows["bytes"] / np.maximum(rows["bytes"] / rows["accesses"].clip(lower=1),
+                                                    KERNEL_READAHEAD)).to_numpy()
+        groups = pd.DataFrame({"first": rows["first_ts_ns"], "last": rows["last_ts_ns"], "served": served,
+                               "bytes": rows["bytes"]})
+        if len(fused):  # the daemon's requests per (task, file)
+            f = a.fuse
+            on = np.isin(f.file, fused)
+            key = pd.MultiIndex.from_arrays([f.tid[on], f.file[on]])
+            codes, _ = pd.factorize(key)
+            df = pd.DataFrame({"c": codes, "ts": f.ts[on], "end": f.ts[on] + f.latency[on], "bytes": f.nbytes[on]})
+            g = df.groupby("c").agg(first=("ts", "min"), last=("end", "max"), served=("ts", "size"),
+                                    bytes=("bytes", "sum"))
+            groups = pd.concat([groups, g], ignore_index=True)
+        groups["requests"] = np.maximum(groups["served"], np.ceil(groups["bytes"] / p.rsize))
+        groups["transfer"] = groups["bytes"]
+        return groups
+    rows = st[((st["kind"] == "fuse_handle") & st["file_id"].isin(fused))
+              | ((st["kind"] == "ofd") & st["file_id"].isin(data_ids) & ~st["file_id"].isin(fused))]
+    app_view = (rows["kind"] == "ofd").to_numpy()
+    mean = rows["bytes"].to_numpy() / rows["accesses"].clip(lower=1).to_numpy()
+    served = np.where(app_view, np.ceil(rows["bytes"] / np.maximum(mean, KERNEL_READAHEAD)), rows["accesses"])
+    runs = rows["gcsfuse_seeks"].fillna(0).to_numpy() + 1
+    if p.model == "gcsfuse":  # analyze/gcsfuse.py's replay of gcsfuse's reader
+        requests, transfer = rows["gcsfuse_requests"].fillna(1).to_numpy(), rows["bytes"].to_numpy()
+    else:  # windows doubling within each run between seeks (runs of equal length)
+        per_run = rows["bytes"].to_numpy() / runs
+        windows, covered = _prefetch_windows(per_run)
+        requests, transfer = runs * windows, runs * covered
+    return pd.DataFrame({"first": rows["first_ts_ns"].to_numpy(), "last": rows["last_ts_ns"].to_numpy(),
+                         "served": served, "requests": requests, "transfer": transfer,
+                         "bytes": rows["bytes"].to_numpy()})
+
+
+def _prefetch_windows(nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Requests and bytes a window doubling from PREFETCH_FIRST to PREFETCH_MAX needs to cover each run."""
+    ramp = np.cumsum(np.minimum(PREFETCH_FIRST * 2.0 ** np.arange(32), PREFETCH_MAX))
+    n = np.searchsorted(ramp, np.maximum(nbytes, 1)) + 1
+    return n.astype(np.float64), ramp[n - 1]
+
+
+def _phase_time(g: pd.DataFrame, busy: np.ndarray, p: Profile) -> float:
+    """Groups active at the same time run in parallel: per phase of overlapping groups the slowest
+    (at least the phase's bytes over the bandwidth), summed over the phases."""
+    if len(g) == 0:
+        return 0.0
+    order = np.argsort(g["first"].to_numpy(), kind="stable")
+    f, last = g["first"].to_numpy()[order], np.maximum.accumulate(g["last"].to_numpy()[order])
+    phase = np.cumsum(np.r_[True, f[1:] > last[:-1]]) - 1
+    slowest = pd.Series(busy[order]).groupby(phase).max().to_numpy()
+    link = (pd.Series(g["transfer"].to_numpy()[order]).groupby(phase).sum().to_numpy() / (p.bandwidth_mbps * 1e6)
+            if p.bandwidth_mbps else 0.0)
+    return float(np.maximum(slowest, link).sum())
+
+
+def _predict_io(a, data_ids: np.ndarray, p: Profile) -> tuple[float, int, int, int]:
+    g = _groups(a, data_ids, p)
+    per_bw = 1 / (p.bandwidth_mbps * 1e6) if p.bandwidth_mbps else 0.0
+    busy = (g["requests"] * p.latency_ms / 1000.0 + g["transfer"] * per_bw + g["served"] * p.request_ms / 1000.0)
+    return _phase_time(g, busy.to_numpy(), p), int(g["requests"].sum()), int(g["transfer"].sum()), len(g)
+
+
+def _predict_fixed(file_bytes: list[int], p: Profile) -> tuple[float, int, int]:
+    """Each file once, in order, by one reader: files one after another."""
+    lat, total, requests = p.latency_ms / 1000.0, 0.0, 0
+    link = p.bandwidth_mbps * 1e6 if p.bandwidth_mbps else math.inf
+    for nbytes in file_bytes:
+        if p.model == "gcsfuse":
+            n = max(1, -(-nbytes // (200 * MiB)))
+            t = n * lat
+        elif p.model == "prefetch":
+            n, covered, window = 0, 0, PREFETCH_FIRST
+            while covered < nbytes:
+                covered += window
+                window = min(2 * window, PREFETCH_MAX)
+                n += 1
+            t = n * lat
+        else:
+            n = max(1, -(-nbytes // FIXED_REQUEST))
+            t = n * lat / FIXED_DEPTH
+        total += t + nbytes / link + -(-nbytes // KERNEL_READAHEAD) * p.request_ms / 1000.0
+        requests += n
+    return total, requests, int(sum(file_bytes))
+
+
+def _data_files(a) -> pd.DataFrame:
+    return a.files[(a.files["role"] == "data") & a.files["path"].str.startswith("/")]
+
+
+def _needed_bytes(data: pd.DataFrame) -> list[int]:
+    """What the load needed of each file: its distinct bytes (the FUSE view's where larger: faults
+    read whole pages around what they touched), at most the file."""
+    need = np.maximum(data["unique_bytes"].fillna(0), data["fuse_read_bytes"].fillna(0))
+    need = np.where(data["size"] > 0, np.minimum(need, data["size"]), need)
+    return [int(b) for b in need if b > 0]
+
+
+def what_if(a, profiles: list[Profile], recorded: bool = True) -> list[Prediction]:
+    """Predictions for each profile from an Analysis (``readtrace.analyze.analyze``); ``recorded``
+    False: the fixed pattern only (cheap)."""
+    data = _data_files(a)
+    ids = data.index.to_numpy()
+    need = _needed_bytes(data)
+    wall, io = a.summary.get("wall_s"), a.summary.get("io_wait_s") or 0.0
+    source = "fuse" if len(a.fuse) else "app"
+    out = []
+    for p in profiles:
+        t, requests, fetched, streams = _predict_io(a, ids, p) if recorded else (float("nan"), 0, 0, 0)
+        ft, frequests, ffetched = _predict_fixed(need, p)
+        out.append(Prediction(
+            p.name, p.latency_ms, p.bandwidth_mbps,
+            predicted_s=wall - io + t if wall is not None and recorded else None,
+            predicted_fixed_s=wall - io + ft if wall is not None else None,
+            predicted_io_s=t, predicted_fixed_io_s=ft, recorded_io_wait_s=io, backend_requests=requests,
+            bytes_fetched=fetched, fixed_backend_requests=frequests, fixed_bytes_fetched=ffetched,
+            streams=streams, source=source))
+    return out
+
+
+MAX_ESTIMATE_REQUESTS = 200_000  # FUSE requests looked at to measure the mount's own costs
+
+
+def mount_profile(a) -> Profile | None:
+    """The profile of the main data file's own mount, with its costs measured from the recorded FUSE
+    requests of its handles: a handle serves one read at a time, so each request's service time is
+    counted from when the handle was free; ``request_ms`` = the median service of the requests that
+    continued a backend range (the daemon's own work), ``latency_ms`` = the median of those that
+    started one (a gap or a jump back on the handle), minus that. None: no profile for that fs."""
+    data = _data_files(a)
+    if data.empty:
+        return None
+    name = FAMILY_PROFILE.get(str(data["fs_family"].iloc[0]))
+    if name is None:
+        return None
+    f = a.fuse
+    on = np.isin(f.file, data.index.to_numpy())
+    if name == "local-nvme" or not on.any() or on.sum() > MAX_ESTIMATE_REQUESTS:
+        return profile(name)
+    order = np.lexsort((f.ts[on], f.ofd[on]))
+    h, ts, end = f.ofd[on][order], f.ts[on][order], (f.ts[on] + f.latency[on])[order]
+    off, size = f.offset[on][order], f.nbytes[on][order]
+    first = np.r_[True, h[1:] != h[:-1]]
+    base = int(ts.min())
+    span = int(end.max()) - base + 1
+    shifted = end - base + h * span
+    free_at = np.r_[0, np.maximum.accumulate(shifted)[:-1]] - h * span + base
+    service_ms = (end - np.where(first, ts, np.maximum(ts, free_at))) / 1e6
+    prev_end = np.r_[0, (off + size)[:-1]]
+    opened = first | (off != prev_end)  # not the continuation of the read before it on the handle
+    request = float(np.median(service_ms[~opened])) if (~opened).any() else 0.0
+    latency = float(np.median(service_ms[opened])) - request if opened.any() else DEFAULTS[name].latency_ms
+    return profile(name, max(latency, 0.0), request_ms=request)
