@@ -29,8 +29,9 @@ def test_terminal_report_lines():
     text = out.getvalue()
     lines = text.splitlines()
     assert lines[0].startswith("2.6 ms wall; 2.6 ms (100%) waiting on FUSE reads of model.safetensors by 4 threads")
-    assert lines[1].startswith("readtrace report")
-    assert "read 64 MiB from 1 file(s) by 4 task(s) in 4 process(es): 256 reads" in lines[3]
+    assert lines[1].startswith("fixed: ~") and "predicted on this mount (gcsfuse model" in lines[1]
+    assert lines[2].startswith("readtrace report")
+    assert "read 64 MiB from 1 file(s) by 4 task(s) in 4 process(es): 256 reads" in lines[4]
     assert any(line.startswith("[HIGH] SHARED_FD_INTERLEAVE  4 tasks read /mnt/model/model.safetensors")
                for line in lines)
     assert "    ReadFile (inode 2, PID 101, handle 1, offset 0, 262144 bytes)" in lines
