@@ -12,6 +12,7 @@ class ExitStatus(IntEnum):
     PREREQUISITE = 3  # not root, no bcc, no tracefs, no /dev/fuse ...
     BAD_TRACE = 4  # missing, corrupt, truncated or unknown-version trace
     BAD_INPUT = 5  # malformed safetensors file, bad checkpoint, bad mount point
+    NO_EVIDENCE = 6  # fix --compare measured runs that cannot back a claim: nothing loaded or nothing evicted
     CANNOT_EXECUTE = 126  # the command exists but cannot be run (not executable, a directory)
     NOT_FOUND = 127  # the command to run does not exist
     INTERRUPTED = 130  # Ctrl-C

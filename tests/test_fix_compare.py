@@ -52,7 +52,7 @@ def script(tmp_path, text=LOAD_SCRIPT):
 
 def test_compare_interleaves_cold_runs_and_matches_tensors(tmp_path, checkpoint):
     lines = []
-    result = compare([sys.executable, str(script(tmp_path)), str(checkpoint)], repeat=2,
+    result = compare([sys.executable, str(script(tmp_path)), str(checkpoint)], strategy="both", repeat=2,
                      workdir=tmp_path / "work", log=lines.append)
     assert [(r.side, r.index) for r in result.runs] == [("baseline", 0), ("fixed", 0), ("fixed", 1),
                                                         ("baseline", 1)]
@@ -70,7 +70,7 @@ def test_compare_interleaves_cold_runs_and_matches_tensors(tmp_path, checkpoint)
         assert prefetched["pinned_bytes"] >= os.path.getsize(checkpoint) and prefetched["pin_note"] == ""
     assert {c["strategy"] for c in result.side("baseline")[0].manifest.calls} == {"none"}
     kept = sorted(p.name for p in (tmp_path / "work").iterdir())
-    assert "baseline-1.jsonl" in kept and "fixed-2.log" in kept
+    assert "01-baseline.jsonl" in kept and "03-fixed.log" in kept
 
     data = to_json(result)
     assert data["tensors"] == 10 and data["tensors_identical"] is True and data["repeat"] == 2
@@ -91,8 +91,8 @@ def test_checkpoint_replaced_between_runs_is_caught(tmp_path, checkpoint):
             save_file({f"layer{i}.weight": torch.randn(128, 256) for i in range(6)}
                       | {"step": torch.tensor(3), "scale": torch.ones(4, dtype=torch.bfloat16)}, checkpoint)
 
-    result = compare([sys.executable, str(script(tmp_path)), str(checkpoint)], files=[str(checkpoint)],
-                     log=replace_before_fixed)
+    result = compare([sys.executable, str(script(tmp_path)), str(checkpoint)], strategy="both",
+                     files=[str(checkpoint)], log=replace_before_fixed)
     assert not result.diff.all_identical
     assert "layer0.weight (model.safetensors)" in result.diff.differing
     assert "step (model.safetensors)" not in result.diff.differing  # same value written again
@@ -192,8 +192,11 @@ def test_table_from_recorded_summaries():
             "handle_consecutive_fraction": 0.12, "lost_events": 0, "findings": ["SHARED_FD_INTERLEAVE"]}
     fixed = {"cache_miss_bytes": 1 << 30, "bytes_read": 2 << 30, "fuse_read_requests": 24,
              "handle_consecutive_fraction": 1.0, "lost_events": 0, "findings": []}
+    from readtrace.pagecache.evict import Eviction
+
     comparison = Comparison(["python", "load.py"], "both", ["/m/model.safetensors"],
-                            [run("baseline", 130.0, 128.0, base), run("fixed", 2.0, 1.5, fixed)], [],
+                            [run("baseline", 130.0, 128.0, base), run("fixed", 2.0, 1.5, fixed)],
+                            [Eviction("/m/model.safetensors", 100, 100, 0, "fuse.x", None)],
                             ManifestDiff(64, 64, [], [], []))
     lines = [line.split() for line in _table(comparison).splitlines()]
     assert ["wall", "time", "130.00", "s", "2.00", "s", "65.0x", "faster"] in lines

@@ -8,8 +8,10 @@
 The fix is injected into the unchanged command (a sitecustomize shim on PYTHONPATH routes
 safetensors load_file/safe_open): `prefetch` streams each checkpoint into the page cache with large
 sequential reads on fds of its own; `own-fd` loads it with one sequential reader per fd into pinned
-buffers and onto the target device; `both` (default) does both; `auto` picks per file system and
-device. Every loaded tensor's name, dtype, shape and sha256 are recorded in both runs: any
+buffers and onto the target device; `both` does both; `auto` (default) measures first: with
+--compare it leaves a load alone that is not slow on reads, else tries each candidate (these and
+the loader's own levers: backend="pread", disable_mmap, torch.load mmap=False, OMP_NUM_THREADS)
+and keeps the fastest; without --compare it picks per file system and device. Every loaded tensor's name, dtype, shape and sha256 are recorded in both runs: any
 difference is an error naming the tensors.
 """
 
@@ -26,7 +28,8 @@ from readtrace.inject.protocol import FIX_STRATEGIES
 
 def add_arguments(parser) -> None:
     parser.add_argument("--compare", action="store_true", help="rerun baseline and fixed, cold, and compare")
-    parser.add_argument("--strategy", choices=FIX_STRATEGIES, default="both", help="the fix (default: both)")
+    parser.add_argument("--strategy", choices=FIX_STRATEGIES, default="auto",
+                        help="the fix (default: auto: measure first, act only where it gains)")
     parser.add_argument("--repeat", type=int, default=1, metavar="N", help="N interleaved runs per side")
     parser.add_argument("--device", help="load onto this device instead of the one the script asks for")
     parser.add_argument("--files", nargs="+", metavar="PATH",
@@ -66,6 +69,8 @@ def run(args) -> int:
         names = to_json(result)["differing_tensors"]
         raise ReadtraceError(f"the fixed run loaded different tensors: {', '.join(names[:10])}"
                              + (f" and {len(names) - 10} more" if len(names) > 10 else ""), ExitStatus.ERROR)
+    if result.unproven:
+        raise ReadtraceError(f"nothing proven: {result.unproven[0]}", ExitStatus.NO_EVIDENCE)
     return ExitStatus.OK
 
 

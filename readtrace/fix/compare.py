@@ -4,9 +4,12 @@ Each run: evict the checkpoint files (posix_fadvise DONTNEED of exactly those fi
 unchanged command with the shim (``none`` for the baseline: it only records the tensor manifest),
 recorded with readtrace's recorder when it is available and we are root. Repeats alternate the
 order (B F, F B, ...) so drift on a shared machine hits both sides. Wall times exclude the shim's
-own digest time (computed after each loader call, outside the clock). The baseline's tensors are
-digested from the files after its run, so that hashing never reads a lazy mmap in an order the
-script did not use (that would turn a random read pattern sequential and flatter the baseline).
+own digest time (computed after each loader call, outside the clock). Each run's tensors are
+digested when its loader call returns (``readtrace.inject.loaded``): lazy mappings from the file's
+bytes at that moment, read past the page cache, so that hashing never reads a mapping in an order
+the script did not use (that would turn a random read pattern sequential and flatter the baseline).
+``auto`` (the default) measures before it acts: see ``readtrace.fix.candidates``. A comparison that
+cannot back a claim (nothing loaded, nothing evicted) says why in ``Comparison.unproven``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.fix.candidates import (
+    LEAVE_ALONE,
+    NO_HARM,
+    OWN,
+    SLOW_MARGIN,
+    Candidate,
+    Floor,
+    candidates,
+    sequential_read_s,
+)
+from readtrace.fix.levers import seen_in
 from readtrace.inject.inject import shim_environment
 from readtrace.inject.manifest import (
     Manifest,
@@ -43,17 +57,29 @@ Recorder = Callable[[list[str], dict, str | None, Path], tuple[int, float, dict 
 class Run:
     """One rerun: which side, its exit code and times, what it loaded, and its trace summary."""
 
-    side: str  # "baseline" | "fixed"
+    side: str  # "baseline" | "fixed" | "trial" | "warm"
     index: int
     exit_code: int
     wall_s: float  # the command's wall time minus the shim's digest time
     manifest: Manifest
     trace_path: str | None = None
     summary: dict | None = None  # report_json's summary + findings of the run's trace
+    label: str = ""  # the candidate it ran (auto)
+    log: str = ""  # the last lines of its output, when it failed
 
     @property
     def loader_s(self) -> float:
         return self.manifest.loader_s
+
+
+@dataclass
+class Choice:
+    """What ``auto`` chose and why, with every candidate's measured cold run."""
+
+    chosen: Candidate
+    why: str
+    trials: list[Run] = field(default_factory=list)
+    floor: Floor | None = None
 
 
 @dataclass
@@ -66,6 +92,9 @@ class Comparison:
     diff: ManifestDiff
     notes: list[str] = field(default_factory=list)
     cold: bool = True
+    choice: Choice | None = None
+    # Why no speedup or identity can be claimed (nothing loaded, nothing evicted ...): empty when both can.
+    unproven: list[str] = field(default_factory=list)
 
     def side(self, name: str) -> list[Run]:
         return [r for r in self.runs if r.side == name]
@@ -74,15 +103,25 @@ class Comparison:
         return statistics.median(getattr(r, attr) for r in self.side(name))
 
     @property
-    def speedup(self) -> float:
+    def speedup(self) -> float | None:
+        """Baseline wall / fixed wall (medians); None when the runs do not allow the claim."""
+        if not self.side("fixed") or not self.side("baseline") or not self.evictions_cold:
+            return None
         fixed = self.median("fixed", "wall_s")
-        return self.median("baseline", "wall_s") / fixed if fixed > 0 else float("inf")
+        return self.median("baseline", "wall_s") / fixed if fixed > 0 else None
+
+    @property
+    def evictions_cold(self) -> bool:
+        """Every checkpoint file was made cold before the runs (or the runs were meant warm)."""
+        if not self.cold:
+            return bool(self.files)
+        return bool(self.evictions) and all(e.after <= 0.01 for e in self.evictions)
 
 
 def compare(
     command: Sequence[str],
     *,
-    strategy: str = "both",
+    strategy: str = "auto",
     repeat: int = 1,
     files: Sequence[str] | None = None,
     device: str | None = None,
@@ -95,10 +134,12 @@ def compare(
     """Run ``command`` as baseline and fixed ``repeat`` times each, cold, interleaved; compare.
 
     ``files``: the checkpoint files to evict before each run (default: those the command loads
-    through safetensors, found by one uncounted discovery run). ``recorder``: record each run (see
-    ``default_recorder``); None runs it plainly. ``workdir`` keeps manifests, logs and traces.
-    ``cold=False``: warm runs instead (the files read into the page cache before each run), to
-    measure what the fix costs where nothing is slow.
+    through safetensors or torch.load, found by one uncounted discovery run). ``strategy="auto"``
+    first measures the baseline against the floor (a sequential read of the same bytes plus the
+    command warm) and, when it is slow, each candidate (readtrace's strategies, the loader's own
+    levers) once, cold; the fastest with identical tensors is the fix, or the load is left alone
+    when none is at least 3 % faster. ``recorder``: record each run (see ``default_recorder``);
+    None runs it plainly. ``workdir`` keeps manifests, logs and traces. ``cold=False``: warm runs.
     """
     if strategy not in FIX_STRATEGIES:
         raise ReadtraceError(f"unknown strategy {strategy!r} (choose from {', '.join(FIX_STRATEGIES)})",
@@ -108,40 +149,175 @@ def compare(
     command = list(command)
     with _workdir(workdir) as work:
         notes: list[str] = []
+        seen: set[str] = set()
         if files is None:
             log("discovery run (not counted): which checkpoint files does the command load?")
             discovery = _run(command, "discovery", 0, "none", work, device, cwd, None)
-            files = sorted({c["file"] for c in discovery.manifest.calls if os.path.exists(c["file"])})
-            if not files:
-                notes.append("the command loaded nothing through safetensors: nothing to evict or route")
-        runs, evictions = [], []
-        for i in range(repeat):
-            order = ("baseline", "fixed") if i % 2 == 0 else ("fixed", "baseline")
-            for side in order:
-                if cold:
-                    evictions = evict(files)
-                    log(f"run {i + 1}/{repeat} {side} (cold: {len(files)} file(s) evicted)")
-                else:
-                    prefetch(files, progress=False)
-                    log(f"run {i + 1}/{repeat} {side} (warm: {len(files)} file(s) cached)")
-                runs.append(_run(command, side, i, "none" if side == "baseline" else strategy, work, device,
-                                 cwd, recorder, files))
-        notes.extend(sorted({e.note for e in evictions if e.note}))
-        dropping = [f for f in files if not cache_survives_open(f)]
-        if dropping and strategy != "own-fd":
-            notes.append(f"{len(dropping)} file(s) lose their page cache on every open() (a FUSE daemon without "
-                         "keep_cache): prefetching cannot help a loader that opens them again; only the own-fd "
-                         "loader (safetensors API) can")
-        baseline = runs[0] if runs[0].side == "baseline" else runs[1]
-        diffs = [compare_manifests(baseline.manifest, r.manifest) for r in runs if r is not baseline]
-        diff = next((d for d in diffs if not d.all_identical), diffs[0])
-        return Comparison(command, strategy, list(files), runs, evictions, diff, notes, cold)
+            _must_succeed(discovery)
+            seen = seen_in(discovery.manifest.calls)
+            files = sorted({c["file"] for c in discovery.manifest.calls
+                            if c.get("file") and os.path.isfile(c["file"])})
+        files = list(files)
+        session = _Session(command, work, device, cwd, recorder, files, cold, log)
+        dropping = [f for f in files if not _cache_kept(f)]
+        if strategy == "auto" and cold:  # warm runs measure the shim's own per-file choice instead
+            choice, runs = _choose(session, seen, not dropping, repeat, notes)
+            fixed = choice.chosen
+        else:
+            choice, runs = None, []
+            fixed = Candidate(f"readtrace {strategy}", strategy, OWN.get(strategy, ""))
+            for i in range(repeat):
+                order = ("baseline", "fixed") if i % 2 == 0 else ("fixed", "baseline")
+                runs += [session.run(side, i, LEAVE_ALONE if side == "baseline" else fixed) for side in order]
+            if dropping and strategy in ("prefetch", "both"):
+                notes.append(f"{len(dropping)} file(s) lose their page cache on every open() (a FUSE daemon "
+                             "without keep_cache): prefetching cannot help a loader that opens them again; "
+                             "only the own-fd loader (safetensors API, torch.load) can")
+        notes.extend(sorted({e.note for e in session.evictions if e.note}))
+        comparison = Comparison(command, strategy, files, runs, session.evictions, _diff(runs), notes, cold,
+                                choice)
+        comparison.unproven = _unproven(comparison)
+        return comparison
 
 
-def _run(command, side, index, strategy, work: Path, device, cwd, recorder, files=()) -> Run:
-    stem = f"{side}-{index + 1}"
+def _diff(runs: list[Run]) -> ManifestDiff:
+    baselines = [r for r in runs if r.side == "baseline"]
+    others = [r for r in runs if r.side == "fixed"]
+    if not baselines or not others:
+        return ManifestDiff(0, 0, [], [], [])
+    diffs = [compare_manifests(baselines[0].manifest, r.manifest) for r in others + baselines[1:]]
+    return next((d for d in diffs if not d.all_identical), diffs[0])
+
+
+def _unproven(c: Comparison) -> list[str]:
+    """Why the table may not claim a speedup or identical tensors (empty: it may)."""
+    why = []
+    if not c.files:
+        why.append("no checkpoint files were found (nothing was loaded through safetensors or torch.load and "
+                   "none were given with --files): nothing was evicted, so the runs were not cold")
+    elif c.cold and not c.evictions_cold:
+        warm = [f"{os.path.basename(e.path)} {100 * e.after:.0f} %" for e in c.evictions if e.after > 0.01]
+        why.append("the runs were not cold: still cached after eviction: " + ", ".join(warm))
+    if c.diff.count == 0:
+        why.append("no tensors were seen in any run (the load does not go through safetensors or torch.load): "
+                   "the runs' tensors could not be compared")
+    return why
+
+
+@dataclass
+class _Session:
+    """One comparison's runs: each made cold (or warm) first, all with the same recorder."""
+
+    command: list[str]
+    work: Path
+    device: str | None
+    cwd: str | None
+    recorder: Recorder | None
+    files: list[str]
+    cold: bool
+    log: Callable[[str], None]
+    evictions: list[Eviction] = field(default_factory=list)
+    count: int = 0
+
+    def prepare(self, what: str) -> None:
+        if self.cold:
+            self.evictions = evict(self.files)
+            self.log(f"{what} (cold: {len(self.files)} file(s) evicted)")
+        else:
+            prefetch(self.files, progress=False)
+            self.log(f"{what} (warm: {len(self.files)} file(s) cached)")
+
+    def run(self, side: str, index: int, candidate: Candidate) -> Run:
+        self.count += 1
+        self.prepare(f"run {self.count} {side}: {candidate.label if side != 'baseline' else 'unchanged'}")
+        run = _run(self.command, side, index, candidate.strategy, self.work, self.device, self.cwd,
+                   self.recorder, self.files, candidate, stem=f"{self.count:02d}-{side}")
+        run.label = candidate.label
+        if side == "baseline":
+            _must_succeed(run)
+        return run
+
+    def floor(self) -> Floor:
+        evict(self.files)
+        size, read_s = sequential_read_s(self.files)
+        prefetch(self.files, progress=False)
+        self.log("floor: the same bytes read sequentially, then the command warm")
+        warm = _run(self.command, "warm", 0, "none", self.work, self.device, self.cwd, None, self.files)
+        _must_succeed(warm)
+        return Floor(size, read_s, warm.wall_s)
+
+
+def _choose(session: _Session, seen: set[str], keeps_cache: bool, repeat: int, notes: list[str]):
+    """auto: is the baseline slow on reads? If so, try every candidate once, cold; keep the fastest
+    with identical tensors when it is at least 3 % faster; then the remaining interleaved repeats."""
+    baseline = session.run("baseline", 0, LEAVE_ALONE)
+    seen = seen or seen_in(baseline.manifest.calls)
+    runs = [baseline]
+    floor = session.floor() if keeps_cache and session.files and session.cold else None
+    trials: list[Run] = []
+    if not session.files:
+        choice = Choice(LEAVE_ALONE, "no checkpoint files were found: nothing to act on", [], floor)
+    elif floor is not None and baseline.wall_s <= SLOW_MARGIN * floor.total_s:
+        choice = Choice(LEAVE_ALONE, f"the baseline ({baseline.wall_s:.2f} s) is within "
+                        f"{100 * (SLOW_MARGIN - 1):.0f} % of a sequential read of the same bytes on this mount "
+                        f"({floor.read_s:.2f} s) plus the same load warm ({floor.warm_s:.2f} s): no fix can gain "
+                        "here", [], floor)
+    else:
+        found, why_not = candidates(seen or {"load_file"}, keeps_cache)
+        notes.extend(why_not)
+        for cand in found:
+            trial = session.run("trial", 0, cand)
+            trials.append(trial)
+            if trial.exit_code != 0:
+                notes.append(f"{cand.label}: the command failed with it (exit {trial.exit_code}): {trial.log}")
+        ok = [t for t in trials if t.exit_code == 0 and _identical(baseline, t)]
+        differing = [t.label for t in trials if t.exit_code == 0 and not _identical(baseline, t)]
+        if differing:
+            notes.append("not considered, loaded different tensors: " + ", ".join(differing))
+        best = min(ok, key=lambda t: t.wall_s, default=None)
+        if best is not None and best.wall_s <= NO_HARM * baseline.wall_s:
+            chosen = next(c for c in found if c.label == best.label)
+            choice = Choice(chosen, f"fastest of {len(trials)} candidate(s) measured cold, tensors identical: "
+                            f"{best.wall_s:.2f} s vs the baseline's {baseline.wall_s:.2f} s", trials, floor)
+            best.side = "fixed"
+        else:
+            choice = Choice(LEAVE_ALONE, "no candidate was at least 3 % faster than the baseline"
+                            + (f" (best: {best.label}, {best.wall_s:.2f} s vs {baseline.wall_s:.2f} s)" if best else ""),
+                            trials, floor)
+    runs += [t for t in trials if t.side == "fixed"]
+    if not any(r.side == "fixed" for r in runs):
+        runs.append(session.run("fixed", 0, choice.chosen))
+    for i in range(1, repeat):
+        order = ("fixed", "baseline") if i % 2 else ("baseline", "fixed")
+        runs += [session.run(side, i, LEAVE_ALONE if side == "baseline" else choice.chosen) for side in order]
+    return choice, runs
+
+
+def _identical(baseline: Run, other: Run) -> bool:
+    return compare_manifests(baseline.manifest, other.manifest).all_identical
+
+
+def _must_succeed(run: Run) -> None:
+    if run.exit_code != 0:
+        raise ReadtraceError(f"{run.side} run exited with {run.exit_code}" + (f": {run.log}" if run.log else ""),
+                             ExitStatus.ERROR)
+
+
+def _cache_kept(path: str) -> bool:
+    try:
+        return cache_survives_open(path)
+    except (OSError, ReadtraceError):
+        return True
+
+
+def _run(command, side, index, strategy, work: Path, device, cwd, recorder, files=(), candidate=None,
+         stem=None) -> Run:
+    """One rerun with the shim (``candidate``: its protocol settings and plain environment)."""
+    stem = stem or f"{side}-{index + 1}"
     manifest_path = work / f"{stem}.jsonl"
-    with shim_environment(strategy, manifest_path, device=device, prefetch_files=files) as env:
+    settings, extra_env = (candidate.settings, candidate.env) if candidate else ({}, {})
+    with shim_environment(strategy, manifest_path, device=device, prefetch_files=files, files=tuple(files),
+                          base_env={**os.environ, **extra_env}, **settings) as env:
         if recorder is not None:
             trace = work / f"{stem}.rtrace"
             with _stdout_to(work / f"{stem}.log"):  # the command's output must not mix with ours
@@ -152,11 +328,9 @@ def _run(command, side, index, strategy, work: Path, device, cwd, recorder, file
             summary, trace_path = None, None
     manifest = read_manifest(manifest_path)
     if code == 0:
-        fill_digests(manifest)  # the baseline's, from the files, now that it has finished
-    if code != 0:
-        tail = _tail(work / f"{stem}.log")
-        raise ReadtraceError(f"{side} run exited with {code}" + (f": {tail}" if tail else ""), ExitStatus.ERROR)
-    return Run(side, index, code, max(wall - manifest.digest_s, 0.0), manifest, trace_path, summary)
+        fill_digests(manifest)  # any the shim could not take when the load returned
+    tail = _tail(work / f"{stem}.log") if code != 0 else ""
+    return Run(side, index, code, max(wall - manifest.digest_s, 0.0), manifest, trace_path, summary, log=tail)
 
 
 def _run_plain(command, env, cwd, log_path: Path) -> tuple[int, float]:

@@ -21,6 +21,8 @@ TRACE_ROWS = (
 def side_summary(comparison: Comparison, side: str) -> dict:
     """Medians over one side's runs: wall, loader time and every numeric trace summary field."""
     runs = comparison.side(side)
+    if not runs:
+        return {"wall_s": None, "loader_s": None, "runs": []}
     out = {"wall_s": statistics.median(r.wall_s for r in runs),
            "loader_s": statistics.median(r.loader_s for r in runs),
            "runs": [{"wall_s": r.wall_s, "loader_s": r.loader_s, "trace": r.trace_path} for r in runs]}
@@ -51,25 +53,43 @@ def to_json(comparison: Comparison) -> dict:
         "files": [{"path": e.path, "fstype": e.fstype, "resident_before": e.before, "resident_after": e.after}
                   for e in comparison.evictions],
         "notes": comparison.notes,
+        "unproven": comparison.unproven,
+        "choice": _choice_json(comparison),
     }
+
+
+def _choice_json(comparison: Comparison) -> dict | None:
+    choice = comparison.choice
+    if choice is None:
+        return None
+    floor = choice.floor
+    return {"chosen": choice.chosen.label, "change": choice.chosen.change, "why": choice.why,
+            "candidates": [{"label": t.label, "wall_s": t.wall_s, "exit_code": t.exit_code,
+                            "tensors_identical": t.side == "fixed" or None} for t in choice.trials],
+            "floor": None if floor is None else {"bytes": floor.bytes, "sequential_read_s": floor.read_s,
+                                                 "warm_s": floor.warm_s, "total_s": floor.total_s}}
 
 
 def render_table(comparison: Comparison, out: TextIO) -> None:
     data = to_json(comparison)
     base, fixed = data["baseline"], data["fixed"]
     repeat = data["repeat"]
-    temperature = "cold" if data["cold"] else "warm"
+    temperature = ("cold" if comparison.evictions_cold else "not cold") if data["cold"] else "warm"
     out.write(f"fix --compare: strategy {data['strategy']}, {repeat} {temperature} run{'s' * (repeat > 1)} each"
               f"{' (median, interleaved)' if repeat > 1 else ''}\n")
+    proven = not data["unproven"]
     rows = [("wall time", _fmt(base["wall_s"], "seconds"), _fmt(fixed["wall_s"], "seconds"),
-             _speedup(data["speedup"])),
+             _speedup(data["speedup"]) if proven else "not compared"),
             ("time inside loader calls", _fmt(base["loader_s"], "seconds"), _fmt(fixed["loader_s"], "seconds"),
-             _speedup(base["loader_s"] / fixed["loader_s"]) if fixed["loader_s"] > 0 else "")]
+             _speedup(_ratio(base["loader_s"], fixed["loader_s"])) if proven else "")]
     for label, key, kind in TRACE_ROWS:
         if key in base or key in fixed:
             rows.append((label, _fmt(base.get(key), kind), _fmt(fixed.get(key), kind), ""))
-    rows.append(("tensors identical", f"{comparison.diff.identical}/{data['tensors']}", "",
-                 "yes" if data["tensors_identical"] else "NO"))
+    if data["tensors"]:
+        rows.append(("tensors identical", f"{comparison.diff.identical}/{data['tensors']}", "",
+                     "yes" if data["tensors_identical"] else "NO"))
+    else:
+        rows.append(("tensors identical", "none seen", "", "not checked"))
     widths = [max(len(r[i]) for r in [("", "baseline", "fixed", "")] + rows) for i in range(4)]
     header = ("", "baseline", "fixed", "")
     for row in [header, *rows]:
@@ -80,13 +100,38 @@ def render_table(comparison: Comparison, out: TextIO) -> None:
             out.write(f"  findings {side}: {', '.join(data[side]['findings']) or 'none'}\n")
     for name in data["differing_tensors"]:
         out.write(f"  DIFFERS: {name}\n")
+    _render_choice(data["choice"], out)
     for note in data["notes"]:
         out.write(f"  note: {note}\n")
+    for why in data["unproven"]:
+        out.write(f"  cannot compare: {why}\n")
 
 
-def _speedup(x: float) -> str:
-    if x == float("inf"):
+def _render_choice(choice: dict | None, out: TextIO) -> None:
+    if choice is None:
+        return
+    out.write(f"  auto chose: {choice['chosen']}: {choice['why']}\n")
+    floor = choice["floor"]
+    if floor:
+        out.write(f"  floor: sequential read of {_fmt(floor['bytes'], 'bytes')} {floor['sequential_read_s']:.2f} s"
+                  f" + the load warm {floor['warm_s']:.2f} s = {floor['total_s']:.2f} s\n")
+    for cand in choice["candidates"]:
+        state = f"exit {cand['exit_code']}" if cand["exit_code"] else f"{cand['wall_s']:.2f} s"
+        out.write(f"    tried {cand['label']:<28} {state}\n")
+    if choice["chosen"] != "left alone":
+        out.write(f"  the one-line change: {choice['change']}\n")
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _speedup(x: float | None) -> str:
+    """'3.1x faster', '1.25x slower', or 'same' within 3 % (never 'faster' for 1.0x)."""
+    if x is None or x == float("inf") or x <= 0:
         return ""
+    if 1 / 1.03 < x < 1.03:
+        return "same (within 3 %)"
     return f"{x:.1f}x faster" if x >= 1 else f"{1 / x:.2f}x slower"
 
 

@@ -48,6 +48,8 @@ class Rerun:
     prefetch_pin_s: float | None = None  # hold prefetched pages locked this long (None: the default)
     prefetch_distributed: bool = True  # split the prefetch over torchrun's local ranks
     readtrace_path: str | None = None  # where readtrace is importable from (appended to sys.path)
+    files: tuple[str, ...] = ()  # the checkpoint files of the comparison (names a load from bytes)
+    lever: str | None = None  # apply this loader lever (readtrace.fix.levers) instead of a strategy
 
     @property
     def active(self) -> bool:
@@ -112,6 +114,8 @@ _VARIABLES = {
     "prefetch_pin_s": "READTRACE_PREFETCH_PIN_S",
     "prefetch_distributed": "READTRACE_PREFETCH_DIST",
     "readtrace_path": "READTRACE_PYTHONPATH",  # also read by shim_sitecustomize, before readtrace imports
+    "files": "READTRACE_FILES",
+    "lever": "READTRACE_LEVER",
 }
 _NAMES = frozenset(_VARIABLES.values())
 _NUMBERS = {"chunk_mib": float, "threads": int, "prefetch_threads": int, "prefetch_pin_s": float}

@@ -11,6 +11,10 @@ from the environment through ``protocol.Rerun``:
 - ``manifest``: append one JSON line per loaded tensor (name, dtype, shape, sha256) and
   one per loader call (seconds inside it; digests are computed after the clock stops).
 - ``chunk_mib``, ``threads``, ``prefetch_threads``, ``prefetch_distributed``: reader tuning.
+- ``lever``: apply one of the loaders' own levers instead (``readtrace.fix.levers``).
+
+``torch.load`` and ``safetensors.torch.load`` (bytes) are recorded too; ``torch.load`` of a path is
+routed like load_file (own-fd: read once on an fd of our own, then parsed from memory).
 
 A file our loader refuses (malformed, no GPU ...) goes to the original function, which then fails or
 succeeds exactly as it would have without the shim; the call record names the reason.
@@ -26,11 +30,12 @@ from dataclasses import dataclass, field
 
 from readtrace.errors import ReadtraceError
 from readtrace.fs.knowledge import is_remote
+from readtrace.inject import loaded
 from readtrace.inject.manifest import tensor_record
 from readtrace.inject.protocol import Rerun, append_manifest, prefetches, routes
 from readtrace.inject.startup import already_prefetched, release_pin
 from readtrace.loader import loader
-from readtrace.loader.fileio import MiB, open_fd
+from readtrace.loader.fileio import MiB, open_fd, read_into
 from readtrace.loader.header import read_header
 from readtrace.pagecache import prefetch as prefetcher
 from readtrace.pagecache.residency import cache_survives_open
@@ -45,6 +50,7 @@ class Config:
     threads: int | None = None  # the loader's default
     prefetch_threads: int = prefetcher.DEFAULT_THREADS
     prefetch_distributed: bool | None = None
+    lever: str | None = None
 
     @classmethod
     def from_env(cls, env=os.environ) -> Config:
@@ -57,6 +63,7 @@ class Config:
             threads=rerun.threads,
             prefetch_threads=rerun.prefetch_threads or prefetcher.DEFAULT_THREADS,
             prefetch_distributed=None if rerun.prefetch_distributed else False,
+            lever=rerun.lever,
         )
 
 
@@ -66,6 +73,7 @@ class _State:
     originals: dict = field(default_factory=dict)
     prefetched: set = field(default_factory=set)
     pending: list = field(default_factory=list)
+    patched: set = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
     local: threading.local = field(default_factory=threading.local)  # .inside: in a patched call
 
@@ -75,6 +83,10 @@ _STATE = _State(Config.from_env())
 
 def patch(name: str, module) -> None:
     """Called by the import hook right after ``safetensors`` or ``safetensors.torch`` ran."""
+    with _STATE.lock:
+        if name in _STATE.patched:
+            return
+        _STATE.patched.add(name)
     if name == "safetensors":
         _STATE.originals["safe_open"] = module.safe_open
         module.safe_open = safe_open
@@ -82,6 +94,41 @@ def patch(name: str, module) -> None:
         _STATE.originals["load_file"] = module.load_file
         module.load_file = load_file
         module.safe_open = safe_open  # in case safetensors was imported before the hook
+        _STATE.originals["load"] = module.load
+        module.load = load_bytes
+    elif name == "torch":
+        _STATE.originals["torch_load"] = module.load
+        module.load = torch_load
+    elif name in LIBRARIES:
+        _record_import(LIBRARIES[name])
+        if _STATE.config.lever == "disable-mmap":
+            _force_kwarg(getattr(module, CLASSES[name], None), "disable_mmap", True)
+
+
+LIBRARIES = {"transformers.modeling_utils": "transformers", "diffusers.models.modeling_utils": "diffusers"}
+CLASSES = {"transformers.modeling_utils": "PreTrainedModel", "diffusers.models.modeling_utils": "ModelMixin"}
+
+
+def _force_kwarg(cls, key: str, value) -> None:
+    """Make ``cls.from_pretrained`` (a classmethod) default ``key`` to ``value`` (a lever)."""
+    if cls is None or not hasattr(cls, "from_pretrained"):
+        return
+    original = cls.from_pretrained.__func__
+
+    def from_pretrained(klass, *args, **kwargs):
+        kwargs.setdefault(key, value)
+        return original(klass, *args, **kwargs)
+
+    cls.from_pretrained = classmethod(from_pretrained)
+
+
+def _record_import(library: str) -> None:
+    if _STATE.config.manifest:
+        with _STATE.lock:
+            _STATE.pending.append({"event": "call", "call": f"import:{library}", "strategy": _STATE.config.strategy,
+                                   "seconds": 0.0, "tensors": 0,
+                                   "pid": os.getpid()})
+        _flush()
 
 
 def strategy_for(path: str, device) -> str:
@@ -117,7 +164,7 @@ def load_file(filename, device="cpu", *args, **kwargs):
                     fallback = str(e)
                     tensors = original(filename, device, *args, **kwargs)
             else:
-                tensors = original(filename, device, *args, **kwargs)
+                tensors = original(filename, device, *args, **_lever_kwargs(kwargs))
     except Exception as e:
         error = f"{type(e).__name__}: {e}"
         raise
@@ -127,6 +174,81 @@ def load_file(filename, device="cpu", *args, **kwargs):
         _record("load_file", path, mode, seconds, fallback, records, error, nested=nested)
         _flush()
     return tensors
+
+
+def _lever_kwargs(kwargs: dict) -> dict:
+    if _STATE.config.lever == "safetensors-pread" and "backend" not in kwargs:
+        return {**kwargs, "backend": "pread"}
+    return kwargs
+
+
+def load_bytes(data, *args, **kwargs):
+    """``safetensors.torch.load(bytes)`` (transformers' and diffusers' disable_mmap path): recorded
+    under the checkpoint file whose bytes these are, when the rerun knows it."""
+    started = time.perf_counter()
+    tensors = _STATE.originals["load"](data, *args, **kwargs)
+    if not getattr(_STATE.local, "inside", False):
+        path = _file_of_bytes(data)
+        _record("load", path, "none", time.perf_counter() - started, None,
+                [(n, t, None) for n, t in tensors.items()], None, digest=True)
+        _flush()
+    return tensors
+
+
+def _file_of_bytes(data) -> str:
+    """The comparison's checkpoint (Rerun.files) of the same size whose first bytes match, else '<bytes>'."""
+    head = bytes(data[:4096])
+    for path in Rerun.from_env().files:
+        try:
+            if path and os.path.getsize(path) == len(data):
+                with open(path, "rb") as f:
+                    if f.read(len(head)) == head:
+                        return os.path.abspath(path)
+        except OSError:
+            continue
+    return "<bytes>"
+
+
+def torch_load(f, *args, **kwargs):
+    """``torch.load``: a checkpoint path is routed (prefetch / own-fd read / the mmap=False lever)
+    and its tensors recorded; file objects go to the original, recorded as loaded."""
+    original = _STATE.originals["torch_load"]
+    if getattr(_STATE.local, "inside", False) or not isinstance(f, str | os.PathLike):
+        return original(f, *args, **kwargs)
+    path = os.path.abspath(os.fspath(f))
+    started = time.perf_counter()
+    mode = strategy_for(path, kwargs.get("map_location") or (args[0] if args else "cpu"))
+    result, error, asked_mmap = None, None, bool(kwargs.get("mmap"))
+    try:
+        with _Inside():
+            if prefetches(mode):
+                _prefetch_once(path)
+            if routes(mode):
+                result = loaded.torch_from_memory(original, _read_own_fd(path), args, kwargs)
+            else:
+                if _STATE.config.lever == "torch-load-no-mmap":
+                    kwargs = {**kwargs, "mmap": False}
+                result = original(f, *args, **kwargs)
+    except Exception as e:
+        error = f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        seconds = time.perf_counter() - started
+        records = [(n, t, None) for n, t in loaded.flatten(result)] if result is not None else []
+        _record("torch.load", path, mode, seconds, None, records, error,
+                parse=lambda data: loaded.first_tensor_names(loaded.flatten(loaded.torch_from_bytes(data, kwargs))),
+                extra={"mmap": asked_mmap})
+        _flush()
+    return result
+
+
+def _read_own_fd(path: str) -> bytearray:
+    """The whole file, read front to back on an fd of our own in large chunks."""
+    with open_fd(path) as fd:
+        size = os.fstat(fd).st_size
+        buf = bytearray(size)
+        got = read_into(fd, memoryview(buf), 0, chunk_bytes=_STATE.config.chunk_bytes)
+    return buf if got == size else buf[:got]
 
 
 def record_loader(call: str, load, tensor_files: list[tuple[str, str]]) -> dict:
@@ -173,7 +295,7 @@ class _Handle:
                 except ReadtraceError as e:
                     self._fallback = str(e)
             if self._header is None:
-                self._inner = original(filename, framework, device, *args, **kwargs)
+                self._inner = original(filename, framework, device, *args, **_lever_kwargs(kwargs))
 
     def keys(self):
         return sorted(self._header.names) if self._header else self._inner.keys()
@@ -297,21 +419,28 @@ def _prefetch_once(path: str) -> None:
 
 
 def _record(call: str, path: str, mode: str, seconds: float, fallback: str | None, tensors,
-            error: str | None, *, digest: bool | None = None, nested: bool = False) -> None:
+            error: str | None, *, digest: bool | None = None, nested: bool = False, parse=None,
+            extra: dict | None = None) -> None:
     """Queue one call line and its tensors' lines (``tensors``: (name, tensor, slice index or None)).
 
-    Tensors our loader produced are digested here, after the clock stopped. Tensors the original
-    loader returned (the baseline) may be lazy mmap views: digesting them here would read the file
-    in an order the script never used, so their digests are left to ``manifest.fill_digests``, which
-    computes them from the file after the run.
+    Every tensor is digested now, when the loader call has returned (after the clock stopped): in
+    memory where the loader copied it, from the file's bytes as they are now (``readtrace.inject.loaded``,
+    read past the page cache) where it is a lazy mapping of the file, so digesting reads nothing
+    through the script's mapping. ``digest=False`` leaves the digests to ``manifest.fill_digests``.
+    ``parse``: bytes -> {name: tensor} for the file's format (default safetensors).
     """
     if not _STATE.config.manifest:
         return
     started = time.perf_counter()
-    digest = mode != "none" if digest is None else digest
-    lines = [tensor_record(path, name, tensor, index=index, digest=digest) for name, tensor, index in tensors]
+    if digest is False:
+        lines = [tensor_record(path, name, tensor, index=index, digest=False) for name, tensor, index in tensors]
+    else:
+        lines = _digested(path, tensors, parse or loaded.safetensors_from_bytes)
     call_line = {"event": "call", "call": call, "file": path, "strategy": mode, "seconds": seconds,
                  "tensors": len(lines), "digest_seconds": time.perf_counter() - started, "pid": os.getpid()}
+    if _STATE.config.lever:
+        call_line["lever"] = _STATE.config.lever
+    call_line.update(extra or {})
     if fallback:
         call_line["fallback"] = fallback
     if error:
@@ -322,6 +451,20 @@ def _record(call: str, path: str, mode: str, seconds: float, fallback: str | Non
         _STATE.pending.extend([*lines, call_line])
 
 
+def _digested(path: str, tensors, parse) -> list[dict]:
+    ranges = loaded.mapped_ranges(path) if os.path.exists(path) else []
+    from_file = None
+    lines = []
+    for name, tensor, index in tensors:
+        if loaded.is_mapped(tensor, ranges):
+            if from_file is None:
+                with _Inside():  # our own parse of the file is not the script's load
+                    from_file = parse(loaded.uncached_bytes(path))
+            tensor = loaded.lookup(from_file, name, index)
+        lines.append(tensor_record(path, name, tensor, index=index, digest=True))
+    return lines
+
+
 def _flush() -> None:
     with _STATE.lock:
         lines, _STATE.pending = _STATE.pending, []
@@ -330,3 +473,19 @@ def _flush() -> None:
 
 
 atexit.register(_flush)
+
+
+def _patch_imported_meanwhile() -> None:
+    """Modules the shim's own imports loaded (torch) before it was ready: patch them now, when the
+    import hook is active (never in a process that merely imports this module)."""
+    import sys
+
+    if any(type(f).__name__ == "_SafetensorsHook" for f in sys.meta_path):
+        for name in ("safetensors", "safetensors.torch", "torch"):
+            if name in sys.modules:
+                patch(name, sys.modules[name])
+
+
+READY = True
+_patch_imported_meanwhile()
+

@@ -13,7 +13,8 @@ import os
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_PATCHED = ("safetensors", "safetensors.torch")
+_PATCHED = ("safetensors", "safetensors.torch", "torch", "transformers.modeling_utils",
+            "diffusers.models.modeling_utils")
 
 
 class _SafetensorsHook(importlib.abc.MetaPathFinder):
@@ -37,6 +38,9 @@ def _patch_after_exec(loader, name):
 
     def exec_module(module):
         run_module(module)
+        shim = sys.modules.get("readtrace.inject.shim")
+        if shim is not None and not getattr(shim, "READY", False):
+            return  # imported by the shim itself (torch): it patches what it finds once it is ready
         _shim().patch(name, module)
 
     loader.exec_module = exec_module

@@ -1,0 +1,89 @@
+"""What `fix --compare --strategy auto` tries, and the floor it measures the baseline against.
+
+The candidates: readtrace's own strategies that can act on what the discovery run saw (own-fd for
+loads through safetensors or torch.load; prefetch where the mount keeps the page cache across
+opens), and the one-line levers of the detected loaders (``readtrace.fix.levers``). The floor: a
+cold sequential read of the same bytes on the same mount (``dd bs=16M``) plus the same command warm;
+a baseline within ``SLOW_MARGIN`` of it has nothing to gain from any fix, so it is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from readtrace.fix.levers import NOT_INJECTABLE, levers_for
+from readtrace.loader.fileio import MiB, open_fd
+
+ROUTED_CALLS = ("load_file", "safe_open", "torch.load")
+SLOW_MARGIN = 1.10  # a baseline within 10 % of the floor is not slow on reads
+NO_HARM = 0.97  # act only when the chosen candidate measured at least 1/0.97 of the baseline's speed
+
+
+@dataclass(frozen=True)
+class Candidate:
+    label: str  # "readtrace prefetch", "lever safetensors-pread"
+    strategy: str  # the shim's READTRACE_FIX for the rerun
+    change: str  # the one-line change a user makes to get it
+    settings: dict = field(default_factory=dict)  # protocol.Rerun fields for the rerun (lever=...)
+    env: dict = field(default_factory=dict)  # plain environment variables (OMP_NUM_THREADS=1)
+
+
+LEAVE_ALONE = Candidate("left alone", "none", "nothing: the load is not slow on reads here")
+OWN = {
+    "prefetch": "readtrace fix --strategy prefetch -- CMD (or readtrace.pagecache.prefetch.prefetch(files) before loading)",
+    "own-fd": "readtrace fix --strategy own-fd -- CMD (or from readtrace.loader.loader import load_file)",
+    "both": "readtrace fix --strategy both -- CMD",
+}
+
+
+def candidates(seen: set[str], keeps_cache: bool) -> tuple[list[Candidate], list[str]]:
+    """(candidates to try, notes on what cannot be tried) for a load that used ``seen``."""
+    routed = any(c in seen for c in ROUTED_CALLS)
+    notes = []
+    own = []
+    if routed:
+        own.append("own-fd")
+    if keeps_cache:
+        own.append("prefetch")
+        if routed:
+            own.append("both")
+    else:
+        notes.append("this mount drops the page cache on every open(): a prefetch before the loader opens the "
+                     "file is wasted, so it is not tried" + ("" if routed else
+                                                            "; the loader is not one readtrace can route"))
+    if not routed:
+        notes.append("nothing the script loads goes through safetensors or torch.load: only the prefetch can act"
+                     if keeps_cache else "nothing the script loads can be routed")
+        notes.append(NOT_INJECTABLE)
+    found = [Candidate(f"readtrace {s}", s, OWN[s]) for s in own]
+    found += [Candidate(f"lever {lv.name}", "none", lv.change, lv.settings(), lv.env) for lv in levers_for(seen)]
+    return found, notes
+
+
+@dataclass(frozen=True)
+class Floor:
+    """What the load cannot beat here: a cold sequential read of its bytes + the same command warm."""
+
+    bytes: int
+    read_s: float
+    warm_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.read_s + self.warm_s
+
+
+def sequential_read_s(files: Sequence[str], chunk_bytes: int = 16 * MiB) -> tuple[int, float]:
+    """(bytes, seconds) of reading ``files`` front to back on one fd each in 16 MiB reads (dd bs=16M).
+    The caller makes them cold first."""
+    buf = memoryview(bytearray(chunk_bytes))
+    total = 0
+    started = time.perf_counter()
+    for path in files:
+        with open_fd(path) as fd:
+            while n := os.readv(fd, [buf]):
+                total += n
+    return total, time.perf_counter() - started

@@ -1,0 +1,74 @@
+"""The one-line levers loaders already offer, tried by `fix --compare` as candidates.
+
+Each lever is a change a user can make in their own code (or environment); the rerun applies it
+through the shim (``protocol.Rerun.lever``) or the environment, so the script itself stays unchanged.
+Which levers apply comes from the discovery run's manifest: the loader calls it saw and the loader
+libraries it imported. Kept import-free (the command line reads it before torch).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Lever:
+    name: str
+    change: str  # the one-line change for the user's own code
+    applies: Callable[[set[str]], bool]  # given the calls/imports the discovery run saw
+    installed: Callable[[], bool] = lambda: True
+    env: dict = field(default_factory=dict)  # plain environment variables it sets
+    shim: bool = True  # applied by the shim (False: the environment alone does it)
+
+    def settings(self) -> dict:
+        """protocol.Rerun fields for a rerun with this lever."""
+        return {"lever": self.name} if self.shim else {}
+
+
+def _safetensors_has_backend() -> bool:
+    try:
+        from safetensors.torch import load_file
+    except ImportError:
+        return False
+    return "backend" in inspect.signature(load_file).parameters
+
+
+def _has(*names: str) -> Callable[[set[str]], bool]:
+    return lambda seen: any(n in seen for n in names)
+
+
+LEVERS = (
+    Lever("safetensors-pread", 'safetensors.torch.load_file(path, backend="pread") '
+          '(safe_open(path, "pt", backend="pread"))', _has("load_file", "safe_open"), _safetensors_has_backend),
+    Lever("disable-mmap", "from_pretrained(..., disable_mmap=True)",
+          _has("import:transformers", "import:diffusers")),
+    Lever("torch-load-no-mmap", "torch.load(path, mmap=False)", _has("torch.load:mmap")),
+    Lever("omp-1", "OMP_NUM_THREADS=1 before the command (or torch.set_num_threads(1))",
+          _has("load_file", "safe_open", "torch.load", "torch.load:mmap", "import:torch"),
+          env={"OMP_NUM_THREADS": "1"}, shim=False),
+)
+
+NOT_INJECTABLE = ("an fd per worker (open the file in each worker instead of sharing the parent's) changes the "
+                  "workers' code: readtrace cannot try it for you")
+
+
+def seen_in(calls: Iterable[dict]) -> set[str]:
+    """What the discovery run used: call names, imports, and torch.load(mmap=True)."""
+    seen = set()
+    for c in calls:
+        call = c.get("call")
+        if call:
+            seen.add(call)
+            if call == "torch.load" and c.get("mmap"):
+                seen.add("torch.load:mmap")
+    return seen
+
+
+def levers_for(seen: set[str]) -> list[Lever]:
+    return [lever for lever in LEVERS if lever.applies(seen) and lever.installed()]
+
+
+def by_name(name: str) -> Lever | None:
+    return next((lever for lever in LEVERS if lever.name == name), None)
