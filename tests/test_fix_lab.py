@@ -52,7 +52,7 @@ def backend_streams_per_run(m, run):
 def test_fix_removes_the_shared_handle_penalty(lab, pattern):
     m, path, tensors = lab
     cmd = [sys.executable, "-m", "readtrace.workloads.load", "--pattern", pattern, "--workers", "4", path]
-    result, streams = backend_streams_per_run(m, lambda log: compare(cmd, files=[path], log=log))
+    result, streams = backend_streams_per_run(m, lambda log: compare(cmd, strategy="both", files=[path], log=log))
     assert result.diff.all_identical and result.diff.count == tensors
     # baseline: every jump on the shared handle reopens a backend stream; fixed: the start-up prefetch
     # reads the file once, sequentially, on a few own handles, and the load hits the page cache.
@@ -73,7 +73,7 @@ def test_compare_names_a_mount_that_drops_the_cache(tmp_path):
         with mount(src, mnt, profile="gcsfuse", latency_ms=1, keep_cache=False):
             cmd = [sys.executable, "-m", "readtrace.workloads.load", "--pattern", "safetensors-default",
                    f"{mnt}/{path.name}"]
-            result = compare(cmd, files=[f"{mnt}/{path.name}"])
+            result = compare(cmd, strategy="both", files=[f"{mnt}/{path.name}"])
     finally:
         force_unmount(mnt)
     assert result.diff.all_identical
@@ -94,7 +94,7 @@ def test_recorded_compare_reports_fewer_fuse_requests(lab):
     require(recorder is not None, why or "")
     m, path, tensors = lab
     cmd = [sys.executable, "-m", "readtrace.workloads.load", "--pattern", "mmap-threads", "--workers", "4", path]
-    result = compare(cmd, files=[path], recorder=recorder)
+    result = compare(cmd, strategy="both", files=[path], recorder=recorder)
     base, fixed = result.side("baseline")[0].summary, result.side("fixed")[0].summary
     assert result.diff.all_identical and result.diff.count == tensors
     assert base["lost_events"] == 0 and fixed["lost_events"] == 0

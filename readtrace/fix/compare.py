@@ -229,7 +229,7 @@ class _Session:
 
     def run(self, side: str, index: int, candidate: Candidate) -> Run:
         self.count += 1
-        self.prepare(f"run {self.count} {side}: {candidate.label if side != 'baseline' else 'unchanged'}")
+        self.prepare(f"run {self.count} {side} [{candidate.label if side != 'baseline' else 'unchanged'}]")
         run = _run(self.command, side, index, candidate.strategy, self.work, self.device, self.cwd,
                    self.recorder, self.files, candidate, stem=f"{self.count:02d}-{side}")
         run.label = candidate.label

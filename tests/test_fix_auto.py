@@ -1,0 +1,102 @@
+"""`fix --compare --strategy auto` (the default) measures before it acts: it leaves a load alone
+that is not slow on reads, and where the mount is slow it tries readtrace's strategies and the
+loader's own levers, each cold with identical tensors, and keeps the fastest (real loads, real
+mounts: the lab mount's gcsfuse profile, and the local disk)."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+import torch
+from conftest import fuse_available, require
+from safetensors.torch import save_file
+
+from readtrace.fix.compare import compare
+from readtrace.fix.compare_report import render_table
+from readtrace.simfs import force_unmount, mount
+from readtrace.workloads import make_checkpoint
+
+LOAD = """
+import sys
+from safetensors.torch import load_file
+state = load_file(sys.argv[1])
+print(len(state))
+"""
+
+
+def checkpoint(directory, mib: int):
+    torch.manual_seed(4)
+    path = directory / "model.safetensors"
+    save_file({f"w{i}": torch.randn(256, 1024) for i in range(mib)}, path)  # 1 MiB each
+    return path
+
+
+def table(result) -> str:
+    out = io.StringIO()
+    render_table(result, out)
+    return out.getvalue()
+
+
+def test_auto_leaves_a_fast_local_load_alone_and_says_why(tmp_path):
+    path = checkpoint(tmp_path, 8)
+    (tmp_path / "load.py").write_text(LOAD)
+    result = compare([sys.executable, str(tmp_path / "load.py"), str(path)], files=[str(path)])
+    assert result.choice.chosen.label == "left alone" and result.choice.trials == []
+    assert "sequential read of the same bytes" in result.choice.why and "no fix can gain" in result.choice.why
+    assert result.choice.floor.bytes == path.stat().st_size
+    assert result.diff.all_identical and result.diff.count == 8 and result.unproven == []
+    fixed_calls = result.side("fixed")[0].manifest.calls
+    assert {c["strategy"] for c in fixed_calls} == {"none"}  # the load ran exactly as the user wrote it
+    text = table(result)
+    assert "auto chose: left alone" in text and "floor: sequential read of" in text
+    assert "one-line change" not in text
+
+
+@pytest.fixture
+def lab(tmp_path, request):
+    require(*fuse_available())
+    src, mnt = tmp_path / "src", tmp_path / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    path = make_checkpoint(src, 32)[0]
+    try:
+        with mount(src, mnt, profile="gcsfuse", latency_ms=50, keep_cache=request.param):
+            # readtrace's example loader: 4 threads faulting through one mapping (slow on gcsfuse)
+            yield [sys.executable, "-m", "readtrace.workloads.load", "--pattern", "mmap-threads", "--workers", "4",
+                   f"{mnt}/{path.name}"], f"{mnt}/{path.name}"
+    finally:
+        force_unmount(mnt)
+
+
+@pytest.mark.fuse
+@pytest.mark.slow
+@pytest.mark.parametrize("lab", [True], indirect=True)
+def test_auto_acts_on_a_slow_mount_with_the_fastest_candidate(lab):
+    cmd, path = lab
+    result = compare(cmd, files=[path])
+    choice = result.choice
+    labels = [t.label for t in choice.trials]
+    assert labels == ["readtrace prefetch"]  # a raw mmap load: only the prefetch can act on it
+    assert any("only the prefetch can act" in n for n in result.notes)
+    assert choice.chosen.label == "readtrace prefetch" and result.diff.all_identical and result.diff.count > 10
+    baseline = result.side("baseline")[0].wall_s
+    assert result.side("fixed")[0].wall_s <= 0.97 * baseline  # acted: measured >= 3 % faster
+    text = table(result)
+    assert f"auto chose: {choice.chosen.label}" in text and "the one-line change:" in text
+
+
+@pytest.mark.fuse
+@pytest.mark.slow
+@pytest.mark.parametrize("lab", [False], indirect=True)
+def test_auto_on_a_mount_that_drops_the_cache_says_nothing_can_act(lab):
+    """A raw mmap load where every open() drops the cache: a prefetch would be wasted and nothing
+    can be routed, so the load is left alone and the notes say exactly that."""
+    cmd, path = lab
+    result = compare(cmd, files=[path])
+    assert result.choice.trials == [] and result.choice.chosen.label == "left alone"
+    assert any("drops the page cache on every open()" in n for n in result.notes)
+    assert any("nothing the script loads can be routed" in n for n in result.notes)
+    assert {c["strategy"] for c in result.side("fixed")[0].manifest.calls} == {"none"}
+    assert result.diff.all_identical
