@@ -24,7 +24,7 @@ def test_demo_runs_end_to_end_and_cleans_up(tmp_path):
     assert "1. checkpoint" in out.stderr and "6. unmounted" in out.stderr
     with open("/proc/self/mountinfo") as f:
         assert str(keep / "mnt") not in f.read()  # unmounted
-    assert (keep / "bucket" / "model.safetensors").exists() and (keep / "runs" / "fixed-1.jsonl").exists()
+    assert (keep / "bucket" / "model.safetensors").exists() and any((keep / "runs").glob("*-fixed.jsonl"))
 
 
 def test_demo_refuses_a_bad_size():

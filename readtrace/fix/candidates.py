@@ -40,25 +40,33 @@ OWN = {
 
 
 def candidates(seen: set[str], keeps_cache: bool) -> tuple[list[Candidate], list[str]]:
-    """(candidates to try, notes on what cannot be tried) for a load that used ``seen``."""
-    routed = any(c in seen for c in ROUTED_CALLS)
-    notes = []
-    own = []
+    """(candidates to try, notes on what cannot be tried) for a load that used ``seen``.
+
+    Where the mount keeps the page cache, the prefetch runs in the background while the script
+    starts (its loads wait for it) when every load the script makes is one the shim sees; where the
+    mount drops it on every open, ``prefetch`` populates the loader's own mapping after its open.
+    """
+    routed = any(c in ROUTED_CALLS for c in seen)
+    hooked = any(c in ROUTED_CALLS or c.startswith("pattern:") for c in seen) and "load" not in seen
+    notes, found = [], []
     if routed:
-        own.append("own-fd")
+        found.append(Candidate("readtrace own-fd", "own-fd", OWN["own-fd"]))
+    background = {"prefetch_background": True} if hooked else {}
     if keeps_cache:
-        own.append("prefetch")
+        found.append(Candidate("readtrace prefetch", "prefetch", OWN["prefetch"], background))
         if routed:
-            own.append("both")
+            found.append(Candidate("readtrace both", "both", OWN["both"], background))
+    elif routed:
+        found.append(Candidate("readtrace populate after open", "prefetch", OWN["prefetch"]))
+        notes.append("this mount drops the page cache on every open(): instead of a prefetch before the loader "
+                     "opens the file, its own mapping is populated front to back right after its open")
     else:
         notes.append("this mount drops the page cache on every open(): a prefetch before the loader opens the "
-                     "file is wasted, so it is not tried" + ("" if routed else
-                                                            "; the loader is not one readtrace can route"))
+                     "file is wasted, so it is not tried; the loader is not one readtrace can route")
     if not routed:
         notes.append("nothing the script loads goes through safetensors or torch.load: only the prefetch can act"
                      if keeps_cache else "nothing the script loads can be routed")
         notes.append(NOT_INJECTABLE)
-    found = [Candidate(f"readtrace {s}", s, OWN[s]) for s in own]
     found += [Candidate(f"lever {lv.name}", "none", lv.change, lv.settings(), lv.env) for lv in levers_for(seen)]
     return found, notes
 

@@ -47,6 +47,7 @@ class Rerun:
     prefetch_threads: int | None = None  # None: the prefetcher's default
     prefetch_pin_s: float | None = None  # hold prefetched pages locked this long (None: the default)
     prefetch_distributed: bool = True  # split the prefetch over torchrun's local ranks
+    prefetch_background: bool = False  # prefetch in a thread while the script starts (its loads wait)
     readtrace_path: str | None = None  # where readtrace is importable from (appended to sys.path)
     files: tuple[str, ...] = ()  # the checkpoint files of the comparison (names a load from bytes)
     lever: str | None = None  # apply this loader lever (readtrace.fix.levers) instead of a strategy
@@ -113,6 +114,7 @@ _VARIABLES = {
     "prefetch_threads": "READTRACE_PREFETCH_THREADS",
     "prefetch_pin_s": "READTRACE_PREFETCH_PIN_S",
     "prefetch_distributed": "READTRACE_PREFETCH_DIST",
+    "prefetch_background": "READTRACE_PREFETCH_BACKGROUND",
     "readtrace_path": "READTRACE_PYTHONPATH",  # also read by shim_sitecustomize, before readtrace imports
     "files": "READTRACE_FILES",
     "lever": "READTRACE_LEVER",

@@ -33,11 +33,12 @@ from readtrace.fs.knowledge import is_remote
 from readtrace.inject import loaded
 from readtrace.inject.manifest import tensor_record
 from readtrace.inject.protocol import Rerun, append_manifest, prefetches, routes
-from readtrace.inject.startup import already_prefetched, release_pin
+from readtrace.inject.startup import already_prefetched, release_pin, wait_prefetched
 from readtrace.loader import loader
 from readtrace.loader.fileio import MiB, open_fd, read_into
 from readtrace.loader.header import read_header
 from readtrace.pagecache import prefetch as prefetcher
+from readtrace.pagecache.populate import populate
 from readtrace.pagecache.residency import cache_survives_open
 
 
@@ -153,8 +154,8 @@ def load_file(filename, device="cpu", *args, **kwargs):
     nested = getattr(_STATE.local, "inside", False)  # called by a recorded loader: route, do not record
     try:
         with _Inside():
-            if prefetches(mode):
-                _prefetch_once(path)
+            wait_prefetched(path)
+            populate = prefetches(mode) and _prefetch_once(path)
             if routes(mode) and not args and set(kwargs) <= {"backend"}:
                 try:
                     tensors = loader.load_file(path, device, chunk_bytes=_STATE.config.chunk_bytes,
@@ -165,6 +166,8 @@ def load_file(filename, device="cpu", *args, **kwargs):
                     tensors = original(filename, device, *args, **kwargs)
             else:
                 tensors = original(filename, device, *args, **_lever_kwargs(kwargs))
+                if populate:
+                    _populate_mapping(path)
     except Exception as e:
         error = f"{type(e).__name__}: {e}"
         raise
@@ -221,14 +224,16 @@ def torch_load(f, *args, **kwargs):
     result, error, asked_mmap = None, None, bool(kwargs.get("mmap"))
     try:
         with _Inside():
-            if prefetches(mode):
-                _prefetch_once(path)
+            wait_prefetched(path)
+            populate = prefetches(mode) and _prefetch_once(path)
             if routes(mode):
                 result = loaded.torch_from_memory(original, _read_own_fd(path), args, kwargs)
             else:
                 if _STATE.config.lever == "torch-load-no-mmap":
                     kwargs = {**kwargs, "mmap": False}
                 result = original(f, *args, **kwargs)
+                if populate and asked_mmap:
+                    _populate_mapping(path)
     except Exception as e:
         error = f"{type(e).__name__}: {e}"
         raise
@@ -255,6 +260,8 @@ def record_loader(call: str, load, tensor_files: list[tuple[str, str]]) -> dict:
     """Run a loader the shim cannot route (see hook.recorded_call) and record the tensors it returns."""
     started = time.perf_counter()
     with _Inside():
+        for path in {p for p, _ in tensor_files}:
+            wait_prefetched(path)
         tensors = load()
     seconds = time.perf_counter() - started
     by_file: dict[str, list] = {}
@@ -286,8 +293,8 @@ class _Handle:
         with self._timed():
             self._mode = strategy_for(self._path, device)
             self._device = device
-            if prefetches(self._mode):
-                _prefetch_once(self._path)
+            wait_prefetched(self._path)
+            populate = prefetches(self._mode) and _prefetch_once(self._path)
             if routes(self._mode) and not args and set(kwargs) <= {"backend"}:
                 try:
                     with open_fd(self._path) as fd:
@@ -296,6 +303,8 @@ class _Handle:
                     self._fallback = str(e)
             if self._header is None:
                 self._inner = original(filename, framework, device, *args, **_lever_kwargs(kwargs))
+                if populate:
+                    _populate_mapping(self._path)
 
     def keys(self):
         return sorted(self._header.names) if self._header else self._inner.keys()
@@ -403,19 +412,34 @@ class _Inside:
         return False
 
 
-def _prefetch_once(path: str) -> None:
+def _prefetch_once(path: str) -> bool:
+    """Prefetch ``path`` once per process tree. True: this mount drops the page cache on every open,
+    so nothing was read: the caller populates the loader's own mapping once it exists instead."""
     with _STATE.lock:
         if path in _STATE.prefetched or already_prefetched(path):
-            return
+            return False
         _STATE.prefetched.add(path)
     try:
         if not cache_survives_open(path):
-            return  # the loader's own open() would drop what we read: reading it twice helps nobody
+            return True  # the loader's own open() would drop what we read now
         prefetcher.prefetch([path], chunk_bytes=_STATE.config.chunk_bytes,
                             threads=_STATE.config.prefetch_threads, progress=False,
                             distributed=_STATE.config.prefetch_distributed)
     except (OSError, ReadtraceError):
-        return  # the load that follows reports the problem the way the user's loader does
+        pass  # the load that follows reports the problem the way the user's loader does
+    return False
+
+
+def _populate_mapping(path: str) -> None:
+    """Fault the loader's own mapping of ``path`` in, front to back (no open of ours: see populate)."""
+    done, seconds, why = populate(loaded.mapped_ranges(path))
+    record = {"event": "call", "call": "populate", "file": path, "strategy": _STATE.config.strategy,
+              "seconds": seconds, "bytes": done, "tensors": 0, "nested": True, "pid": os.getpid()}
+    if why:
+        record["note"] = why
+    if _STATE.config.manifest:
+        with _STATE.lock:
+            _STATE.pending.append(record)
 
 
 def _record(call: str, path: str, mode: str, seconds: float, fallback: str | None, tensors,

@@ -8,6 +8,7 @@ Python children do not read them again. Imports no torch.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import replace
 
@@ -19,9 +20,13 @@ from readtrace.pagecache.prefetch import DEFAULT_THREADS, prefetch
 from readtrace.pagecache.residency import cache_survives_open
 
 _HELD: list[Pins] = []  # prefetched pages locked in memory until their hold time ends or we exit
+_PENDING: dict[str, threading.Event] = {}  # files a background prefetch is still reading
 
 
 def prefetch_at_start(env=os.environ) -> None:
+    """Prefetch the rerun's files before the script runs; with ``Rerun.prefetch_background`` in a
+    thread while the interpreter imports the script's libraries (the loads the shim sees wait for
+    it: ``wait_prefetched``)."""
     rerun = Rerun.from_env(env)
     files = rerun.start_prefetch()
     if rerun.strategy == "auto":
@@ -29,6 +34,24 @@ def prefetch_at_start(env=os.environ) -> None:
     files = [f for f in files if _cache_kept(f)]  # else the loader's own open() drops what we read
     if not files:
         return
+    replace(rerun, prefetched=tuple(files)).export(env)  # children of this process need not read them
+    if rerun.prefetch_background:
+        done = threading.Event()
+        _PENDING.update((os.path.abspath(f), done) for f in files)
+        threading.Thread(target=_prefetch, args=(rerun, files, done), name="readtrace-prefetch", daemon=True).start()
+        return
+    _prefetch(rerun, files, None)
+
+
+def _prefetch(rerun: Rerun, files: list[str], done: threading.Event | None) -> None:
+    try:
+        _prefetch_and_note(rerun, files)
+    finally:
+        if done is not None:
+            done.set()
+
+
+def _prefetch_and_note(rerun: Rerun, files: list[str]) -> None:
     started = time.perf_counter()
     hold_s = DEFAULT_HOLD_S if rerun.prefetch_pin_s is None else rerun.prefetch_pin_s
     try:
@@ -41,10 +64,27 @@ def prefetch_at_start(env=os.environ) -> None:
     if result.pins is not None:
         result.pins.hold(hold_s)
         _HELD.append(result.pins)
-    replace(rerun, prefetched=tuple(files)).export(env)
     _note(rerun, {"event": "call", "call": "prefetch", "file": os.pathsep.join(files), "strategy": rerun.strategy,
                   "seconds": time.perf_counter() - started, "bytes": result.bytes_read, "tensors": 0,
+                  "background": rerun.prefetch_background, "nested": rerun.prefetch_background,
                   "pinned_bytes": result.pinned_bytes, "pin_note": result.pin_note, "pid": os.getpid()})
+
+
+def wait_prefetched(path: str) -> float:
+    """Wait until a background prefetch of ``path`` (if any) has finished; returns the seconds waited."""
+    done = _PENDING.get(os.path.abspath(path))
+    if done is None or done.is_set():
+        return 0.0
+    started = time.perf_counter()
+    done.wait()
+    return time.perf_counter() - started
+
+
+def _forget_in_child() -> None:
+    _PENDING.clear()  # a forked child has no prefetch thread to wait for (its parent has the pages)
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def release_pin(path: str) -> None:

@@ -1,0 +1,86 @@
+"""The prefetch where it can work: in the background while the script starts (its loads wait for
+it), and, on a mount that drops the page cache on every open, the loader's own mapping populated
+front to back right after its open (real loads, the lab mount without keep_cache)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import fuse_available, require
+from safetensors.torch import save_file
+
+from readtrace.inject.inject import shim_environment
+from readtrace.inject.manifest import compare_manifests, read_manifest
+from readtrace.pagecache.evict import evict
+from readtrace.simfs import force_unmount, mount
+
+LOAD = """
+import sys, torch
+from safetensors.torch import load_file
+state = load_file(sys.argv[1])
+print(len(state))
+"""
+
+TORCH_LOAD = """
+import sys, torch
+state = torch.load(sys.argv[1], mmap=True, weights_only=True)
+print(len(state))
+"""
+
+
+def run(tmp_path, script: str, path, strategy: str, name: str, **settings):
+    manifest = tmp_path / f"{name}.jsonl"
+    (tmp_path / "load.py").write_text(script)
+    evict([str(path)])
+    with shim_environment(strategy, manifest, prefetch_files=[str(path)], **settings) as env:
+        out = subprocess.run([sys.executable, str(tmp_path / "load.py"), str(path)], env=env, capture_output=True,
+                             text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return read_manifest(manifest)
+
+
+def tensors(tmp_path, mib: int):
+    torch.manual_seed(5)
+    return {f"w{i}": torch.randn(256, 1024) for i in range(mib)}
+
+
+def test_background_prefetch_is_waited_for_and_loads_the_same(tmp_path):
+    path = tmp_path / "model.safetensors"
+    save_file(tensors(tmp_path, 8), path)
+    base = run(tmp_path, LOAD, path, "none", "base")
+    fixed = run(tmp_path, LOAD, path, "prefetch", "fixed", prefetch_background=True)
+    [pre] = [c for c in fixed.calls if c["call"] == "prefetch"]
+    assert pre["background"] is True and pre["bytes"] == path.stat().st_size
+    assert pre["nested"] is True  # overlapped with start-up: not counted as time inside loader calls
+    assert compare_manifests(base, fixed).all_identical and len(fixed.tensors) == 8
+
+
+@pytest.fixture
+def dropping(tmp_path):
+    require(*fuse_available())
+    src, mnt = tmp_path / "src", tmp_path / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    save_file(tensors(tmp_path, 8), src / "model.safetensors")
+    torch.save(tensors(tmp_path, 8), src / "model.pt")
+    try:
+        with mount(src, mnt, profile="gcsfuse", latency_ms=2, keep_cache=False) as m:
+            yield m, mnt
+    finally:
+        force_unmount(mnt)
+
+
+@pytest.mark.fuse
+@pytest.mark.parametrize("script,name", [(LOAD, "model.safetensors"), (TORCH_LOAD, "model.pt")])
+def test_mount_that_drops_the_cache_gets_the_loaders_mapping_populated(tmp_path, dropping, script, name):
+    m, mnt = dropping
+    path = mnt / name
+    base = run(tmp_path, script, path, "none", "base")
+    fixed = run(tmp_path, script, path, "prefetch", "fixed")
+    assert not any(c["call"] == "prefetch" for c in fixed.calls)  # before the open it would be dropped
+    [pop] = [c for c in fixed.calls if c["call"] == "populate"]
+    assert pop["bytes"] >= path.stat().st_size - 4096 and "note" not in pop
+    assert compare_manifests(base, fixed).all_identical and len(fixed.tensors) == 8
