@@ -62,5 +62,5 @@ def test_injected_code_imports_only_the_loader_and_standard_library_helpers():
     code = ("import sys, readtrace.inject.shim, readtrace.inject.startup;"
             "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('readtrace.')}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    # inject (itself), loader (the own-fd loader), and the standard-library-only pagecache and fs
-    assert set(json.loads(out.stdout.replace("'", '"'))) <= {"errors", "fs", "inject", "loader", "pagecache"}
+    # inject (itself), loader (the own-fd loader), and the standard-library-only pagecache, fs and lazy
+    assert set(json.loads(out.stdout.replace("'", '"'))) <= {"errors", "fs", "inject", "lazy", "loader", "pagecache"}

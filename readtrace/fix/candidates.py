@@ -18,7 +18,8 @@ from readtrace.fix.levers import NOT_INJECTABLE, levers_for
 from readtrace.loader.fileio import MiB, open_fd
 
 ROUTED_CALLS = ("load_file", "safe_open", "torch.load")
-SLOW_MARGIN = 1.10  # a baseline within 10 % of the floor is not slow on reads
+SLOW_MARGIN = 1.10  # a baseline within 10 % (and SLOW_ABS_S) of the floor is not slow on reads
+SLOW_ABS_S = 1.0  # gains below a second are within one run's noise on a shared machine
 NO_HARM = 0.97  # act only when the chosen candidate measured at least 1/0.97 of the baseline's speed
 
 
@@ -82,6 +83,9 @@ class Floor:
     @property
     def total_s(self) -> float:
         return self.read_s + self.warm_s
+
+    def leaves_nothing_to_gain(self, baseline_s: float) -> bool:
+        return baseline_s <= SLOW_MARGIN * self.total_s + SLOW_ABS_S
 
 
 def sequential_read_s(files: Sequence[str], chunk_bytes: int = 16 * MiB) -> tuple[int, float]:

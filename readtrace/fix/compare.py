@@ -29,6 +29,7 @@ from readtrace.fix.candidates import (
     LEAVE_ALONE,
     NO_HARM,
     OWN,
+    SLOW_ABS_S,
     SLOW_MARGIN,
     Candidate,
     Floor,
@@ -257,9 +258,9 @@ def _choose(session: _Session, seen: set[str], keeps_cache: bool, repeat: int, n
     trials: list[Run] = []
     if not session.files:
         choice = Choice(LEAVE_ALONE, "no checkpoint files were found: nothing to act on", [], floor)
-    elif floor is not None and baseline.wall_s <= SLOW_MARGIN * floor.total_s:
+    elif floor is not None and floor.leaves_nothing_to_gain(baseline.wall_s):
         choice = Choice(LEAVE_ALONE, f"the baseline ({baseline.wall_s:.2f} s) is within "
-                        f"{100 * (SLOW_MARGIN - 1):.0f} % of a sequential read of the same bytes on this mount "
+                        f"{100 * (SLOW_MARGIN - 1):.0f} % + {SLOW_ABS_S:.0f} s of a sequential read of the same bytes on this mount "
                         f"({floor.read_s:.2f} s) plus the same load warm ({floor.warm_s:.2f} s): no fix can gain "
                         "here", [], floor)
     else:
