@@ -1,11 +1,16 @@
 /* Application view: the syscalls of the traced tree (dispatched from raw sys_enter/sys_exit in
  * syscalls.bpf.c). Each sys_enter fills the thread's struct inflight slot; the matching sys_exit
- * completes it into one rt_event. Consecutive full reads of the same
+ * completes it into one rt_event (its io member). Consecutive full reads of the same
  * size by one thread on one open file description are merged in kernel (count = calls merged) so a
  * 4 KiB read storm costs one record per run, with exact call and byte counts. */
 
+#ifndef READTRACE_APP_BPF_C
+#define READTRACE_APP_BPF_C
+
+#include "common.bpf.c"
+
 struct run {
-    struct rt_event ev;                       /* ev.count == 0: empty; ev.tid: owner */
+    struct rt_event ev;                       /* ev.h.count == 0: empty; ev.h.tid: owner */
     s64 unit;                                 /* requested size of every call in the run */
 };
 BPF_ARRAY(runs, struct run, SLOTS);
@@ -63,42 +68,42 @@ static __always_inline void flush_run(u32 tid)
 {
     u32 slot = slot_of(tid);
     struct run *r = runs.lookup(&slot);
-    if (!r || !r->ev.count || r->ev.tid != tid)
+    if (!r || !r->ev.h.count || r->ev.h.tid != tid)
         return;
     submit_event(&r->ev);
-    r->ev.count = 0;
+    r->ev.h.count = 0;
 }
 
 static __always_inline int extends(struct run *r, struct rt_event *e)
 {
-    return r->ev.tid == e->tid && r->ev.kind == e->kind && r->ev.ofd == e->ofd
-        && r->ev.offset + r->ev.ret == e->offset && r->unit == e->size;
+    return r->ev.h.tid == e->h.tid && r->ev.h.kind == e->h.kind && r->ev.io.file == e->io.file
+        && r->ev.io.offset + r->ev.io.ret == e->io.offset && r->unit == e->io.size;
 }
 
 /* A completed read: extend this thread's run, or flush the slot's run and start a new one. */
 static __always_inline void emit_read(struct rt_event *e)
 {
-    u32 slot = slot_of(e->tid);
-    int full = COALESCE && e->size > 0 && e->ret == e->size && e->ofd;
+    u32 slot = slot_of(e->h.tid);
+    int full = COALESCE && e->io.size > 0 && e->io.ret == e->io.size && e->io.file;
     struct run *r = runs.lookup(&slot);
     if (!r) {
         submit_event(e);
         return;
     }
-    if (r->ev.count) {
+    if (r->ev.h.count) {
         if (full && extends(r, e)) {
-            r->ev.count += 1;
-            r->ev.size += e->size;
-            r->ev.ret += e->ret;
-            r->ev.latency_ns += e->latency_ns;
+            r->ev.h.count += 1;
+            r->ev.io.size += e->io.size;
+            r->ev.io.ret += e->io.ret;
+            r->ev.io.latency_ns += e->io.latency_ns;
             return;
         }
         submit_event(&r->ev);
-        r->ev.count = 0;
+        r->ev.h.count = 0;
     }
     if (full) {
         __builtin_memcpy(&r->ev, e, sizeof(*e));
-        r->unit = e->size;
+        r->unit = e->io.size;
         return;
     }
     submit_event(e);
@@ -107,39 +112,39 @@ static __always_inline void emit_read(struct rt_event *e)
 static __always_inline int io_exit(struct inflight *f, u32 tid, s64 ret)
 {
     struct rt_event e = {};
-    e.ts_ns = f->ts_ns;
-    e.latency_ns = bpf_ktime_get_ns() - f->ts_ns;
-    e.pid = current_tgid();
-    e.tid = tid;
-    e.kind = f->kind;
-    e.fd = f->fd;
-    e.ofd = f->ofd;
-    e.dev = f->dev;
-    e.ino = f->ino;
-    e.offset = f->offset;
-    e.size = f->size;
-    e.arg = f->arg;
-    e.ret = ret;
-    e.count = 1;
+    e.h.ts_ns = f->ts_ns;
+    e.h.pid = current_tgid();
+    e.h.tid = tid;
+    e.h.kind = f->kind;
+    e.h.count = 1;
+    e.io.latency_ns = bpf_ktime_get_ns() - f->ts_ns;
+    e.io.fd = f->fd;
+    e.io.file = f->ofd;
+    e.io.dev = f->dev;
+    e.io.ino = f->ino;
+    e.io.offset = f->offset;
+    e.io.size = f->size;
+    e.io.arg = f->arg;
+    e.io.ret = ret;
     f->tid = 0;
-    if (e.kind <= RT_PREADV) {
+    if (e.h.kind <= RT_PREADV) {
         emit_read(&e);
         return 0;
     }
-    if (e.kind == RT_DUP) {                   /* fd = the new fd, arg = the old one */
-        e.arg = e.fd;
-        e.fd = ret;
-    } else if (e.kind == RT_MMAP) {
+    if (e.h.kind == RT_DUP) {                 /* fd = the new fd, arg = the old one */
+        e.io.arg = e.io.fd;
+        e.io.fd = ret;
+    } else if (e.h.kind == RT_MMAP) {
         if (ret < 0 && ret > -4096)
-            e.arg = 0;
+            e.io.arg = 0;
         else {
-            struct map_key k = {.tgid = e.pid, .addr = ret};
-            struct map_val v = {.ofd = e.ofd, .ino = e.ino, .dev = e.dev};
-            e.arg = ret;
+            struct map_key k = {.tgid = e.h.pid, .addr = ret};
+            struct map_val v = {.ofd = e.io.file, .ino = e.io.ino, .dev = e.io.dev};
+            e.io.arg = ret;
             mmaps.update(&k, &v);
         }
-    } else if (e.kind == RT_MUNMAP && ret == 0) {
-        struct map_key k = {.tgid = e.pid, .addr = e.arg};
+    } else if (e.h.kind == RT_MUNMAP && ret == 0) {
+        struct map_key k = {.tgid = e.h.pid, .addr = e.io.arg};
         mmaps.delete(&k);
     }
     submit_event(&e);
@@ -197,29 +202,32 @@ static __always_inline int open_exit(struct inflight *f, u32 tid, s64 ret)
         count_lost(1);
         return 0;
     }
-    e->ts_ns = f->ts_ns;
-    e->latency_ns = bpf_ktime_get_ns() - f->ts_ns;
-    e->pid = current_tgid();
-    e->tid = tid;
-    e->kind = RT_OPEN;
-    e->arg = f->arg;
-    e->ret = ret;
-    e->fd = ret;
-    e->size = -1;
-    e->ofd = 0;
-    e->ino = 0;
-    e->dev = 0;
-    e->pad32 = 0;
+    e->h.ts_ns = f->ts_ns;
+    e->h.pid = current_tgid();
+    e->h.tid = tid;
+    e->h.kind = RT_OPEN;
+    e->h.count = 1;
+    e->h.pad = 0;
+    e->open.latency_ns = bpf_ktime_get_ns() - f->ts_ns;
+    e->open.flags = f->arg;
+    e->open.ret = ret;
+    e->open.i_size = -1;
+    e->open.file = 0;
+    e->open.ino = 0;
+    e->open.dev = 0;
+    e->open.pad = 0;
     bpf_get_current_comm(&e->comm, sizeof(e->comm));
     if (bpf_probe_read_user_str(&e->path, sizeof(e->path), (void *)f->ptr) < 0)
         e->path[0] = 0;
     if (ret >= 0) {
-        e->ofd = fd_to_file(ret);
-        file_dev_ino(e->ofd, &e->dev, &e->ino);
-        inode = e->ofd ? read_ptr(e->ofd + FILE_F_INODE) : 0;
+        e->open.file = fd_to_file(ret);
+        file_dev_ino(e->open.file, &e->open.dev, &e->open.ino);
+        inode = e->open.file ? read_ptr(e->open.file + FILE_F_INODE) : 0;
         if (inode)
-            bpf_probe_read_kernel(&e->size, sizeof(e->size), (void *)(inode + INODE_I_SIZE));
+            bpf_probe_read_kernel(&e->open.i_size, sizeof(e->open.i_size), (void *)(inode + INODE_I_SIZE));
     }
     strs.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
     return 0;
 }
+
+#endif

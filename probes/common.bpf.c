@@ -1,6 +1,11 @@
 /* Maps and helpers shared by every probe. UPPERCASE tokens are substituted by the loader
  * (readtrace/record/program.py): kernel struct offsets from BTF, ring sizes, switches. */
 
+#ifndef READTRACE_COMMON_BPF_C
+#define READTRACE_COMMON_BPF_C
+
+#include "readtrace.h"
+
 BPF_RINGBUF_OUTPUT(events, EVENTS_RING_PAGES);
 BPF_RINGBUF_OUTPUT(strs, STRS_RING_PAGES);
 BPF_PERCPU_ARRAY(lost, u64, 2);               /* [0] events ring full, [1] strs ring full, map full or slot clash */
@@ -136,3 +141,5 @@ static __always_inline void submit_event(struct rt_event *src)
     __builtin_memcpy(e, src, sizeof(*e));
     events.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
+
+#endif

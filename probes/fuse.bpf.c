@@ -4,7 +4,11 @@
  * requesting thread is traced. The loader fills fuse_conns (the mounts' connections) and daemons
  * (the processes holding /dev/fuse). (connection, unique) joins the three records. */
 
+#ifndef READTRACE_FUSE_BPF_C
+#define READTRACE_FUSE_BPF_C
+
 #include <uapi/linux/fuse.h>            /* enum fuse_opcode, used by the tracepoint fields */
+#include "common.bpf.c"
 
 BPF_HASH(fuse_conns, u32, u8, 256);
 BPF_ARRAY(daemons, u8, PID_LIMIT);            /* checked on every syscall exit: an array lookup */
@@ -28,22 +32,21 @@ struct fuse_read_in_ {
     u32 read_flags;
 };
 
-static __always_inline int fuse_request(u16 kind, u32 conn, u64 unique, s32 opcode, s64 len, s64 err)
+static __always_inline int fuse_request(u16 kind, u32 conn, u64 unique, s32 opcode, s64 len, s32 err)
 {
     struct rt_event e = {};
     if (!fuse_conns.lookup(&conn))
         return 0;
-    e.ts_ns = bpf_ktime_get_ns();
-    e.pid = current_tgid();
-    e.tid = current_tid();
-    e.kind = kind;
-    e.dev = conn;
-    e.arg = unique;
-    e.fd = opcode;
-    e.size = len;
-    e.ret = err;
-    e.offset = -1;
-    e.count = 1;
+    e.h.ts_ns = bpf_ktime_get_ns();
+    e.h.pid = current_tgid();
+    e.h.tid = current_tid();
+    e.h.kind = kind;
+    e.h.count = 1;
+    e.fuse.connection = conn;
+    e.fuse.unique = unique;
+    e.fuse.opcode = opcode;
+    e.fuse.len = len;
+    e.fuse.error = err;
     submit_event(&e);
     return 0;
 }
@@ -107,25 +110,25 @@ static __always_inline int fuse_daemon_read(struct bpf_raw_tracepoint_args *ctx)
     req_tgid = tids.lookup(&h.pid);
     if (!req_tgid || !*req_tgid)
         return 0;                             /* a request from outside the traced tree */
-    e.ts_ns = bpf_ktime_get_ns();
-    e.pid = *req_tgid;
-    e.tid = h.pid;
-    e.aux = current_tid();
-    e.kind = RT_FUSE_DAEMON_READ;
-    e.dev = conn;
-    e.arg = h.unique;
-    e.fd = h.opcode;
-    e.ofd = h.nodeid;
-    e.ret = -1;
-    e.offset = -1;
-    e.size = -1;
-    e.count = 1;
+    e.h.ts_ns = bpf_ktime_get_ns();
+    e.h.pid = *req_tgid;
+    e.h.tid = h.pid;
+    e.h.kind = RT_FUSE_DAEMON_READ;
+    e.h.count = 1;
+    e.daemon.daemon_tid = current_tid();
+    e.daemon.connection = conn;
+    e.daemon.unique = h.unique;
+    e.daemon.opcode = h.opcode;
+    e.daemon.nodeid = h.nodeid;
     if (h.opcode == FUSE_READ_OPCODE && ret >= (s64)(sizeof(h) + sizeof(r))
         && bpf_probe_read_user(&r, sizeof(r), (void *)(buf + sizeof(h))) == 0) {
-        e.ret = r.fh;
-        e.offset = r.offset;
-        e.size = r.size;
+        e.daemon.has_read_in = 1;
+        e.daemon.fh = r.fh;
+        e.daemon.offset = r.offset;
+        e.daemon.size = r.size;
     }
     submit_event(&e);
     return 0;
 }
+
+#endif

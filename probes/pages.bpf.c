@@ -4,8 +4,14 @@
  * from its backing store are not recorded: they are the lower file system's cache and would double
  * count bytes; the FUSE view records what the daemon was asked for instead. */
 
+#ifndef READTRACE_PAGES_BPF_C
+#define READTRACE_PAGES_BPF_C
+
+#include "common.bpf.c"
+#include "sched.bpf.c"                /* fault_begin */
+
 #define MERGED_PAGE_KINDS 4                   /* RT_FAULT .. RT_MISS */
-BPF_ARRAY(page_runs, struct rt_event, SLOTS * MERGED_PAGE_KINDS);  /* count == 0: empty; tid: owner */
+BPF_ARRAY(page_runs, struct rt_event, SLOTS * MERGED_PAGE_KINDS);  /* h.count == 0: empty; h.tid: owner */
 
 static __always_inline u32 page_slot(u32 tid, u32 kind)
 {
@@ -16,10 +22,10 @@ static __always_inline void flush_page_run(u32 tid, u32 kind)
 {
     u32 slot = page_slot(tid, kind);
     struct rt_event *r = page_runs.lookup(&slot);
-    if (!r || !r->count || r->tid != tid)
+    if (!r || !r->h.count || r->h.tid != tid)
         return;
     submit_event(r);
-    r->count = 0;
+    r->h.count = 0;
 }
 
 static __always_inline void flush_page_runs(u32 tid)
@@ -30,8 +36,8 @@ static __always_inline void flush_page_runs(u32 tid)
     flush_page_run(tid, RT_MISS);
 }
 
-/* mapping: the struct address_space * when known (raw tracepoints), kept in the run's ofd field so
- * the next hit can extend the run without reading the inode again. */
+/* mapping: the struct address_space * when known (raw tracepoints), kept in the record so the next
+ * hit can extend the run without reading the inode again. */
 static __always_inline int page_event(u16 kind, u32 dev, u64 ino, u64 first, u64 npages, int merge, u64 mapping)
 {
     struct rt_event e = {};
@@ -40,28 +46,27 @@ static __always_inline int page_event(u16 kind, u32 dev, u64 ino, u64 first, u64
     struct rt_event *r = 0;
     if (merge && COALESCE) {
         r = page_runs.lookup(&slot);
-        if (r && r->count) {
-            if (r->tid == tid && r->dev == dev && r->ino == ino && r->offset + r->size == first) {
-                r->size += npages;
-                r->count += 1;
+        if (r && r->h.count) {
+            if (r->h.tid == tid && r->pages.dev == dev && r->pages.ino == ino
+                && r->pages.first + r->pages.npages == first) {
+                r->pages.npages += npages;
+                r->h.count += 1;
                 return 0;
             }
             submit_event(r);
-            r->count = 0;
+            r->h.count = 0;
         }
     }
-    e.ts_ns = bpf_ktime_get_ns();
-    e.pid = current_tgid();
-    e.tid = tid;
-    e.kind = kind;
-    e.fd = -1;
-    e.dev = dev;
-    e.ino = ino;
-    e.offset = first;
-    e.size = npages;
-    e.ret = -1;
-    e.count = 1;
-    e.ofd = mapping;
+    e.h.ts_ns = bpf_ktime_get_ns();
+    e.h.pid = current_tgid();
+    e.h.tid = tid;
+    e.h.kind = kind;
+    e.h.count = 1;
+    e.pages.dev = dev;
+    e.pages.ino = ino;
+    e.pages.first = first;
+    e.pages.npages = npages;
+    e.pages.mapping = mapping;
     if (r) {
         __builtin_memcpy(r, &e, sizeof(e));
         return 0;
@@ -80,9 +85,10 @@ static __always_inline int mapping_event(u16 kind, u64 mapping, u64 first, u64 n
     u64 host, sb, ino = 0;
     u32 dev = 0;
     struct rt_event *r = page_runs.lookup(&slot);
-    if (COALESCE && r && r->count && r->tid == tid && r->ofd == mapping && r->offset + r->size == first) {
-        r->size += npages;
-        r->count += 1;
+    if (COALESCE && r && r->h.count && r->h.tid == tid && r->pages.mapping == mapping
+        && r->pages.first + r->pages.npages == first) {
+        r->pages.npages += npages;
+        r->h.count += 1;
         return 0;
     }
     host = read_ptr(mapping + ADDRESS_SPACE_HOST);
@@ -131,3 +137,5 @@ TRACEPOINT_PROBE(readahead, page_cache_async_ra)
     if (!traced()) return 0;
     return page_event(RT_ASYNC_RA, args->s_dev, args->i_ino, args->index, args->req_count, 0, 0);
 }
+
+#endif

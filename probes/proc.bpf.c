@@ -1,5 +1,12 @@
 /* Process tree: follow every task the command creates; flush per-thread runs when a thread exits. */
 
+#ifndef READTRACE_PROC_BPF_C
+#define READTRACE_PROC_BPF_C
+
+#include "common.bpf.c"
+#include "app.bpf.c"                  /* flush_run */
+#include "pages.bpf.c"                /* flush_page_runs */
+
 static __always_inline void submit_task_event(u16 kind, u32 new_id, char *comm, u64 path)
 {
     struct rt_str_event *e = strs.ringbuf_reserve(sizeof(struct rt_str_event));
@@ -8,14 +15,12 @@ static __always_inline void submit_task_event(u16 kind, u32 new_id, char *comm, 
         return;
     }
     __builtin_memset(e, 0, sizeof(*e));
-    e->ts_ns = bpf_ktime_get_ns();
-    e->pid = current_tgid();
-    e->tid = current_tid();
-    e->kind = kind;
-    e->arg = new_id;
-    e->fd = -1;
-    e->size = -1;
-    e->ret = 0;
+    e->h.ts_ns = bpf_ktime_get_ns();
+    e->h.pid = current_tgid();
+    e->h.tid = current_tid();
+    e->h.kind = kind;
+    e->h.count = 1;
+    e->task.id = new_id;
     if (comm)
         bpf_probe_read_kernel_str(&e->comm, sizeof(e->comm), comm);
     else
@@ -63,16 +68,13 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     if (f)
         f->tid = 0;                           /* killed inside a syscall: free the slot */
     bpf_probe_read_kernel(&code, sizeof(code), (void *)(bpf_get_current_task() + TASK_EXIT_CODE));
-    e.ts_ns = bpf_ktime_get_ns();
-    e.pid = tgid;
-    e.tid = tid;
-    e.kind = RT_EXIT;
-    e.fd = -1;
-    e.offset = -1;
-    e.size = -1;
-    e.ret = args->group_dead;
-    e.arg = code;
-    e.count = 1;
+    e.h.ts_ns = bpf_ktime_get_ns();
+    e.h.pid = tgid;
+    e.h.tid = tid;
+    e.h.kind = RT_EXIT;
+    e.h.count = 1;
+    e.exit.wait_status = code;
+    e.exit.group_dead = args->group_dead;
     submit_event(&e);
     if (args->group_dead) {
         u8 off = 0;
@@ -80,3 +82,5 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     }
     return 0;
 }
+
+#endif

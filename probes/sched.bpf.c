@@ -2,13 +2,17 @@
  * off it waiting on file I/O, or otherwise off it (sleeping, blocked elsewhere). Totals per thread
  * accumulate in sched_acct (read once at the end into the trace's meta["sched"]). Every off-CPU
  * stretch spent in a read syscall or a file page fault (or blocked in D state anywhere) is also one
- * RT_BLOCK record: ts_ns = when it left the CPU, latency_ns = how long it stayed off, arg = what it
- * waited in (an RT_* syscall kind, RT_FAULT, or RT_BLOCK = blocked elsewhere), ofd (reads) or dev/ino
- * (faults) = the file. FUSE READs wait in S state (request_wait_answer), page locks in D: the
+ * RT_BLOCK record (struct rt_wait in readtrace.h): when it left the CPU, how long it stayed off, what it
+ * waited in (an RT_* syscall kind, RT_FAULT, or RT_BLOCK = blocked elsewhere) and the file. FUSE READs wait in S state (request_wait_answer), page locks in D: the
  * context, not the state, says "file I/O".
  *
  * A file fault is in progress from mm_filemap_fault until the thread's next syscall (a fault returns
  * to user space, whose next kernel entry is a syscall or another fault): fault_at holds it. */
+
+#ifndef READTRACE_SCHED_BPF_C
+#define READTRACE_SCHED_BPF_C
+
+#include "common.bpf.c"
 
 #define SCHED_STATE_D 0x2                     /* TASK_UNINTERRUPTIBLE as sched_switch reports it */
 #define SCHED_PREEMPTED 0x100                 /* TASK_REPORT_MAX: switched out while runnable */
@@ -124,20 +128,16 @@ static __always_inline void switch_in(u32 tid, u32 tgid, u64 now)
     else
         a->off_ns += now - a->off_ts;
     if (a->off_what) {
-        e.ts_ns = a->off_ts;
-        e.latency_ns = now - a->off_ts;
-        e.pid = tgid;
-        e.tid = tid;
-        e.kind = RT_BLOCK;
-        e.fd = -1;
-        e.ofd = a->off_ofd;
-        e.dev = a->off_dev;
-        e.ino = a->off_ino;
-        e.offset = -1;
-        e.size = -1;
-        e.ret = 0;
-        e.arg = a->off_what;
-        e.count = 1;
+        e.h.ts_ns = a->off_ts;
+        e.h.pid = tgid;
+        e.h.tid = tid;
+        e.h.kind = RT_BLOCK;
+        e.h.count = 1;
+        e.wait.latency_ns = now - a->off_ts;
+        e.wait.file = a->off_ofd;
+        e.wait.dev = a->off_dev;
+        e.wait.ino = a->off_ino;
+        e.wait.in_kind = a->off_what;
         submit_event(&e);
     }
     a->off_ts = 0;
@@ -163,3 +163,5 @@ TRACEPOINT_PROBE(sched, sched_switch)
     }
     return 0;
 }
+
+#endif

@@ -4,6 +4,16 @@
  * for untraced tasks is the tgid array lookup. Arguments come from pt_regs (x86_64 ABI: di, si, dx,
  * r10, r8, r9), read in one 64-byte copy from r10 up to di. */
 
+#ifndef READTRACE_SYSCALLS_BPF_C
+#define READTRACE_SYSCALLS_BPF_C
+
+#include "common.bpf.c"
+#include "app.bpf.c"                  /* io_enter_at, io_exit, open_enter/exit, munmap_enter, close_enter */
+#include "sched.bpf.c"                /* fault_end */
+#if WITH_FUSE
+#include "fuse.bpf.c"                 /* fuse_daemon_read */
+#endif
+
 struct syscall_regs {                         /* pt_regs from r10 to di (offsets checked in Python) */
     u64 slot[8];
 };
@@ -99,3 +109,5 @@ RAW_TRACEPOINT_PROBE(sys_exit)
         return open_exit(f, tid, ctx->args[1]);
     return io_exit(f, tid, ctx->args[1]);
 }
+
+#endif

@@ -6,7 +6,7 @@ import sys
 from workloads import ebpf_ready
 
 from readtrace.record.prereq import all_checks, probe_tracepoints, require_prerequisites
-from readtrace.record.program import DISPATCH_SOURCE, FUSE_SOURCE, SOURCES
+from readtrace.record.program import FUSE_SOURCE, SOURCES
 
 
 def test_doctor_lists_every_prerequisite():
@@ -22,7 +22,7 @@ def test_doctor_lists_every_prerequisite():
 
 def test_checks_cover_every_tracepoint_the_probes_use():
     names = {c.name for c in all_checks()}
-    used = probe_tracepoints([*SOURCES, DISPATCH_SOURCE]) + probe_tracepoints([FUSE_SOURCE])
+    used = probe_tracepoints(list(SOURCES)) + probe_tracepoints([FUSE_SOURCE])
     assert ("raw", "sys_enter") in used and ("raw", "mm_filemap_fault") in used
     for category, name in used:
         assert (f"raw tracepoint {name}" if category == "raw" else f"tracepoint {category}:{name}") in names

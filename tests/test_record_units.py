@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from conftest import require
 
+from readtrace.record.btf import VMLINUX_BTF
 from readtrace.record.decode import Decoder, _factorize_files, exit_status
 from readtrace.record.program import BTF_TOKENS, CONSTANTS, SYSCALL_NUMBERS, build_source, kind_numbers
-from readtrace.record.records import EVENT_DTYPE, KIND, STR_EVENT_DTYPE
+from readtrace.record.records import EVENT_DTYPE, KIND, STR_EVENT_DTYPE, event_view, layout_asserts
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +46,19 @@ def test_generated_program_has_every_token_substituted(btf):
 
 
 def test_record_layouts_match_the_header():
-    assert EVENT_DTYPE.itemsize == 96 + 8 and STR_EVENT_DTYPE.itemsize == 352
+    assert EVENT_DTYPE.itemsize == 88 + 8 and STR_EVENT_DTYPE.itemsize == 352
     kinds = kind_numbers()
     assert kinds["PREAD"] == 2 and kinds["FUSE_DAEMON_READ"] == 32 and len(set(kinds.values())) == len(kinds)
+    # every member offset Python reads is pinned in the compiled C, each probe file compiled once
+    src = build_source(with_fuse=True) if VMLINUX_BTF.exists() else ""
+    asserts = layout_asserts()
+    assert "struct rt_event, daemon.fh) == 40" in asserts and "struct rt_str_event, open.flags) == 56" in asserts
+    if src:
+        assert asserts in src
+        for guard in ("READTRACE_H", "COMMON", "APP", "SCHED", "PAGES", "PROC", "FUSE", "SYSCALLS"):
+            name = guard if guard == "READTRACE_H" else f"READTRACE_{guard}_BPF_C"
+            assert src.count(f"#define {name}\n") == 1, name  # each file compiled once
+        assert "#include \"" not in src  # every local include expanded
 
 
 def test_exit_status_decodes_wait_status():
@@ -64,27 +75,34 @@ def test_factorize_files_is_exact_even_when_the_packed_key_collides():
     assert [keys[c] for c in codes] == [(0, 1 << 40), (1, 0)]
 
 
-def fuse_records(rows):
+def records(rows):
+    """Ring records from (member, fields) pairs: the head fields and that union member's."""
     rec = np.zeros(len(rows), dtype=EVENT_DTYPE)
-    for i, row in enumerate(rows):
+    for i, (member, row) in enumerate(rows):
+        view = event_view(rec[i:i + 1], member)
         for k, v in row.items():
-            rec[i][k] = v
+            view[0][k] = v
     return rec
 
 
 def test_fuse_join_send_daemon_read_end():
     d = Decoder(root_pid=100, cwd="/")
-    rec = fuse_records([
-        {"kind": KIND["FUSE_SEND"], "dev": 40, "arg": 7, "fd": 15, "pid": 100, "tid": 101, "ts_ns": 1000, "size": 80},
-        {"kind": KIND["FUSE_DAEMON_READ"], "dev": 40, "arg": 7, "fd": 15, "pid": 100, "tid": 101, "aux": 55,
-         "ofd": 2, "ret": 5, "offset": 8192, "size": 4096, "ts_ns": 1500},
-        {"kind": KIND["FUSE_END"], "dev": 40, "arg": 7, "size": 16 + 4096, "ret": 0, "ts_ns": 3000},
+    top = 2**64 - 1
+    rec = records([
+        ("fuse", {"kind": KIND["FUSE_SEND"], "connection": 40, "unique": 7, "opcode": 15, "pid": 100, "tid": 101,
+                  "ts_ns": 1000, "len": 80}),
+        ("daemon", {"kind": KIND["FUSE_DAEMON_READ"], "connection": 40, "unique": 7, "opcode": 15, "pid": 100,
+                    "tid": 101, "daemon_tid": 55, "nodeid": top - 1, "fh": top, "has_read_in": 1, "offset": 8192,
+                    "size": 4096, "ts_ns": 1500}),
+        ("fuse", {"kind": KIND["FUSE_END"], "connection": 40, "unique": 7, "len": 16 + 4096, "error": 0,
+                  "opcode": -1, "ts_ns": 3000}),
         # a request of another process on the same connection: dropped
-        {"kind": KIND["FUSE_SEND"], "dev": 40, "arg": 9, "fd": 15, "pid": 999, "tid": 999, "ts_ns": 1100},
-        {"kind": KIND["FUSE_END"], "dev": 40, "arg": 9, "size": 16, "ret": 0, "ts_ns": 1200},
+        ("fuse", {"kind": KIND["FUSE_SEND"], "connection": 40, "unique": 9, "opcode": 15, "pid": 999, "tid": 999,
+                  "ts_ns": 1100}),
+        ("fuse", {"kind": KIND["FUSE_END"], "connection": 40, "unique": 9, "len": 16, "error": 0, "ts_ns": 1200}),
     ])
     _app, _pages, rows = d.events(rec)
     assert rows == [{"ts_ns": 1000, "pid": 100, "tid": 101, "connection": 40, "unique": 7, "opcode": 15,
-                     "nodeid": 2, "fh": 5, "offset": 8192, "size": 4096, "reply_bytes": 4096,
+                     "nodeid": top - 1, "fh": top, "offset": 8192, "size": 4096, "reply_bytes": 4096,
                      "latency_ns": 2000, "daemon_tid": 55}]
     assert d.unfinished_fuse() == []

@@ -15,12 +15,11 @@ import numpy as np
 import pandas as pd
 
 from readtrace.record.ranks import rank_of
-from readtrace.record.records import KIND
-from readtrace.trace.schema import FUSE_READ, WAIT_IN
+from readtrace.record.records import KIND, event_view, str_view
+from readtrace.trace.schema import WAIT_IN
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 FUSE_OUT_HEADER = 16  # struct fuse_out_header precedes the data of every reply
-U64_MASK = (1 << 64) - 1  # signed record fields that carry a u64 id (fh, unique) back to unsigned
 
 APP_OPS = {
     KIND["READ"]: "read", KIND["PREAD"]: "pread", KIND["READV"]: "readv", KIND["PREADV"]: "preadv",
@@ -94,9 +93,10 @@ class Decoder:
         recorder takes little CPU from the workload while it runs.
         """
         kinds = rec["kind"]
+        opens, tasks = str_view(rec, "open"), str_view(rec, "task")
         comms, paths = _cstr(rec["comm"]), _cstr(rec["path"])
         for i, kind in enumerate(kinds.tolist()):
-            pid, tid, new_id = int(rec["pid"][i]), int(rec["tid"][i]), int(rec["arg"][i])
+            pid, tid, new_id = int(rec["pid"][i]), int(rec["tid"][i]), int(tasks["id"][i])
             ts = int(rec["ts_ns"][i])
             if kind in (KIND["FORK"], KIND["THREAD"]):
                 self.tids.add(new_id)
@@ -113,9 +113,9 @@ class Decoder:
                     self._set_comm(tid, 0, comms[i])
                 if kind == KIND["OPEN"]:
                     paths[i] = self._absolute(paths[i], pid)
-                    self._remember_open(rec[i], paths[i])
-        is_open = kinds == KIND["OPEN"]
-        self._remember_ofds(rec["ofd"][is_open], rec["ts_ns"][is_open], rec["dev"][is_open], rec["ino"][is_open])
+                    self._remember_open(opens[i], paths[i])
+        o = opens[kinds == KIND["OPEN"]]
+        self._remember_ofds(o["file"], o["ts_ns"], o["dev"], o["ino"])
         return paths
 
     def strs_frame(self, rec: np.ndarray, paths: list[str]) -> pd.DataFrame:
@@ -124,15 +124,20 @@ class Decoder:
             return pd.DataFrame()
         kinds = rec["kind"].astype(np.int64)
         is_open = kinds == KIND["OPEN"]
+        o, task = str_view(rec, "open"), str_view(rec, "task")
+
+        def of_open(values: np.ndarray, other, dtype) -> np.ndarray:
+            return np.where(is_open, values, other).astype(dtype)
+
         return pd.DataFrame({
             "ts_ns": rec["ts_ns"].astype(np.int64), "pid": rec["pid"].astype(np.int32),
             "tid": rec["tid"].astype(np.int32), "comm": self._comms(rec["tid"], rec["ts_ns"]),
-            "op": _STR_TABLE[kinds], "fd": np.where(is_open, rec["fd"], -1).astype(np.int32),
-            "ofd": rec["ofd"].astype(np.int64), "path": [p if p else None for p in paths],
-            "dev": rec["dev"].astype(np.int64), "ino": rec["ino"].astype(np.uint64),
-            "offset": np.full(rec.size, -1, np.int64), "size": np.where(is_open, rec["size"], -1),
-            "ret": rec["ret"].astype(np.int64), "latency_ns": rec["latency_ns"].astype(np.int64),
-            "arg": rec["arg"].astype(np.int64), "count": np.ones(rec.size, np.int64),
+            "op": _STR_TABLE[kinds], "fd": of_open(o["ret"], -1, np.int32),
+            "ofd": of_open(o["file"], 0, np.uint64).astype(np.int64), "path": [p if p else None for p in paths],
+            "dev": of_open(o["dev"], 0, np.int64), "ino": of_open(o["ino"], 0, np.uint64),
+            "offset": np.full(rec.size, -1, np.int64), "size": of_open(o["i_size"], -1, np.int64),
+            "ret": of_open(o["ret"], 0, np.int64), "latency_ns": of_open(o["latency_ns"], 0, np.uint64).astype(np.int64),
+            "arg": np.where(is_open, o["flags"], task["id"]).astype(np.int64), "count": np.ones(rec.size, np.int64),
         })
 
     def _absolute(self, path: str, pid: int) -> str:
@@ -159,11 +164,11 @@ class Decoder:
     def _fill_read_files(self, rec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """dev/ino of reads (the probes leave them out): from the latest open of the same struct file."""
         dev, ino = rec["dev"].astype(np.int64), rec["ino"].astype(np.uint64)
-        missing = (ino == 0) & (rec["ofd"] != 0)
+        missing = (ino == 0) & (rec["file"] != 0)
         if not missing.any() or not self._ofd_files:
             return dev, ino
         history = pd.concat(self._ofd_files, ignore_index=True).sort_values("ts_ns", ignore_index=True)
-        wanted = pd.DataFrame({"ofd": rec["ofd"][missing].astype(np.int64),
+        wanted = pd.DataFrame({"ofd": rec["file"][missing].astype(np.int64),
                                "ts_ns": rec["ts_ns"][missing].astype(np.int64),
                                "order": np.arange(int(missing.sum()))}).sort_values("ts_ns")
         # Join the history's row number, not its columns: a u64 inode must not pass through float NaN.
@@ -183,9 +188,9 @@ class Decoder:
         key = (int(r["dev"]), int(r["ino"]))
         info = self.files.get(key)
         if info is None or info.path is None:
-            self.files[key] = FileInfo(path, int(r["size"]))
+            self.files[key] = FileInfo(path, int(r["i_size"]))
         else:
-            info.size = max(info.size, int(r["size"]))
+            info.size = max(info.size, int(r["i_size"]))
 
     def _remember_exec(self, path: str) -> None:
         """The executable is mapped by the kernel, never opened: name it from a stat."""
@@ -201,10 +206,14 @@ class Decoder:
     # --- events ring: app, page-cache and FUSE records ---------------------------------------------
     def events(self, rec: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
         kinds = rec["kind"]
-        app = rec[kinds < KIND["FAULT"]]
-        pages = rec[(kinds >= KIND["FAULT"]) & (kinds < KIND["FUSE_SEND"])]
+        is_exit, is_wait = kinds == KIND["EXIT"], kinds == KIND["BLOCK"]
+        io = event_view(rec[(kinds < KIND["FAULT"]) & ~is_exit & ~is_wait], "io")
+        pages = event_view(rec[(kinds >= KIND["FAULT"]) & (kinds < KIND["FUSE_SEND"])], "pages")
         fuse = rec[kinds >= KIND["FUSE_SEND"]]
-        return self._app(app), self._pages(pages), self._fuse(fuse)
+        app = [self._app(io), self._exits(event_view(rec[is_exit], "exit")),
+               self._waits(event_view(rec[is_wait], "wait"))]
+        app = pd.concat([f for f in app if len(f)], ignore_index=True) if any(len(f) for f in app) else pd.DataFrame()
+        return app, self._pages(pages), self._fuse(fuse)
 
     def _paths(self, pid: np.ndarray, dev: np.ndarray, ino: np.ndarray) -> np.ndarray:
         """Path of each row's (dev, ino); files never opened by the tree (mapped by exec or the
@@ -249,19 +258,46 @@ class Decoder:
         if rec.size == 0:
             return pd.DataFrame()
         kinds = rec["kind"].astype(np.int64)
-        arg = rec["arg"].astype(np.int64)
-        is_exit = kinds == KIND["EXIT"]
-        arg = np.where(is_exit, exit_status(arg), arg)
-        arg = np.where(kinds == KIND["BLOCK"], _WAIT_CODE[np.clip(arg, 0, len(_WAIT_CODE) - 1)], arg)
-        self._remember_ofds(rec["ofd"], rec["ts_ns"], rec["dev"], rec["ino"])
+        self._remember_ofds(rec["file"], rec["ts_ns"], rec["dev"], rec["ino"])
         dev, ino = self._fill_read_files(rec)
         return pd.DataFrame({
             "ts_ns": rec["ts_ns"].astype(np.int64), "pid": rec["pid"].astype(np.int32),
             "tid": rec["tid"].astype(np.int32), "comm": self._comms(rec["tid"], rec["ts_ns"]), "op": _APP_TABLE[kinds],
-            "fd": rec["fd"], "ofd": rec["ofd"].astype(np.int64), "path": self._paths(rec["pid"], dev, ino),
+            "fd": rec["fd"], "ofd": rec["file"].astype(np.int64), "path": self._paths(rec["pid"], dev, ino),
             "dev": dev, "ino": ino, "offset": rec["offset"],
             "size": rec["size"], "ret": rec["ret"], "latency_ns": rec["latency_ns"].astype(np.int64),
-            "arg": arg, "count": rec["count"].astype(np.int64),
+            "arg": rec["arg"], "count": rec["count"].astype(np.int64),
+        })
+
+    def _waits(self, rec: np.ndarray) -> pd.DataFrame:
+        """Stretches off the CPU in file I/O: ``arg`` = what it waited in (schema.WAIT_IN index)."""
+        if rec.size == 0:
+            return pd.DataFrame()
+        n = rec.size
+        dev, ino = rec["dev"].astype(np.int64), rec["ino"].astype(np.uint64)
+        return pd.DataFrame({
+            "ts_ns": rec["ts_ns"].astype(np.int64), "pid": rec["pid"].astype(np.int32),
+            "tid": rec["tid"].astype(np.int32), "comm": self._comms(rec["tid"], rec["ts_ns"]), "op": "wait",
+            "fd": np.full(n, -1, np.int32), "ofd": rec["file"].astype(np.int64),
+            "path": self._paths(rec["pid"], dev, ino), "dev": dev, "ino": ino,
+            "offset": np.full(n, -1, np.int64), "size": np.full(n, -1, np.int64), "ret": np.zeros(n, np.int64),
+            "latency_ns": rec["latency_ns"].astype(np.int64), "arg": _WAIT_CODE[rec["in_kind"].astype(np.int64)],
+            "count": np.ones(n, np.int64),
+        })
+
+    def _exits(self, rec: np.ndarray) -> pd.DataFrame:
+        """Thread exits: ``arg`` = the shell-style exit code, ``ret`` = 1 when the process ended."""
+        if rec.size == 0:
+            return pd.DataFrame()
+        n = rec.size
+        return pd.DataFrame({
+            "ts_ns": rec["ts_ns"].astype(np.int64), "pid": rec["pid"].astype(np.int32),
+            "tid": rec["tid"].astype(np.int32), "comm": self._comms(rec["tid"], rec["ts_ns"]), "op": "exit",
+            "fd": np.full(n, -1, np.int32), "ofd": np.zeros(n, np.int64), "path": None,
+            "dev": np.zeros(n, np.int64), "ino": np.zeros(n, np.uint64), "offset": np.full(n, -1, np.int64),
+            "size": np.full(n, -1, np.int64), "ret": rec["group_dead"].astype(np.int64),
+            "latency_ns": np.zeros(n, np.int64), "arg": exit_status(rec["wait_status"].astype(np.int64)),
+            "count": np.ones(n, np.int64),
         })
 
     def _pages(self, rec: np.ndarray) -> pd.DataFrame:
@@ -271,27 +307,34 @@ class Decoder:
             "ts_ns": rec["ts_ns"].astype(np.int64), "pid": rec["pid"].astype(np.int32),
             "tid": rec["tid"].astype(np.int32), "op": _PAGE_TABLE[rec["kind"].astype(np.int64)],
             "dev": rec["dev"].astype(np.int64), "ino": rec["ino"].astype(np.uint64),
-            "path": self._paths(rec["pid"], rec["dev"], rec["ino"]), "offset": rec["offset"] * PAGE_SIZE,
-            "size": rec["size"] * PAGE_SIZE, "count": rec["count"].astype(np.int64),
+            "path": self._paths(rec["pid"], rec["dev"], rec["ino"]),
+            "offset": rec["first"].astype(np.int64) * PAGE_SIZE,
+            "size": rec["npages"].astype(np.int64) * PAGE_SIZE, "count": rec["count"].astype(np.int64),
         })
 
     def _fuse(self, rec: np.ndarray) -> list[dict]:
         """Join send / daemon read / end on (connection, unique); a request is done at its end."""
         done = []
-        for r in rec:
-            key = (int(r["dev"]), int(r["arg"]) & U64_MASK)
+        requests, daemon = event_view(rec, "fuse").tolist(), event_view(rec, "daemon")
+        names = event_view(rec, "fuse").dtype.names
+        for i, kind in enumerate(rec["kind"].tolist()):
+            if kind == KIND["FUSE_DAEMON_READ"]:
+                d = daemon[i]
+                key = (int(d["connection"]), int(d["unique"]))
+                req = self._fuse_open.setdefault(key, {"connection": key[0], "unique": key[1]})
+                body = bool(d["has_read_in"])  # fuse_read_in copied: fh, offset, size
+                req.update(read_ts=int(d["ts_ns"]), opcode=int(d["opcode"]), pid=int(d["pid"]), tid=int(d["tid"]),
+                           nodeid=int(d["nodeid"]), fh=int(d["fh"]) if body else 0,
+                           offset=int(d["offset"]) if body else -1, size=int(d["size"]) if body else -1,
+                           daemon_tid=int(d["daemon_tid"]))
+                continue
+            r = dict(zip(names, requests[i], strict=True))
+            key = (int(r["connection"]), int(r["unique"]))
             req = self._fuse_open.setdefault(key, {"connection": key[0], "unique": key[1]})
-            kind = int(r["kind"])
             if kind == KIND["FUSE_SEND"]:
-                req.update(send_ts=int(r["ts_ns"]), opcode=int(r["fd"]), send_pid=int(r["pid"]),
-                           send_tid=int(r["tid"]))
-            elif kind == KIND["FUSE_DAEMON_READ"]:
-                has_body = int(r["fd"]) == FUSE_READ and int(r["offset"]) >= 0  # fuse_read_in decoded
-                req.update(read_ts=int(r["ts_ns"]), opcode=int(r["fd"]), pid=int(r["pid"]), tid=int(r["tid"]),
-                           nodeid=int(r["ofd"]), fh=int(r["ret"]) & U64_MASK if has_body else 0,
-                           offset=int(r["offset"]), size=int(r["size"]), daemon_tid=int(r["aux"]))
+                req.update(send_ts=r["ts_ns"], opcode=r["opcode"], send_pid=r["pid"], send_tid=r["tid"])
             else:
-                req.update(end_ts=int(r["ts_ns"]), reply_len=int(r["size"]), error=int(r["ret"]))
+                req.update(end_ts=r["ts_ns"], reply_len=r["len"], error=r["error"])
                 row = self._fuse_row(self._fuse_open.pop(key))
                 if row is not None:
                     done.append(row)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.record.program import DISPATCH_SOURCE, FUSE_SOURCE, SOURCES, probe_text
+from readtrace.record.program import FUSE_SOURCE, SOURCES, probe_text
 
 TRACEFS = Path("/sys/kernel/tracing")
 CAP_PERFMON, CAP_BPF, CAP_SYS_ADMIN = 38, 39, 21
@@ -180,7 +180,7 @@ def all_checks() -> list[Check]:
     checks = [check_privileges(), check_bcc(), check_headers(), check_tracefs(), check_btf(), check_arch(),
               check_pid_namespace()]
     if checks[3].ok:
-        checks += check_tracepoints([*SOURCES, DISPATCH_SOURCE], required=True)
+        checks += check_tracepoints(list(SOURCES), required=True)
         checks += check_tracepoints([FUSE_SOURCE], required=False)
     checks += check_fuse()
     return checks

@@ -14,10 +14,11 @@ from pathlib import Path
 from readtrace.record.btf import BTFError, kernel_btf
 
 HEADER = "readtrace.h"
-# Concatenation order matters: later files call helpers of earlier ones.
-SOURCES = ("common.bpf.c", "app.bpf.c", "sched.bpf.c", "pages.bpf.c", "proc.bpf.c")
-FUSE_SOURCE = "fuse.bpf.c"
-DISPATCH_SOURCE = "syscalls.bpf.c"  # last: calls into app (and fuse when included)
+# The programs that attach: each file #includes what it uses (fuse.bpf.c under #if WITH_FUSE).
+ENTRY_SOURCES = ("syscalls.bpf.c", "proc.bpf.c", "sched.bpf.c")
+SOURCES = ("common.bpf.c", "app.bpf.c", "sched.bpf.c", "pages.bpf.c", "proc.bpf.c", "syscalls.bpf.c")  # always compiled
+FUSE_SOURCE = "fuse.bpf.c"  # the FUSE view, with FUSE mounts only
+_LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+)".*$', re.M)
 
 EVENTS_RING_BYTES = 64 << 20
 STRS_RING_BYTES = 8 << 20
@@ -119,12 +120,21 @@ def substitute(text: str, tokens: dict[str, int]) -> str:
     return pattern.sub(lambda m: str(tokens[m.group(1)]), text)
 
 
+def expand_includes(name: str, seen: set[str]) -> str:
+    """``name`` with its ``#include "file"`` lines replaced by those probe files, each file once: bcc
+    compiles one text, and the result is what ``record --ebpf`` prints."""
+    if name in seen:
+        return f"/* {name}: included above */"
+    seen.add(name)
+    return _LOCAL_INCLUDE.sub(lambda m: expand_includes(m.group(1), seen), probe_text(name))
+
+
 def build_source(*, with_fuse: bool, coalesce: bool = True, ring_bytes: int = EVENTS_RING_BYTES) -> str:
     """The final C text of the probes, as compiled (BTFError when the kernel lacks a struct)."""
-    parts = [probe_text(HEADER), *(probe_text(s) for s in SOURCES)]
-    if with_fuse:
-        parts.append(probe_text(FUSE_SOURCE))
-    parts.append(probe_text(DISPATCH_SOURCE))
+    from readtrace.record.records import layout_asserts
+
+    seen: set[str] = set()
+    parts = [expand_includes(name, seen) for name in ENTRY_SOURCES] + [layout_asserts()]
     if ring_bytes < PAGE_SIZE or ring_bytes & (ring_bytes - 1):
         raise ValueError("the events ring size must be a power of two of at least one page")
     tokens = {**CONSTANTS, **SYSCALL_NUMBERS, **kernel_offsets(with_fuse), "COALESCE": int(coalesce),
