@@ -5,8 +5,8 @@ import pandas as pd
 from test_analyze_findings import codes, files_frame, only
 
 from readtrace.analyze import analyze
-from readtrace.analyze.coalesced import expand_coalesced
 from readtrace.trace import make_trace
+from readtrace.trace.runs import expand_coalesced
 
 KiB, MiB = 1024, 1 << 20
 

@@ -17,7 +17,7 @@ PIECE_COLUMNS = ["tid", "bytes", "consecutive_fraction", "sequential_fraction", 
 def _own_pieces(a):
     """The (open file, task) pieces classified on their own, in the order the analysis lists them."""
     app = a.app
-    ofd = dense_codes(app.ofd, app.opened, app.file)
+    ofd = dense_codes(app.handle, app.opened, app.file)
     sub = dense_codes(ofd[0], app.tid)
     p = classify_pieces(app, *sub, BaseOrders(app), Thresholds())
     return pd.DataFrame({"tid": p.tid, "bytes": p.bytes, "consecutive_fraction": p.consecutive,

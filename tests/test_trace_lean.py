@@ -53,17 +53,31 @@ def test_lean_load_keeps_every_row_and_value(tmp_path):
     full, lean = load_trace(path), load_trace(path, lean=True)
     is_read = full.events["op"].isin(READ_OPS)
     assert list(lean.reads.columns) == list(READ_COLUMNS)
-    assert list(lean.events.columns) == TABLES["events"].names
-    assert len(lean.reads) == is_read.sum() > 0 and len(lean.events) == (~is_read).sum() == 4
+    assert list(lean.others.columns) == TABLES["events"].names == list(full.others.columns)
+    assert len(lean.reads) == is_read.sum() > 0 and len(lean.others) == (~is_read).sum() == 4
     pd.testing.assert_frame_equal(_sorted(lean.reads), _sorted(full.events[is_read][list(READ_COLUMNS)]),
                                   check_dtype=False)
-    pd.testing.assert_frame_equal(_sorted(lean.events), _sorted(full.events[~is_read]), check_dtype=False)
+    pd.testing.assert_frame_equal(_sorted(lean.others), _sorted(full.events[~is_read]), check_dtype=False)
     for name in ("pages", "fuse", "files"):
         pd.testing.assert_frame_equal(_sorted(getattr(lean, name)), _sorted(getattr(full, name)), check_dtype=False)
     assert isinstance(lean.reads["path"].dtype, pd.CategoricalDtype)
     assert isinstance(lean.pages["op"].dtype, pd.CategoricalDtype)
     assert lean.reads["pid"].dtype == np.int32 and lean.reads["offset"].dtype == np.int64
-    assert full.reads is None
+
+
+def test_readers_mean_the_same_in_full_and_lean_loads(tmp_path):
+    """reads/runs(): one row per recorded run; calls(): one per call; others: the rest; events: all."""
+    path = _mixed_trace(tmp_path / "t.rtrace")
+    for t in (load_trace(path), load_trace(path, lean=True)):
+        runs, calls = t.runs(), t.calls()
+        assert runs is t.reads and set(runs["count"]) == {1, 4}
+        assert len(calls) == len(runs) + 3 and (calls["count"] == 1).all()
+        assert calls["ret"].sum() == runs["ret"].sum()
+        assert not t.others["op"].isin(READ_OPS).any() and t.reads["ret"].notna().all()
+        assert len(t.events) == len(t.reads) + len(t.others)  # lean: read again, in full
+        assert list(t.events.columns) == TABLES["events"].names
+    run = calls[calls["offset"].between(16384, 16384 + 3 * 4096) & (calls["tid"] == 300)]
+    assert sorted(run["offset"]) == [16384, 20480, 24576, 28672] and set(run["size"]) == {4096}
 
 
 @pytest.mark.parametrize("case", ["mixed", "shared", "own", "sequential"])
@@ -86,4 +100,5 @@ def test_lean_load_reports_damage(tmp_path):
 
 def test_lean_empty_trace(tmp_path):
     t = load_trace(write_trace(tmp_path / "e.rtrace", files=files_frame(GCS, 1, "ext4")), lean=True)
-    assert len(t.reads) == 0 and list(t.reads.columns) == list(READ_COLUMNS) and len(t.events) == 0
+    assert len(t.reads) == 0 and list(t.reads.columns) == list(READ_COLUMNS) and len(t.others) == 0
+    assert len(t.calls()) == 0 and len(t.events) == 0

@@ -1,7 +1,7 @@
 """The accesses of a trace as flat numpy columns: reads (syscalls), mmap faults, FUSE requests.
 
-Every access carries the ids the streams group by: task (tid), process (pid), open file description
-(``ofd`` code; for a fault the mapping's open file), file id. Built with hash joins, no row loops.
+Every access carries the ids the streams group by: task (tid), process (pid), the open file it went
+through (``handle``), file id. Built with hash joins, no row loops.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pandas as pd
 from readtrace.analyze.fileindex import UNKNOWN, FileIndex
 from readtrace.analyze.grouping import dense_codes
 from readtrace.analyze.nodes import handle_files, node_files
-from readtrace.trace.schema import FUSE_READ, READ_OPS
+from readtrace.trace.schema import FUSE_READ
 
 SOURCE_READ, SOURCE_FAULT, SOURCE_FUSE = 0, 1, 2
 # Synthesized open-file keys when the recorder could not read the kernel's struct file * (positive,
@@ -32,7 +32,10 @@ class Accesses:
     pid: np.ndarray  # int32 (the trace's dtype: no 10 M-row copy) or int64
     tid: np.ndarray  # int32 or int64
     file: np.ndarray  # int64 file id (-1 unknown)
-    ofd: np.ndarray  # int64 key: open file description (kernel struct file *, or synthesized), FUSE handle
+    # int64: the open file the access went through. Reads and faults: the open file description's key
+    # (kernel struct file *, else a synthesized (pid, fd) / (pid, file) key); FUSE requests: the
+    # daemon handle's row in the handle table (Analysis.handles).
+    handle: np.ndarray
     opened: np.ndarray  # int64: when that open file was opened, where its key was reused (else 0)
     offset: np.ndarray  # int64
     nbytes: np.ndarray  # int64, bytes returned (> 0)
@@ -48,7 +51,7 @@ class Accesses:
 
     @classmethod
     def concat(cls, parts: list[Accesses]) -> Accesses:
-        names = ("ts", "pid", "tid", "file", "ofd", "opened", "offset", "nbytes", "latency", "source")
+        names = ("ts", "pid", "tid", "file", "handle", "opened", "offset", "nbytes", "latency", "source")
         used = [p for p in parts if len(p)]
         if len(used) == 1:
             return used[0]
@@ -129,28 +132,18 @@ def opened_at(keys: np.ndarray, ts: np.ndarray, opens: pd.DataFrame) -> np.ndarr
     return out
 
 
-def read_accesses(events: pd.DataFrame, files: FileIndex, reads: pd.DataFrame | None = None
-                  ) -> tuple[Accesses, pd.DataFrame]:
-    """Read syscalls that returned bytes at a known offset; also the reads that moved nothing
-    (``file``, ``ret``: 0 at end of file, < 0 failed) or whose offset is unknown.
-
-    ``reads``: the read rows apart (a lean trace's ``Trace.reads``); ``events`` then holds the others.
-    """
-    if reads is None:
-        is_read = events["op"].isin(READ_OPS).to_numpy()
-        reads, others = events, events[~is_read]
-        pick = None if is_read.all() else is_read  # column by column: never copy the whole table
-    else:
-        others, pick = events, None
+def read_accesses(others: pd.DataFrame, files: FileIndex, reads: pd.DataFrame) -> tuple[Accesses, pd.DataFrame]:
+    """Read syscalls (``reads``: one row per call, ``Trace.calls()``) that returned bytes at a known
+    offset; also the reads that moved nothing (``file``, ``ret``: 0 at end of file, < 0 failed) or
+    whose offset is unknown. ``others``: the other application events (opens, dups: ``Trace.others``)."""
 
     def col(name: str, convert=_i64) -> np.ndarray:
-        values = convert(reads[name])
-        return values if pick is None else values[pick]
+        return convert(reads[name])
 
     pid, fd, ofd = col("pid", _ints), col("fd"), col("ofd")
     named = app_files(others, files)
-    path = reads["path"] if pick is None else reads["path"][pick]
-    file = files.lookup(col("dev"), col("ino"), path)
+    path = reads["path"]
+    file = files.lookup(col("dev"), reads["ino"].to_numpy(), path)
     del path
     todo = file < 0
     if todo.any():
@@ -174,7 +167,7 @@ def read_accesses(events: pd.DataFrame, files: FileIndex, reads: pd.DataFrame | 
     ts = col("ts_ns")
     opened = opened_at(ofd_key, ts, others[others["op"] == "open"])
     acc = Accesses(
-        ts=kept(ts), pid=kept(pid), tid=kept(col("tid", _ints)), file=kept(file), ofd=kept(ofd_key),
+        ts=kept(ts), pid=kept(pid), tid=kept(col("tid", _ints)), file=kept(file), handle=kept(ofd_key),
         opened=kept(opened), offset=kept(offset), nbytes=kept(ret), latency=kept(col("latency_ns")),
         source=np.full(int(moved.sum()), SOURCE_READ, np.int8))
     return acc, idle
@@ -192,10 +185,10 @@ def fault_accesses(events: pd.DataFrame, pages: pd.DataFrame, files: FileIndex) 
     the mapping, by the nearest ancestor that mapped it. No mapping found: one per (pid, file).
     """
     faults = pages[pages["op"] == "fault"]
-    file = files.lookup(_i64(faults["dev"]), _i64(faults["ino"]), faults["path"])
+    file = files.lookup(_i64(faults["dev"]), faults["ino"].to_numpy(), faults["path"])
     pid = _i64(faults["pid"])
     mmaps = events[events["op"] == "mmap"]
-    mfile = files.lookup(_i64(mmaps["dev"]), _i64(mmaps["ino"]), mmaps["path"], add=False)
+    mfile = files.lookup(_i64(mmaps["dev"]), mmaps["ino"].to_numpy(), mmaps["path"], add=False)
     mofd = _open_key(mmaps)
     mopened = opened_at(mofd, _i64(mmaps["ts_ns"]), events[events["op"] == "open"])
     mkey = _fd_key(_i64(mmaps["pid"]), mfile)
@@ -217,7 +210,7 @@ def fault_accesses(events: pd.DataFrame, pages: pd.DataFrame, files: FileIndex) 
         owner[np.flatnonzero(todo)[pos >= 0]] = parent.to_numpy()[pos[pos >= 0]]
     ofd = np.where(ofd != 0, ofd, _fd_key(pid, file) | MAPPING_KEY)
     return Accesses(
-        ts=_i64(faults["ts_ns"]), pid=pid, tid=_i64(faults["tid"]), file=file, ofd=ofd, opened=opened,
+        ts=_i64(faults["ts_ns"]), pid=pid, tid=_i64(faults["tid"]), file=file, handle=ofd, opened=opened,
         offset=_i64(faults["offset"]), nbytes=_i64(faults["size"]).clip(min=0),
         latency=np.zeros(len(faults), np.int64), source=np.full(len(faults), SOURCE_FAULT, np.int8))
 
@@ -240,7 +233,7 @@ def fuse_accesses(fuse: pd.DataFrame, events: pd.DataFrame, app: Accesses, files
     table["file"] = handle_files(table, node_files(fuse, events, app, files), files, np.unique(app.file))
     acc = Accesses(
         ts=_i64(reads["ts_ns"]), pid=_i64(reads["pid"]), tid=_i64(reads["tid"]),
-        file=table["file"].to_numpy()[codes], ofd=codes.astype(np.int64),  # the handle's row in table
+        file=table["file"].to_numpy()[codes], handle=codes.astype(np.int64),  # the handle's row in table
         opened=np.zeros(len(reads), dtype=np.int64),
         offset=_i64(reads["offset"]), nbytes=nbytes, latency=_i64(reads["latency_ns"]),
         source=np.full(len(reads), SOURCE_FUSE, np.int8))

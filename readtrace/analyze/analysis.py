@@ -9,7 +9,6 @@ import pandas as pd
 
 from readtrace.analyze import fronts, interleave, pagecache, ranks, timesplit, whatif
 from readtrace.analyze.accesses import SOURCE_READ, Accesses, fault_accesses, fuse_accesses, read_accesses
-from readtrace.analyze.coalesced import expand_coalesced
 from readtrace.analyze.fileindex import FileIndex
 from readtrace.analyze.finding import Finding
 from readtrace.analyze.findings import find_all, lost_events
@@ -54,7 +53,7 @@ def _streams(app: Accesses, fuse: Accesses, handles: pd.DataFrame, th: Threshold
     orders = BaseOrders(app)
     file = orders.factor("file")
     task = dense_codes(orders.factor("tid"), file)
-    ofd = dense_codes(app.ofd, app.opened, file)
+    ofd = dense_codes(app.handle, app.opened, file)
     plan = (("ofd", ofd, None), ("task", task, None), ("process", dense_codes(app.pid, file), task),
             ("file", dense_codes(file), task))
     # Open files shared by tasks: their (open file, task) pieces usually are the task streams, so the
@@ -76,7 +75,7 @@ def _streams(app: Accesses, fuse: Accesses, handles: pd.DataFrame, th: Threshold
         done.append(((codes, n), df))
     del orders, task, ofd, plan, file, early
     frames = [df for _, df in done]
-    frames.append(_shared(fuse, fuse.ofd, len(handles), BaseOrders(fuse), th, "fuse_handle"))
+    frames.append(_shared(fuse, fuse.handle, len(handles), BaseOrders(fuse), th, "fuse_handle"))
     frames[-1]["code"] = np.arange(len(handles))
     stream_tasks = pd.concat([f.attrs["tasks"] for f in frames if "tasks" in f.attrs], ignore_index=True)
     for f in frames:
@@ -97,7 +96,7 @@ def _relabel(twin: pd.DataFrame, kind: str, acc: Accesses, codes: np.ndarray, n:
     df = twin.copy()
     df.attrs.clear()  # the twin's own per-task pieces stay with the twin (no duplicate rows)
     df["kind"] = kind
-    for col, values in (("pid", acc.pid), ("tid", acc.tid), ("ofd", acc.ofd), ("opened", acc.opened),
+    for col, values in (("pid", acc.pid), ("tid", acc.tid), ("ofd", acc.handle), ("opened", acc.opened),
                         ("file_id", acc.file)):
         df[col] = values[first]
     return df.drop(columns=[c for c in df.columns if c.startswith(_SHARED_ONLY_PREFIXES) or c == "interleaved"])
@@ -133,10 +132,10 @@ def _label_streams(streams: pd.DataFrame, files: pd.DataFrame, handles: pd.DataF
     streams["fstype"] = files["fstype"].reindex(streams["file_id"]).fillna("").to_numpy()
     is_handle = (streams["kind"] == "fuse_handle").to_numpy()
     fh = np.zeros(len(streams), dtype=np.uint64)  # the daemon's u64 handle; only for kind fuse_handle
-    fh[is_handle] = handles["fh"].to_numpy(np.uint64)[streams["ofd"].to_numpy()[is_handle]] if is_handle.any() else []
+    fh[is_handle] = handles["fh"].to_numpy(np.uint64)[streams["code"].to_numpy()[is_handle]] if is_handle.any() else []
     streams["fh"] = fh
-    streams.loc[is_handle, "ofd"] = 0
     kind = streams["kind"].to_numpy()
+    streams.loc[kind != "ofd", "ofd"] = 0  # the open file description of kind "ofd" streams only
     ofd_hex = [f"{o & 0xFFFFFFFFFFFFFFFF:#x}" for o in streams["ofd"].tolist()]
     labels = np.select(
         [kind == "task", kind == "process", kind == "ofd", kind == "fuse_handle"],
@@ -201,7 +200,7 @@ def _wall_s(trace: Trace, app: Accesses, fuse: Accesses) -> float | None:
         return float(trace.meta["wall_s"])
     if (trace.meta.get("fuse_view") or {}).get("timed") is False and len(app) == 0:
         return None  # a log without times: its "times" are line numbers
-    tables = (trace.pages, trace.events, *([trace.reads] if trace.reads is not None else []))
+    tables = (trace.pages, trace.others, trace.reads)
     stamps = [s for s in (app.ts, fuse.ts, *(t["ts_ns"].to_numpy() for t in tables)) if len(s)]
     if not stamps:
         return None
@@ -249,10 +248,8 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     """Analyze a loaded trace (``readtrace.trace.load_trace``/``make_trace``)."""
     th = thresholds or Thresholds()
     index = FileIndex(trace.files)
-    events = expand_coalesced(trace.events)
-    lean_reads = expand_coalesced(trace.reads) if trace.reads is not None else None
-    reads, idle = read_accesses(events, index, lean_reads)
-    del lean_reads
+    events = trace.others
+    reads, idle = read_accesses(events, index, trace.calls())
     faults = fault_accesses(events, trace.pages, index)
     app = Accesses.concat([reads, faults])
     fuse, handles = fuse_accesses(trace.fuse, events, app, index)
@@ -272,7 +269,7 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
                  thresholds=th, app=app, fuse=fuse, handles=handles, pages=pages, stream_tasks=stream_tasks,
                  tasks=tasks, trace_path=str(trace.path) if trace.path else None,
                  residency=fronts.mapped_files(events, pages, index) if sampled else {})
-    job_ranks = ranks.process_ranks(trace.meta, trace.events)
+    job_ranks = ranks.process_ranks(trace.meta, trace.others)  # forks are among the others
     data_files = file_table.index[file_table["role"] == "data"].to_numpy()
     a.ranks = ranks.per_rank(app, job_ranks, int(trace.meta.get("t0_ns") or (app.ts.min() if len(app) else 0)),
                              data_files)

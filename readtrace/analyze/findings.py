@@ -198,7 +198,7 @@ def small_fuse_readahead(a: Analysis) -> list[Finding]:
     out = []
     if len(a.fuse) == 0:
         return out
-    conn = a.handles["connection"].to_numpy()[a.fuse.ofd]
+    conn = a.handles["connection"].to_numpy()[a.fuse.handle]
     for file_id in np.unique(a.fuse.file):
         mask = a.fuse.file == file_id
         sizes = a.fuse.nbytes[mask]

@@ -91,8 +91,8 @@ def per_task(codes: np.ndarray, n: int, sub: tuple[np.ndarray, int], pieces: Pie
 
 
 def stream_rows(acc: Accesses, ofd_key: int, opened: int, file_id: int) -> np.ndarray:
-    """Rows of one open file / FUSE handle (``acc.ofd`` key, ``acc.opened``) on one file, in time order."""
-    rows = np.flatnonzero((acc.ofd == ofd_key) & (acc.opened == opened) & (acc.file == file_id))
+    """Rows of one open file / FUSE handle (``acc.handle`` key, ``acc.opened``) on one file, in time order."""
+    rows = np.flatnonzero((acc.handle == ofd_key) & (acc.opened == opened) & (acc.file == file_id))
     return rows[np.argsort(acc.ts[rows], kind="stable")]
 
 

@@ -64,7 +64,7 @@ def attribute(rows: pd.DataFrame, acc: Accesses) -> pd.DataFrame:
     mine = np.flatnonzero(np.isin((tid << 24) ^ acc.file, np.unique(key)))  # only these tasks' accesses
     mine = mine[np.argsort(acc.ts[mine], kind="stable")]
     right = pd.DataFrame({"ts": acc.ts[mine], "key": (tid[mine] << 24) ^ acc.file[mine],
-                          "ofd": acc.ofd[mine], "opened": acc.opened[mine]})
+                          "ofd": acc.handle[mine], "opened": acc.opened[mine]})
     joined = pd.merge_asof(left.sort_values("ts", kind="stable"), right, on="ts", by="key",
                            direction="nearest").sort_values("row")
     out = wanted.assign(ofd=joined["ofd"].to_numpy(), opened=joined["opened"].to_numpy(), file_id=wanted["file"])

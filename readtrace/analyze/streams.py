@@ -181,7 +181,7 @@ def summarize(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: 
     last_rows = cl.order[starts + counts - 1]
     df = pd.DataFrame({
         "kind": kind, "file_id": acc.file[first_rows], "pid": acc.pid[first_rows], "tid": acc.tid[first_rows],
-        "ofd": acc.ofd[first_rows], "opened": acc.opened[first_rows], "accesses": counts,
+        "ofd": acc.handle[first_rows], "opened": acc.opened[first_rows], "accesses": counts,
         "faults": sorted_sum(starts, acc.source[cl.order] == SOURCE_FAULT) if orders.has_faults
         else np.zeros(n, dtype=np.int64), "bytes": nbytes,
         **fractions(cl, starts, counts, nbytes, th),

@@ -35,7 +35,7 @@ def chrome_trace(a: Analysis, max_events: int = MAX_EVENTS) -> dict:
     t0 = time_origin(a)
     app_names = np.where(a.app.source == SOURCE_FAULT, "mmap fault", "read")
     app = _slices(a, a.app, app_names, a.app.pid, max_events, t0)
-    fuse = _slices(a, a.fuse, np.full(len(a.fuse), "FUSE READ"), HANDLE_PID_BASE + a.fuse.ofd,
+    fuse = _slices(a, a.fuse, np.full(len(a.fuse), "FUSE READ"), HANDLE_PID_BASE + a.fuse.handle,
                    max(0, max_events - len(app)), t0)
     events = []
     for df in (app, fuse):

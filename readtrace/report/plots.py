@@ -43,7 +43,7 @@ def get_offset_time_df(a: Analysis, view: str = "task", max_points: int = MAX_PO
     if view == "task":
         series = pd.Series(acc.tid[rows]).map(lambda t: f"tid {t}")
     else:
-        fh = a.handles["fh"].to_numpy()[acc.ofd[rows]]
+        fh = a.handles["fh"].to_numpy()[acc.handle[rows]]
         series = pd.Series([f"handle {h}, tid {t}" for h, t in zip(fh, acc.tid[rows], strict=True)])
     df = pd.DataFrame({"t_s": (acc.ts[rows] - time_origin(a)) / 1e9, "offset_mib": acc.offset[rows] / MiB,
                        "bytes": acc.nbytes[rows], "series": series.to_numpy()})

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from readtrace import replace
 from readtrace.errors import ReadtraceError, TraceError
+from readtrace.trace.runs import expand_coalesced
 from readtrace.trace.schema import READ_COLUMNS, READ_OPS, TABLES, default_for
 
 FORMAT_NAME = "readtrace-trace"
@@ -71,25 +72,56 @@ def is_trace_dir(path: Path) -> bool:
 
 @dataclass
 class Trace:
-    """A loaded trace: ``meta`` dict and one DataFrame per table.
+    """A loaded trace: ``meta`` and one DataFrame per view; the application view split by kind so
+    that every frame means one thing, in full and lean loads alike (see trace/schema.py, "Readers"):
 
-    ``reads`` is None except after ``load_trace(lean=True)``: then it holds the read syscalls
-    (``READ_OPS``, only ``READ_COLUMNS``) and ``events`` every other event.
+    - ``reads``: the read syscalls (``READ_OPS``) as recorded, one row per merged run; also ``runs()``.
+    - ``calls()``: the same reads, one row per call (merged runs expanded).
+    - ``others``: every other application event (open, close, dup, mmap, ..., fork, exec, exit).
+    - ``events``: all application events in recorded order (a lean load reads them again on first use).
+    A lean load differs in dtypes only: text columns are categoricals, ``reads`` has ``READ_COLUMNS``.
     """
 
     meta: dict
-    events: pd.DataFrame
+    others: pd.DataFrame
+    reads: pd.DataFrame
     pages: pd.DataFrame
     fuse: pd.DataFrame
     files: pd.DataFrame
     path: Path | None = field(default=None)
-    reads: pd.DataFrame | None = field(default=None)
+    lean: bool = False
+    _events: pd.DataFrame | None = field(default=None, repr=False)
+
+    def runs(self) -> pd.DataFrame:
+        """The read syscalls as recorded: ``count`` calls per row, ``size``/``ret``/``latency_ns`` totals."""
+        return self.reads
+
+    def calls(self) -> pd.DataFrame:
+        """The read syscalls one row per call (each merged run spread back into its calls)."""
+        return expand_coalesced(self.reads)
+
+    @property
+    def events(self) -> pd.DataFrame:
+        """Every application event (reads and others) in recorded order, all columns."""
+        if self._events is None:
+            if self.path is None:
+                raise TraceError("this trace has no events table to read again")
+            self._events = _load_table(self.path, "events", self.meta.get("rows", {}).get("events"), lean=False)
+        return self._events
+
+
+def _split_frame(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(reads, others) of a whole events frame."""
+    is_read = events["op"].isin(READ_OPS).to_numpy()
+    return events[is_read].reset_index(drop=True), events[~is_read].reset_index(drop=True)
 
 
 def _to_table(name: str, data) -> pa.Table:
     """Coerce a DataFrame / dict of columns / list of row dicts to the table's schema.
 
-    Columns the caller left out are filled with the schema default; unknown columns are an error.
+    Columns the caller left out, and missing values (NaN, None) in the others, are filled with the
+    schema default, so no table holds numeric nulls (a null would turn a u64 column into float on
+    load); unknown columns are an error.
     """
     schema = TABLES[name]
     if isinstance(data, pa.Table):
@@ -108,8 +140,11 @@ def _to_table(name: str, data) -> pa.Table:
             col = data[f.name]
             if pa.types.is_string(f.type):
                 col = col.astype(object).where(col.notna(), None)
-            elif pa.types.is_unsigned_integer(f.type) and col.dtype == object:
-                col = np.array(col.tolist(), dtype=np.uint64)  # Python ints up to 2**64-1; < 0 raises
+            else:
+                if col.hasnans:
+                    col = col.fillna(default_for(f))
+                if pa.types.is_unsigned_integer(f.type) and col.dtype == object:
+                    col = np.array(col.tolist(), dtype=np.uint64)  # Python ints up to 2**64-1; < 0 raises
             arrays.append(pa.array(col, type=f.type, from_pandas=True))
         else:
             arrays.append(pa.array([default_for(f)] * n, type=f.type))
@@ -231,7 +266,10 @@ def make_trace(*, meta: dict | None = None, events=None, pages=None, fuse=None, 
     frames = {}
     for name, data in (("events", events), ("pages", pages), ("fuse", fuse), ("files", files)):
         frames[name] = empty_frame(name) if data is None else _to_table(name, data).to_pandas()
-    return Trace(meta={"format": FORMAT_NAME, "version": FORMAT_VERSION, **(meta or {})}, **frames)
+    everything = frames.pop("events")
+    reads, others = _split_frame(everything)
+    return Trace(meta={"format": FORMAT_NAME, "version": FORMAT_VERSION, **(meta or {})}, others=others,
+                 reads=reads, _events=everything, **frames)
 
 
 def unreadable(path: Path, name: str) -> TraceError:
@@ -373,9 +411,9 @@ def _load_events_lean(path: Path, expected_rows: int | None) -> tuple[pd.DataFra
 def load_trace(path: str | os.PathLike, lean: bool = False) -> Trace:
     """Read a trace directory; raises TraceError (one clear line) when it cannot be used.
 
-    ``lean`` (for the analysis of big traces): text columns as pandas categoricals, and the read
-    syscalls apart in ``trace.reads`` with only ``READ_COLUMNS``; ``trace.events`` then holds every
-    other event. Read row group by row group: the whole events table is never in memory at once.
+    ``lean`` (for the analysis of big traces): text columns as pandas categoricals and ``reads`` with
+    only ``READ_COLUMNS``, read row group by row group: the whole events table is never in memory at
+    once. The frames mean the same in both loads (see ``Trace``).
     """
     path = Path(path)
     if not path.exists():
@@ -384,16 +422,17 @@ def load_trace(path: str | os.PathLike, lean: bool = False) -> Trace:
         raise TraceError(f"{path}: not a readtrace trace (expected a {SUFFIX} directory)")
     meta = _read_meta(path)
     rows = meta.get("rows", {})
-    reads = None
+    everything = None
     if lean:
-        reads, events = _load_events_lean(path, rows.get("events"))
+        reads, others = _load_events_lean(path, rows.get("events"))
     else:
-        events = _load_table(path, "events", rows.get("events"), lean=False)
+        everything = _load_table(path, "events", rows.get("events"), lean=False)
+        reads, others = _split_frame(everything)
     frames = {name: _load_table(path, name, rows.get(name), lean=lean and name != "files")
               for name in TABLES if name != "events"}
     if lean:
         pa.default_memory_pool().release_unused()  # Arrow keeps freed read buffers: hand them back
-    return Trace(meta=meta, path=path, events=events, reads=reads, **frames)
+    return Trace(meta=meta, path=path, others=others, reads=reads, lean=lean, _events=everything, **frames)
 
 
 def newest_trace(directory: str | os.PathLike = ".") -> Path:

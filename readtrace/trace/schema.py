@@ -11,6 +11,22 @@ Conventions shared by every table:
   FUSE table ``unique``, ``nodeid`` and ``fh``. 0 means unknown (no inode or node is numbered 0
   except where noted). A FUSE ``nodeid`` is the daemon's node handle, NOT the inode number: files
   are matched to nodeids by the analysis (analyze/nodes.py), never by ``nodeid == ino``.
+
+Readers (``readtrace.trace.Trace``, from ``load_trace`` or ``make_trace``). On disk the application
+view is one ``events`` table; in memory it is split by kind, and each reader means the same in a full
+and a lean load (lean: text as categoricals, ``reads`` with READ_COLUMNS only):
+- ``trace.reads`` / ``trace.runs()``: the read syscalls (READ_OPS) as recorded, one row per run: the
+  recorder merges consecutive complete reads of one size by one thread on one open file description
+  into a row of ``count`` calls (``offset`` = the first call's, ``size``/``ret``/``latency_ns`` totals).
+- ``trace.calls()``: the same reads one row per call (trace/runs.py spreads each run back out).
+- ``trace.others``: every other application event (open, close, dup, mmap, munmap, lseek, fadvise,
+  readahead, fork, thread, exec, exit), one row each.
+- ``trace.events``: reads and others together in recorded order, all columns (a lean load reads the
+  table again on first use).
+- ``trace.pages``, ``trace.fuse``, ``trace.files``: the other three tables as stored.
+
+Format versions (meta.json ``version``): v2 stores the kernel's ids as uint64 (above); v1 traces are
+refused by number with "record it again" (their signed ids used -1 for unknown).
 """
 
 import pyarrow as pa
@@ -25,16 +41,21 @@ EVENT_OPS = (
 # follows (open, mmap, close ...), or blocked (D state) elsewhere. Per-thread totals (on CPU,
 # runnable, off CPU) are in meta["sched"] (readtrace/record/session.py).
 WAIT_IN = ("", "read", "fault", "syscall", "other")
-# The read syscalls: the bulk of a trace. A lean load (``load_trace(lean=True)``) keeps them apart with
-# only READ_COLUMNS, the columns a read needs (open-file, file and byte range, time, latency).
+# The read syscalls: the bulk of a trace (``Trace.reads``). A lean load (``load_trace(lean=True)``) reads
+# them with only READ_COLUMNS, the columns a read needs (open-file, file and byte range, time, latency).
 READ_OPS = ("read", "pread", "readv", "preadv")
 READ_COLUMNS = ("ts_ns", "pid", "tid", "fd", "ofd", "path", "dev", "ino", "offset", "size", "ret", "latency_ns",
                 "count")
 PAGE_OPS = ("fault", "map_pages", "get_pages", "miss", "sync_ra", "async_ra")
 
-# events: the application (syscall) view.
-#   arg: op-specific: open flags, dup's old fd, lseek whence, fadvise advice, fork child pid,
-#        mmap address, exec/exit code, wait: WAIT_IN index.
+# events: the application (syscall) view, one row per syscall (reads: per run, see Readers).
+#   fd: the syscall's fd (dup: the new fd; open: the fd returned); -1 for fork/thread/exec/exit/wait.
+#   ofd: the open file description (kernel struct file *) the fd named; 0 unknown or none.
+#   size: bytes asked for (open: the file's size at open).  ret: the syscall's return value
+#        (exit: 1 when the whole process ended, else 0).
+#   arg: the op's own argument: open flags, dup's old fd, lseek whence, fadvise advice, mmap/munmap
+#        address, fork/thread: the new pid/tid, exec: the pid, exit: the shell-style exit code,
+#        wait: the WAIT_IN index of what it waited in.
 #   count: calls this row stands for. The recorder merges consecutive reads of one size by one
 #        thread on one OFD (offset == previous end, all complete): offset = first, size/ret = totals,
 #        latency_ns = summed; per-call size = size // count. 1 for everything else.
