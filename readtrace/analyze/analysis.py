@@ -254,7 +254,7 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     app = Accesses.concat([reads, faults])
     fuse, handles = fuse_accesses(trace.fuse, events, app, index)
     pages = pagecache.page_rows(trace.pages, index)
-    waits = timesplit.sched_waits(trace.events, index) or timesplit.syscall_waits(app, fuse)
+    waits = timesplit.sched_waits(trace.others, index) or timesplit.syscall_waits(app, fuse)
     files = index.finish()
     streams, stream_tasks = _streams(app, fuse, handles, th)
     _label_streams(streams, files, handles)
@@ -263,7 +263,7 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     file_table = _files_table(files, streams, pagecache.per_file(pages, len(files)), idle, app,
                               page_view=len(trace.pages) > 0, sampled=sampled)
     summary = _summary(trace, file_table, streams, app, fuse, pages)
-    split, tasks, file_wait = timesplit.time_split(trace.events, waits, files, {**trace.meta, **summary})
+    split, tasks, file_wait = timesplit.time_split(trace.others, waits, files, {**trace.meta, **summary})
     summary.update(split)
     a = Analysis(files=file_table, streams=streams, findings=[], summary=summary, meta=trace.meta,
                  thresholds=th, app=app, fuse=fuse, handles=handles, pages=pages, stream_tasks=stream_tasks,
