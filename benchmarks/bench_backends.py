@@ -1,7 +1,8 @@
 """Benchmark: what each recorder costs the load it records, side by side on the same workloads.
 
 Modes, each running `python -m readtrace.workloads.load --pattern P --workers 4 FILE` (64 MiB checkpoint
-on the local disk, page cache warm: the worst case for a per-syscall tracer, nothing hides its cost):
+on the local disk, page cache warm: the worst case for a per-syscall tracer, nothing hides its cost;
+plus pread-4k, a loop of 4 KiB preads over the same file: the per-call cost alone):
   bare           the load alone
   ebpf           readtrace record --backend ebpf
   ptrace         readtrace record --backend ptrace --sample-ms 0   (strace only)
@@ -27,12 +28,18 @@ import tempfile
 import time
 from pathlib import Path
 
-PATTERNS = ("sequential", "per-tensor-pread", "fork-shared-fd", "mmap-threads")
+PATTERNS = ("sequential", "per-tensor-pread", "fork-shared-fd", "mmap-threads", "pread-4k")
+# pread-4k: not a loader: 16,384 warm 4 KiB preads (64 MiB) in a loop, the per-syscall cost alone
+_STORM = ("import json, os, sys, time\nfd = os.open(sys.argv[1], os.O_RDONLY); n = os.fstat(fd).st_size // 4096\n"
+          "t = time.perf_counter()\nfor i in range(n):\n    os.pread(fd, 4096, i * 4096)\n"
+          "print(json.dumps({'seconds': time.perf_counter() - t, 'calls': n}))")
 MODES = {"bare": None, "ebpf": ["--backend", "ebpf"], "ptrace": ["--backend", "ptrace", "--sample-ms", "0"],
          "ptrace+sampler": ["--backend", "ptrace", "--sample-ms", "5"]}
 
 
 def load_cmd(pattern: str, path: Path) -> list[str]:
+    if pattern == "pread-4k":
+        return [sys.executable, "-c", _STORM, str(path)]
     return [sys.executable, "-m", "readtrace.workloads.load", "--pattern", pattern, "--workers", "4", str(path)]
 
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Idempotent system set-up for readtrace: bcc (Debian), kernel headers and the
-# /lib/modules symlinks a custom kernel lacks, tracefs, fuse3.
+# /lib/modules symlinks a custom kernel lacks, tracefs, fuse3; strace + util-linux (unshare, setpriv) for
+# the unprivileged backend and its tests.
 # Run as root. Prints what it changes; a no-op on a prepared machine.
 set -euo pipefail
 
-need_pkgs=(bpfcc-tools python3-bpfcc linux-headers-amd64 fuse3 libfuse3-dev pkg-config bindfs rclone sudo passwd)
+need_pkgs=(bpfcc-tools python3-bpfcc linux-headers-amd64 fuse3 libfuse3-dev pkg-config bindfs rclone sudo passwd strace util-linux)
 missing=()
 for p in "${need_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,6 +9,7 @@ import json
 import pytest
 from conftest import require
 from workloads import ebpf_ready, make_data_file, shell_cmd, workload_cmd
+from workloads.known import check_dup_lseek, check_files_table, check_fork_shared, check_vectored, reads_of
 
 from readtrace.trace import load_trace
 
@@ -33,11 +34,6 @@ def recorded(tmp_path_factory):
     result = record_command(shell_cmd(cmds), tmp / "t.rtrace", quiet=True)
     truth = {name: json.loads((tmp / f"{name}.json").read_text()) for name in NAMES}
     return result, load_trace(result.trace_path), truth, files
-
-
-def reads_of(trace, path):
-    e = trace.events
-    return e[(e.path == str(path)) & e.op.isin(["read", "pread", "readv", "preadv"])]
 
 
 def test_result_and_meta(recorded):
@@ -70,37 +66,17 @@ def test_preads_main_thread_and_second_thread(recorded):
 
 def test_forked_child_shares_the_open_file_description(recorded):
     _result, trace, truth, files = recorded
-    t = truth["fork_shared"]
-    reads = reads_of(trace, files["fork_shared"])
-    assert set(reads.pid) == {t["pid"], t["child_pid"]}
-    assert reads.ofd.nunique() == 1
-    parent = reads[reads.pid == t["pid"]].sort_values("ts_ns")
-    child = reads[reads.pid == t["child_pid"]].sort_values("ts_ns")
-    assert list(zip(parent.op, parent.offset, parent["size"], strict=True)) == [("pread", 0, 4096), ("pread", 8192, 4096)]
-    assert list(zip(child.op, child.offset, child["size"], strict=True)) == [("pread", 65536, 4096), ("read", 40960, 100)]
-    forks = trace.events[(trace.events.op == "fork") & (trace.events.pid == t["pid"])]
-    assert t["child_pid"] in set(forks.arg)
+    check_fork_shared(trace, truth["fork_shared"], files["fork_shared"])
 
 
 def test_dup_shares_ofd_and_read_offsets_follow_lseek(recorded):
     _result, trace, truth, files = recorded
-    t = truth["dup_lseek"]
-    e = trace.events[trace.events.path == str(files["dup_lseek"])].sort_values("ts_ns")
-    dup = e[e.op == "dup"]
-    assert list(zip(dup.fd, dup.arg, strict=True)) == [(t["dup"], t["fd"])]
-    reads = e[e.op == "read"]
-    assert [list(r) for r in zip(reads.fd, reads.offset, reads["size"], strict=True)] == t["reads"]
-    assert e[e.fd.isin([t["fd"], t["dup"]]) & (e.op != "open")].ofd.nunique() == 1
-    seeks = e[e.op == "lseek"]
-    assert list(zip(seeks.offset, seeks.arg, seeks.ret, strict=True)) == [(12288, 0, 12288), (100, 1, 13888)]
+    check_dup_lseek(trace, truth["dup_lseek"], files["dup_lseek"])
 
 
 def test_readv_preadv_sizes_and_offsets(recorded):
     _result, trace, truth, files = recorded
-    t = truth["vectored"]
-    reads = reads_of(trace, files["vectored"]).sort_values("ts_ns")
-    assert [list(r) for r in zip(reads.op, reads.offset, reads["size"], strict=True)] == t["reads"]
-    assert (reads.ret == reads["size"]).all() and set(reads.fd) == {t["fd"]}
+    check_vectored(trace, truth["vectored"], files["vectored"])
 
 
 def test_mmap_of_cold_file_faults_per_thread(recorded):
@@ -123,7 +99,5 @@ def test_mmap_of_cold_file_faults_per_thread(recorded):
 
 def test_files_table(recorded):
     _result, trace, _truth, files = recorded
-    f = trace.files.set_index("path")
-    for path in files.values():
-        row = f.loc[str(path)]
-        assert row["size"] == path.stat().st_size and row.fstype and row.mountpoint and row.ino > 0
+    check_files_table(trace, files)
+

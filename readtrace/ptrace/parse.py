@@ -269,9 +269,9 @@ class StraceParser:
         of = self._lookup(table, fd, note)
         if ret >= 0:
             of.pos = ret
-        if of.path:
-            self._row(ts, tid, "lseek", fd, of, offset=ret, ret=ret, latency=latency,
-                      arg=_int(rest.rsplit(", ", 1)[-1]))
+        if of.path:  # as the eBPF recorder: offset = the requested offset, ret = the new position
+            offset, _, whence = rest.rpartition(", ")
+            self._row(ts, tid, "lseek", fd, of, offset=_int(offset), ret=ret, latency=latency, arg=_int(whence))
 
     def _mmap(self, ts, tid, table, name, args, ret, annotation, latency):
         m = _MMAP.match(args)
