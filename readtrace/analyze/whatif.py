@@ -238,8 +238,8 @@ def mount_profile(a) -> Profile | None:
     on = np.isin(f.file, data.index.to_numpy())
     if name == "local-nvme" or not on.any() or on.sum() > MAX_ESTIMATE_REQUESTS:
         return profile(name)
-    order = np.lexsort((f.ts[on], f.ofd[on]))
-    h, ts, end = f.ofd[on][order], f.ts[on][order], (f.ts[on] + f.latency[on])[order]
+    order = np.lexsort((f.ts[on], f.handle[on]))
+    h, ts, end = f.handle[on][order], f.ts[on][order], (f.ts[on] + f.latency[on])[order]
     off, size = f.offset[on][order], f.nbytes[on][order]
     first = np.r_[True, h[1:] != h[:-1]]
     base = int(ts.min())
