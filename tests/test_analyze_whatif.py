@@ -87,7 +87,8 @@ def test_cli_what_if_json_and_errors(tmp_path, capsys):
             assert key in r
     assert rows["gcsfuse"]["backend_requests"] == 256 and rows["gcsfuse"]["latency_ms"] == 20
     wall, io = d["summary"]["wall_s"], d["summary"]["io_wait_s"]
-    assert rows["gcsfuse"]["predicted_s"] == pytest.approx(wall - io + rows["gcsfuse"]["predicted_io_s"])
+    assert rows["gcsfuse"]["predicted_s"] == pytest.approx(wall - d["summary"]["data_wait_s"] + rows["gcsfuse"]["predicted_io_s"])
+    assert d["summary"]["data_wait_s"] <= io + 1e-9
     assert main(["report", str(trace), "--what-if", "gcsfuse"]) == 0
     assert "What if" in capsys.readouterr().out
     for args in (["--what-if", "tape"], ["--latency-ms", "3"], ["--what-if", "nfs", "--bandwidth-mbps", "0"]):

@@ -68,7 +68,7 @@ def test_empty_trace_reports_everywhere():
     assert "No findings" in out.getvalue()
     json.dumps(report_json(a), allow_nan=False)
     html = render_html(a)
-    assert html.count("Not shown:") == 4
+    assert html.count("Not shown:") == 5
     assert chrome_trace(a)["traceEvents"] == []
 
 
@@ -104,7 +104,11 @@ def test_cli_html_and_perfetto_files(seed_trace, tmp_path, capsys):
     assert f"HTML report: {html}" in out and "SHARED_FD_INTERLEAVE" in out
     page = html.read_text()
     pngs = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", page)
-    assert len(pngs) == 3 and all(base64.b64decode(p)[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    assert len(pngs) == 4 and all(base64.b64decode(p)[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    # the page leads with the time split and the fixed prediction, then the predicted-vs-measured plot
+    head = page.index("<pre>")
+    assert page.index("wall;", head) < page.index("fixed: ~", head) < page.index("Findings")
+    assert page.index("fixed: ~") < page.index("Measured vs predicted load time") < page.index("Findings")
     assert "Not shown: no page-cache view in this trace" in page
     assert not re.search(r"(src|href)=['\"]https?:", page)  # offline: nothing fetched
     trace = json.loads(perf.read_text())

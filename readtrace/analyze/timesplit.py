@@ -21,6 +21,7 @@ import pandas as pd
 
 from readtrace.analyze.accesses import SOURCE_READ, Accesses
 from readtrace.analyze.fileindex import FileIndex
+from readtrace.analyze.roles import file_roles
 from readtrace.trace.schema import READ_OPS, WAIT_IN
 
 NS = 1e9
@@ -142,6 +143,7 @@ def time_split(events: pd.DataFrame, waits: Waits, files: pd.DataFrame, meta: di
     codes, uniq = pd.factorize(waits.file)
     per_file = pd.Series(union_by_group(waits.start, waits.end, codes, len(uniq)) / NS, index=uniq)
     io = union_ns(waits.start, waits.end) / NS
+    data = file_roles(files["path"].reindex(waits.file)) == "data"
     wall = meta.get("wall_s")
     top = per_file.idxmax() if len(per_file) else None
     top_tasks = 0
@@ -156,6 +158,7 @@ def time_split(events: pd.DataFrame, waits: Waits, files: pd.DataFrame, meta: di
         "read_wait_s": union_ns(waits.start[reads], waits.end[reads]) / NS,
         "fault_wait_s": union_ns(waits.start[~reads], waits.end[~reads]) / NS,
         "fuse_wait_s": union_ns(waits.start[on_fuse], waits.end[on_fuse]) / NS,
+        "data_wait_s": union_ns(waits.start[data], waits.end[data]) / NS,  # on data files (not libraries)
         "io_wait_task_s": float(every.sum() / NS),  # thread-seconds: tasks waiting at once count each
         "cpu_s": float(tasks["cpu_s"].sum()) if sched else None,
         "runq_s": float(tasks["runq_s"].sum()) if sched else None,

@@ -17,7 +17,8 @@ repeats of the window in flight dropped). Profiles:
 Time: per stream, requests cost latency (where they open a backend request) plus bytes over the
 bandwidth. Streams active at the same time in the recording run in parallel: the predicted I/O time
 is, per phase of overlapping streams, the slowest stream (at least the phase's bytes over the
-bandwidth), summed over phases. ``predicted_s = wall - recorded io_wait + predicted io_wait``:
+bandwidth), summed over phases. ``predicted_s = wall - recorded wait + predicted io_wait`` (the
+recorded wait on the data files the model replays, ``summary.data_wait_s``):
 start-up and compute carry over. The fixed pattern: each file read once, in file order, by one
 reader in 1 MiB requests (up to 8 in flight where the storage keeps no handle state).
 """
@@ -203,7 +204,8 @@ def what_if(a, profiles: list[Profile], recorded: bool = True) -> list[Predictio
     data = _data_files(a)
     ids = data.index.to_numpy()
     need = _needed_bytes(data)
-    wall, io = a.summary.get("wall_s"), a.summary.get("io_wait_s") or 0.0
+    # the waits the model replaces: those on the data files it replays (libraries stay as they were)
+    wall, io = a.summary.get("wall_s"), a.summary.get("data_wait_s", a.summary.get("io_wait_s")) or 0.0
     source = "fuse" if len(a.fuse) else "app"
     out = []
     for p in profiles:

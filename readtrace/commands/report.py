@@ -95,7 +95,8 @@ def _outputs(args: argparse.Namespace) -> list[tuple[str, str, Callable, bytes]]
 
     outputs = [(label, path, write, marker) for label, path, write, marker in (
         ("HTML report", args.html, html.write_html, html.MARKER),
-        ("Perfetto trace", args.perfetto, perfetto.write_perfetto, perfetto.MARKER)) if path]
+        ("Perfetto trace", args.perfetto, lambda a, path, _predictions: perfetto.write_perfetto(a, path),
+         perfetto.MARKER)) if path]
     for label, path, _, marker in outputs:
         check_target(path, force=args.force, is_ours=_ours(marker), what=label)
     return outputs
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         predictions = what_if(a, what_if_profiles(args, a))
     for label, path, write, marker in outputs:
         with replacing_file(path, force=args.force, is_ours=_ours(marker), what=label) as tmp:
-            write(a, tmp)
+            write(a, tmp, predictions)
     if args.json:
         write_json(a, sys.stdout, predictions)
     else:

@@ -53,9 +53,11 @@ def _png(draw) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def figures(a: Analysis) -> list[Figure]:
+def figures(a: Analysis, predictions: list | None = None) -> list[Figure]:
     path = a.files["path"].iloc[0] if len(a.files) else ""
     specs = [
+        ("prediction", "Measured vs predicted load time (the what-if model, as recorded and fixed)",
+         lambda: plots.get_prediction_df(a, predictions), lambda df, ax: plots.plot_prediction(df, ax=ax, title="")),
         ("offset_time_task", f"Offset over time per task: {path}",
          lambda: plots.get_offset_time_df(a, "task"), lambda df, ax: plots.plot_offset_time(df, ax=ax)),
         ("offset_time_handle", f"Offset over time per FUSE handle (what the daemon saw): {path}",
@@ -134,21 +136,21 @@ def _findings_html(a: Analysis) -> str:
     return "".join(parts)
 
 
-def render_html(a: Analysis) -> str:
+def render_html(a: Analysis, predictions: list | None = None) -> str:
     header = TerminalReport(a).header().plain
     next_cmd = TerminalReport(a).next_command().plain
-    figs = "".join(
-        f"<h2>{_esc(f.title)}</h2>" + (f"<img alt='{_esc(f.title)}' src='data:image/png;base64,{f.png_b64}'>"
-                                       if f.png_b64 else f"<p class='missing'>Not shown: {_esc(f.missing)}.</p>")
-        for f in figures(a))
+    figs = [f"<h2>{_esc(f.title)}</h2>" + (f"<img alt='{_esc(f.title)}' src='data:image/png;base64,{f.png_b64}'>"
+                                           if f.png_b64 else f"<p class='missing'>Not shown: {_esc(f.missing)}.</p>")
+            for f in figures(a, predictions)]
+    # leads like the terminal: the time split, the fixed prediction, then predicted vs measured
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>readtrace report</title>"
-            f"<style>{CSS}</style></head><body><h1>readtrace report</h1><pre>{_esc(header)}</pre>"
+            f"<style>{CSS}</style></head><body><h1>readtrace report</h1><pre>{_esc(header)}</pre>{figs[0]}"
             f"<h2>Findings</h2>{_findings_html(a)}<p><code>{_esc(next_cmd)}</code></p>"
-            f"<h2>Files</h2>{_files_html(a)}<h2>Streams</h2>{_streams_html(a)}{figs}</body></html>")
+            f"<h2>Files</h2>{_files_html(a)}<h2>Streams</h2>{_streams_html(a)}{''.join(figs[1:])}</body></html>")
 
 
 MARKER = b"<title>readtrace report</title>"  # how --force recognises a report of ours
 
 
-def write_html(a: Analysis, path: Path) -> None:
-    Path(path).write_text(render_html(a), encoding="utf-8")
+def write_html(a: Analysis, path: Path, predictions: list | None = None) -> None:
+    Path(path).write_text(render_html(a, predictions), encoding="utf-8")

@@ -132,8 +132,46 @@ def plot_cache_misses(df: pd.DataFrame, ax=None, title: str = "Page-cache misses
     return ax
 
 
+def get_prediction_df(a: Analysis, predictions: list | None = None) -> pd.DataFrame:
+    """Measured vs predicted load time (s): the recorded run split into its wait on data files and the
+    rest, and per storage profile (the trace's own mount when none given) the prediction as recorded
+    and fixed, split the same way (analyze/whatif.py)."""
+    from readtrace.analyze import whatif
+
+    wall = a.summary.get("wall_s")
+    if wall is None:
+        return pd.DataFrame(columns=["run", "rest_s", "io_s"])
+    if predictions is None:
+        mount = whatif.mount_profile(a)
+        predictions = whatif.what_if(a, [mount]) if mount else []
+    wait = a.summary.get("data_wait_s") or 0.0
+    rows = [("measured", wall - wait, wait)]
+    for p in predictions:
+        rows += [(f"{p.profile} {p.latency_ms:.3g} ms", wall - wait, p.predicted_io_s),
+                 (f"{p.profile} {p.latency_ms:.3g} ms, fixed", wall - wait, p.predicted_fixed_io_s)]
+    return pd.DataFrame(rows, columns=["run", "rest_s", "io_s"])
+
+
+def plot_prediction(df: pd.DataFrame, ax=None, title: str = "Measured vs predicted load time"):
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.gca()
+    y = np.arange(len(df))
+    ax.barh(y, df["rest_s"], color="#9e9e9e", label="start-up, compute, other waits (carried over)")
+    ax.barh(y, df["io_s"], left=df["rest_s"], color="#c62828", label="waiting on the data files")
+    ax.set_yticks(y, df["run"], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3, axis="x")
+    return ax
+
+
 def missing_reason(a: Analysis, figure: str) -> str | None:
     """Why a figure has nothing to draw, or None when it has."""
+    if figure == "prediction" and a.summary.get("wall_s") is None:
+        return "no wall time in this trace"
     if figure == "offset_time_task" and len(a.app) == 0:
         return "no read() calls or mmap faults with a known offset in this trace"
     if figure == "offset_time_handle" and len(a.fuse) == 0:
