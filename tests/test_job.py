@@ -131,7 +131,9 @@ def test_two_nodes_two_ranks_each_recorded_merged_and_reported(tmp_path):
     assert (ranks["world_size"] == 4).all()
     size = ckpt.stat().st_size
     # every rank read the whole data section (its header too): its spans cover about the file
+    # every rank touched the whole file (faults, or pages its node's other rank had brought in)
     assert np.all(ranks["span_bytes"] >= 0.9 * size), ranks
+    assert all(s["replicated_rank_bytes"] >= 0.9 * size for s in data["node_summaries"])
     rep = [f for f in data["findings"] if f["code"] == "REPLICATED_READS"]
     assert len(rep) == 1 and rep[0]["nodes"] == 2 and rep[0]["file"].endswith(ckpt.name)
     assert rep[0]["aggregate_bytes"] >= 1.8 * size

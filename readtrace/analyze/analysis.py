@@ -271,9 +271,11 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
                  residency=fronts.mapped_files(events, pages, index) if sampled else {})
     job_ranks = ranks.process_ranks(trace.meta, trace.others)  # forks are among the others
     data_files = file_table.index[file_table["role"] == "data"].to_numpy()
-    a.ranks = ranks.per_rank(app, job_ranks, int(trace.meta.get("t0_ns") or (app.ts.min() if len(app) else 0)),
-                             data_files)
-    a.summary["replicated_rank_bytes"] = ranks.replicated_bytes(app, job_ranks, a.ranks, data_files)
+    touches = ranks.Touches.of(app, pages) if job_ranks else None
+    a.ranks = ranks.per_rank(touches, job_ranks, int(trace.meta.get("t0_ns") or (app.ts.min() if len(app) else 0)),
+                             data_files) if job_ranks else ranks.per_rank(None, {}, 0, data_files)
+    a.summary["replicated_rank_bytes"] = ranks.replicated_bytes(touches, job_ranks, a.ranks, data_files) \
+        if job_ranks else 0
     a.findings = find_all(a)
     by_path = pd.Series(file_wait.to_numpy(), index=files["path"].reindex(file_wait.index).to_numpy())
     for f in a.findings:

@@ -7,6 +7,8 @@ multiprocessing fork) belongs to its parent's rank; processes of no rank (the la
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -29,30 +31,56 @@ def process_ranks(meta: dict, events: pd.DataFrame) -> dict[int, dict[str, int]]
     return ranks
 
 
-def per_rank(app: Accesses, ranks: dict[int, dict[str, int]], t0_ns: int, data_files: np.ndarray
-             ) -> pd.DataFrame:
-    """One row per rank (RANK_COLUMNS) over its accesses to ``data_files`` (file ids: checkpoints, not
-    code and libraries); empty when the trace has no ranks.
+@dataclass
+class Touches:
+    """What each process touched: its reads and faults (app accesses) plus the pages it mapped that
+    were cached already (``map_pages``: a second rank on a node finds the first rank's pages)."""
 
-    ``span_bytes``: bytes of the byte spans the rank read (union over its files); ``wait_s``: time its
-    read calls took (syscall latency); ``first_s``/``last_s``: its first and last access after t0.
+    pid: np.ndarray
+    file: np.ndarray
+    offset: np.ndarray
+    end: np.ndarray
+    ts: np.ndarray
+    latency: np.ndarray
+
+    @classmethod
+    def of(cls, app: Accesses, pages: pd.DataFrame) -> Touches:
+        mapped = pages[pages["op"] == "map_pages"] if len(pages) else pages
+        off = mapped["offset"].to_numpy(np.int64) if len(mapped) else np.zeros(0, np.int64)
+        end = off + (mapped["size"].to_numpy(np.int64) if len(mapped) else np.zeros(0, np.int64))
+        col = (lambda name: mapped[name].to_numpy(np.int64)) if len(mapped) else (lambda _: np.zeros(0, np.int64))
+        return cls(pid=np.concatenate([app.pid.astype(np.int64), col("pid")]),
+                   file=np.concatenate([app.file, col("file")]),
+                   offset=np.concatenate([app.offset, off]), end=np.concatenate([app.end, end]),
+                   ts=np.concatenate([app.ts, col("ts_ns")]),
+                   latency=np.concatenate([app.latency, np.zeros(len(off), np.int64)]))
+
+
+def per_rank(touches: Touches | None, ranks: dict[int, dict[str, int]], t0_ns: int, data_files: np.ndarray
+             ) -> pd.DataFrame:
+    """One row per rank (RANK_COLUMNS) over what it touched of ``data_files`` (file ids: checkpoints,
+    not code and libraries); empty when the trace has no ranks.
+
+    ``bytes_read``: bytes read, faulted or mapped from the cache; ``span_bytes``: bytes of the byte
+    spans the rank touched (union over its files); ``wait_s``: time its read calls took (syscall
+    latency); ``first_s``/``last_s``: its first and last access after t0.
     """
-    if not ranks or not len(app):
+    if not ranks or touches is None or not len(touches.pid):
         return pd.DataFrame(columns=list(RANK_COLUMNS))
     pids = np.fromiter(ranks, dtype=np.int64)
     rank_ids = np.array([ranks[p]["rank"] for p in ranks], dtype=np.int64)
     order = np.argsort(pids)
     pids, rank_ids = pids[order], rank_ids[order]
-    pos = np.clip(np.searchsorted(pids, app.pid), 0, len(pids) - 1)
-    rank = np.where(pids[pos] == app.pid, rank_ids[pos], -1)
-    mine = (rank >= 0) & np.isin(app.file, data_files)
-    rank, file = rank[mine], app.file[mine]
-    offset, end = app.offset[mine], app.end[mine]
-    ts, nbytes, latency = app.ts[mine], app.nbytes[mine], app.latency[mine]
+    pos = np.clip(np.searchsorted(pids, touches.pid), 0, len(pids) - 1)
+    rank = np.where(pids[pos] == touches.pid, rank_ids[pos], -1)
+    mine = (rank >= 0) & np.isin(touches.file, data_files)
+    rank, file = rank[mine], touches.file[mine]
+    offset, end = touches.offset[mine], touches.end[mine]
+    ts, latency = touches.ts[mine], touches.latency[mine]
     out = pd.DataFrame({"rank": np.unique(rank_ids)})
     out = out.set_index("rank", drop=False)
     if len(rank):
-        grouped = pd.DataFrame({"rank": rank, "file": file, "ts": ts, "nbytes": nbytes, "latency": latency})
+        grouped = pd.DataFrame({"rank": rank, "file": file, "ts": ts, "nbytes": end - offset, "latency": latency})
         g = grouped.groupby("rank")
         out["bytes_read"] = g["nbytes"].sum()
         out["wait_s"] = g["latency"].sum() / 1e9
@@ -85,15 +113,15 @@ def _span_bytes(rank: np.ndarray, file: np.ndarray, offset: np.ndarray, end: np.
     return pd.Series(union).groupby(rank[first]).sum().astype(np.int64)
 
 
-def replicated_bytes(app: Accesses, ranks: dict[int, dict[str, int]], spans: pd.DataFrame,
+def replicated_bytes(touches: Touches, ranks: dict[int, dict[str, int]], spans: pd.DataFrame,
                      data_files: np.ndarray) -> int:
-    """Bytes of data files read by more than one rank: the ranks' span bytes minus the union of all."""
+    """Bytes of data files touched by more than one rank: the ranks' span bytes minus the union of all."""
     if spans.empty:
         return 0
-    ranked = np.isin(app.pid, np.fromiter(ranks, dtype=np.int64)) & np.isin(app.file, data_files)
+    ranked = np.isin(touches.pid, np.fromiter(ranks, dtype=np.int64)) & np.isin(touches.file, data_files)
     if not ranked.any():
         return 0
-    file, offset, end = app.file[ranked], app.offset[ranked], app.end[ranked]
+    file, offset, end = touches.file[ranked], touches.offset[ranked], touches.end[ranked]
     codes, n = dense_codes(file)
     order = np.lexsort((offset, codes))
     union = union_length(codes[order], n, offset[order].copy(), end[order].copy())
