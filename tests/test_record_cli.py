@@ -117,7 +117,7 @@ def test_without_bpf_capabilities_auto_records_with_ptrace_and_one_notice(tmp_pa
 
 def test_under_sudo_the_command_runs_as_the_user_and_owns_the_trace(unprivileged_user):
     user = unprivileged_user
-    out = user.home / "sudo.rtrace"
+    out = user.home / "sudo-env.rtrace"  # a name of its own: the session-wide user is shared
     env = {**os.environ, "SUDO_UID": str(user.uid), "SUDO_GID": str(user.gid), "SUDO_USER": user.name}
     p = run(["record", "-q", "-o", str(out), "--", "id", "-u"], "/", env=env)
     assert p.returncode == 0, p.stderr
