@@ -131,6 +131,16 @@ static __always_inline void file_dev_ino(u64 file, u32 *dev, u64 *ino)
         bpf_probe_read_kernel(dev, sizeof(*dev), (void *)(sb + SUPER_BLOCK_S_DEV));
 }
 
+/* A record's head: now, the current task, one hit of ``kind``. */
+static __always_inline void head_now(struct rt_head *h, u16 kind)
+{
+    h->ts_ns = bpf_ktime_get_ns();
+    h->pid = current_tgid();
+    h->tid = current_tid();
+    h->kind = kind;
+    h->count = 1;
+}
+
 static __always_inline void submit_event(struct rt_event *src)
 {
     struct rt_event *e = events.ringbuf_reserve(sizeof(struct rt_event));

@@ -37,11 +37,7 @@ static __always_inline int fuse_request(u16 kind, u32 conn, u64 unique, s32 opco
     struct rt_event e = {};
     if (!fuse_conns.lookup(&conn))
         return 0;
-    e.h.ts_ns = bpf_ktime_get_ns();
-    e.h.pid = current_tgid();
-    e.h.tid = current_tid();
-    e.h.kind = kind;
-    e.h.count = 1;
+    head_now(&e.h, kind);
     e.fuse.connection = conn;
     e.fuse.unique = unique;
     e.fuse.opcode = opcode;

@@ -57,11 +57,7 @@ static __always_inline int page_event(u16 kind, u32 dev, u64 ino, u64 first, u64
             r->h.count = 0;
         }
     }
-    e.h.ts_ns = bpf_ktime_get_ns();
-    e.h.pid = current_tgid();
-    e.h.tid = tid;
-    e.h.kind = kind;
-    e.h.count = 1;
+    head_now(&e.h, kind);
     e.pages.dev = dev;
     e.pages.ino = ino;
     e.pages.first = first;

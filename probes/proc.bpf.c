@@ -15,11 +15,7 @@ static __always_inline void submit_task_event(u16 kind, u32 new_id, char *comm, 
         return;
     }
     __builtin_memset(e, 0, sizeof(*e));
-    e->h.ts_ns = bpf_ktime_get_ns();
-    e->h.pid = current_tgid();
-    e->h.tid = current_tid();
-    e->h.kind = kind;
-    e->h.count = 1;
+    head_now(&e->h, kind);
     e->task.id = new_id;
     if (comm)
         bpf_probe_read_kernel_str(&e->comm, sizeof(e->comm), comm);
@@ -68,11 +64,7 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     if (f)
         f->tid = 0;                           /* killed inside a syscall: free the slot */
     bpf_probe_read_kernel(&code, sizeof(code), (void *)(bpf_get_current_task() + TASK_EXIT_CODE));
-    e.h.ts_ns = bpf_ktime_get_ns();
-    e.h.pid = tgid;
-    e.h.tid = tid;
-    e.h.kind = RT_EXIT;
-    e.h.count = 1;
+    head_now(&e.h, RT_EXIT);
     e.exit.wait_status = code;
     e.exit.group_dead = args->group_dead;
     submit_event(&e);
