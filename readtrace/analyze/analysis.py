@@ -273,7 +273,7 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     data_files = file_table.index[file_table["role"] == "data"].to_numpy()
     touches = ranks.Touches.of(app, pages) if job_ranks else None
     a.ranks = ranks.per_rank(touches, job_ranks, int(trace.meta.get("t0_ns") or (app.ts.min() if len(app) else 0)),
-                             data_files) if job_ranks else ranks.per_rank(None, {}, 0, data_files)
+                             data_files, waits) if job_ranks else ranks.per_rank(None, {}, 0, data_files)
     a.summary["replicated_rank_bytes"] = ranks.replicated_bytes(touches, job_ranks, a.ranks, data_files) \
         if job_ranks else 0
     a.findings = find_all(a)

@@ -56,14 +56,15 @@ class Touches:
                    latency=np.concatenate([app.latency, np.zeros(len(off), np.int64)]))
 
 
-def per_rank(touches: Touches | None, ranks: dict[int, dict[str, int]], t0_ns: int, data_files: np.ndarray
-             ) -> pd.DataFrame:
+def per_rank(touches: Touches | None, ranks: dict[int, dict[str, int]], t0_ns: int, data_files: np.ndarray,
+             waits=None) -> pd.DataFrame:
     """One row per rank (RANK_COLUMNS) over what it touched of ``data_files`` (file ids: checkpoints,
     not code and libraries); empty when the trace has no ranks.
 
     ``bytes_read``: bytes read, faulted or mapped from the cache; ``span_bytes``: bytes of the byte
-    spans the rank touched (union over its files); ``wait_s``: time its read calls took (syscall
-    latency); ``first_s``/``last_s``: its first and last access after t0.
+    spans the rank touched (union over its files); ``wait_s``: time during which at least one of its
+    threads waited on a file (``waits``: the time split's wait stretches, analyze/timesplit.py; without
+    them its read calls' latency); ``first_s``/``last_s``: its first and last access after t0.
     """
     if not ranks or touches is None or not len(touches.pid):
         return pd.DataFrame(columns=list(RANK_COLUMNS))
@@ -88,6 +89,8 @@ def per_rank(touches: Touches | None, ranks: dict[int, dict[str, int]], t0_ns: i
         out["first_s"] = (g["ts"].min() - t0_ns) / 1e9
         out["last_s"] = (g["ts"].max() - t0_ns) / 1e9
         out["span_bytes"] = _span_bytes(rank, file, offset, end)
+    if waits is not None and len(waits.pid):
+        out["wait_s"] = _wait_union(waits, pids, rank_ids)
     first_meta = {}
     for pid in sorted(ranks):
         first_meta.setdefault(ranks[pid]["rank"], ranks[pid])
@@ -101,6 +104,23 @@ def per_rank(touches: Touches | None, ranks: dict[int, dict[str, int]], t0_ns: i
         out[col] = out.get(col, pd.Series(np.nan, index=out.index))
     out["load_s"] = out["last_s"] - out["first_s"]
     return out.reset_index(drop=True)[list(RANK_COLUMNS)]
+
+
+def _wait_union(waits, pids: np.ndarray, rank_ids: np.ndarray) -> pd.Series:
+    """Per rank: seconds covered by the union of its threads' wait stretches (pids sorted)."""
+    pid = waits.pid.astype(np.int64)
+    pos = np.clip(np.searchsorted(pids, pid), 0, len(pids) - 1)
+    rank = np.where(pids[pos] == pid, rank_ids[pos], -1)
+    mine = rank >= 0
+    if not mine.any():
+        return pd.Series(dtype=float)
+    rank, start, end = rank[mine], waits.start[mine].astype(np.int64), waits.end[mine].astype(np.int64)
+    codes, n = dense_codes(rank)
+    order = np.lexsort((start, codes))
+    union = union_length(codes[order], n, start[order].copy(), end[order].copy())
+    first = np.zeros(n, dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes))[::-1]
+    return pd.Series(union / 1e9, index=rank[first])
 
 
 def _span_bytes(rank: np.ndarray, file: np.ndarray, offset: np.ndarray, end: np.ndarray) -> pd.Series:
