@@ -7,12 +7,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
 from pathlib import Path
 from typing import TextIO
 
+from readtrace import runstate
 from readtrace.errors import ExitStatus, ReadtraceError
 
 
@@ -28,12 +30,14 @@ def run_demo(*, size_mib: int = 128, pattern: str = "mmap-threads", workers: int
     if size_mib < 1:
         raise ReadtraceError("--size-mib must be at least 1", ExitStatus.USAGE)
     recorder, why_not = default_recorder() if record else (None, "recording off (--no-record)")
-    with tempfile.TemporaryDirectory(prefix="readtrace-demo-") as tmp:
+    say = _printer(out)
+    for item in runstate.clean_stale():
+        say(f"cleaned up after a killed run: {item}")
+    with tempfile.TemporaryDirectory(prefix=f"{runstate.PREFIX}demo-") as tmp, _noted(tmp):
         base = Path(workdir) if workdir else Path(tmp)
         src, mnt = base / "bucket", base / "mnt"
         for d in (src, mnt):
             d.mkdir(parents=True, exist_ok=True)
-        say = _printer(out)
         say(f"1. checkpoint: {size_mib} MiB of safetensors in {src}")
         checkpoint = make_checkpoint(src, size_mib)[0]
         say(f"2. lab mount: {mnt} (gcsfuse profile: per-handle reader, {latency_ms:g} ms first byte)")
@@ -60,6 +64,16 @@ def run_demo(*, size_mib: int = 128, pattern: str = "mmap-threads", workers: int
         return to_json(result)
 
 
+@contextlib.contextmanager
+def _noted(tmp: str):
+    """The demo's temp dir, noted so the next demo removes it if this one is killed."""
+    note = runstate.register("demo", temp_paths=[tmp])
+    try:
+        yield
+    finally:
+        runstate.unregister(note)
+
+
 def _record_and_report(cmd: list[str], trace: Path, out: TextIO, say) -> None:
     from readtrace.analyze import analyze
     from readtrace.record import record_command
@@ -67,6 +81,7 @@ def _record_and_report(cmd: list[str], trace: Path, out: TextIO, say) -> None:
     from readtrace.trace import load_trace
 
     result = record_command(cmd, str(trace), force=True, quiet=True)
+    result.raise_if_interrupted()
     if result.exit_code != 0:
         raise ReadtraceError(f"the demo load exited with {result.exit_code}", ExitStatus.ERROR)
     say(f"   recorded {result.events:,} events in {result.wall_s:.1f} s -> {trace}")

@@ -249,7 +249,7 @@ def test_foreground_cli_unmounts_on_sigterm(lab, tmp_path):
 def test_unmount_when_busy_and_daemon_gone(lab):
     src, mnt = lab
     write_random(src / "f.bin", MiB)
-    m = mount(src, mnt, profile="local")
+    m = mount(src, mnt, profile="local", log=src.parent / "busy.jsonl")  # kept after unmount: read below
     busy = open(mnt / "f.bin", "rb")  # noqa: SIM115 - closed by the timer while unmount() waits
     closer = threading.Timer(0.5, busy.close)
     closer.start()

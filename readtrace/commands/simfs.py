@@ -15,6 +15,7 @@ examples:
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 
@@ -55,6 +56,7 @@ def run(args) -> int:
           f"{sim.config.first_byte_s * 1000:g} ms, read_ahead_kb {sim.readahead_kib}); daemon pid "
           f"{sim.daemon_pid}; log {sim.log_path}", file=sys.stderr)
     if args.daemon:
+        sim.hand_to_daemon()
         print(f"simfs: unmount with: readtrace simfs --unmount {sim.mountpoint}", file=sys.stderr)
         return ExitStatus.OK
     signal.signal(signal.SIGTERM, _interrupt)
@@ -69,14 +71,36 @@ def run(args) -> int:
 
 
 def unmount(mountpoint: str) -> int:
+    """Unmount MNT (its daemon exits, a log of ours goes with it); first clean up after killed runs."""
+    from readtrace import runstate
     from readtrace.simfs import force_unmount, mount_at
 
+    cleaned = runstate.clean_stale()
+    for item in cleaned:
+        print(f"simfs: cleaned up after a killed run: {item}", file=sys.stderr)
     entry = mount_at(mountpoint)
     if entry is None or not entry.fstype.startswith("fuse.simfs-"):
+        if any(item == f"mount {os.path.realpath(mountpoint)}" for item in cleaned):
+            return ExitStatus.OK
         raise ReadtraceError(f"not a simfs mount: {mountpoint}", ExitStatus.BAD_INPUT)
     force_unmount(mountpoint)
+    found = runstate.note_for_mount(mountpoint)
+    if found:
+        _wait_gone(found[1].get("daemon_pid"), found[1].get("daemon_start"))
+        runstate.clean(*found)
     print(f"simfs: unmounted {entry.mountpoint}", file=sys.stderr)
     return ExitStatus.OK
+
+
+def _wait_gone(pid, started, timeout_s: float = 5.0) -> None:
+    """Give an unmounted daemon a moment to write its counters and exit by itself."""
+    import time
+
+    from readtrace.runstate import alive
+
+    deadline = time.monotonic() + timeout_s
+    while alive(pid, started) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _interrupt(signum, frame):

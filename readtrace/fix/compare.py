@@ -15,6 +15,7 @@ cannot back a claim (nothing loaded, nothing evicted) says why in ``Comparison.u
 from __future__ import annotations
 
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -49,6 +50,7 @@ from readtrace.inject.protocol import FIX_STRATEGIES
 from readtrace.pagecache.evict import Eviction, evict
 from readtrace.pagecache.prefetch import prefetch
 from readtrace.pagecache.residency import cache_survives_open
+from readtrace.runstate import die_with_parent
 
 # A recorder runs ``cmd`` with ``env`` in ``cwd`` writing ``trace``; returns (exit code, wall s, summary).
 Recorder = Callable[[list[str], dict, str | None, Path], tuple[int, float, dict | None]]
@@ -340,9 +342,11 @@ def _run_plain(command, env, cwd, log_path: Path) -> tuple[int, float]:
         started = time.perf_counter()
         try:
             proc = subprocess.run(command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL)
+                                  stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         except FileNotFoundError:
             raise ReadtraceError(f"command not found: {command[0]}", ExitStatus.NOT_FOUND) from None
+        if proc.returncode == -signal.SIGINT:  # Ctrl-C reached the run first: stop like the user asked
+            raise KeyboardInterrupt
         return proc.returncode, time.perf_counter() - started
 
 
@@ -357,6 +361,7 @@ def default_recorder() -> tuple[Recorder | None, str | None]:
 
     def record(command, env, cwd, trace: Path):
         result = record_command(command, str(trace), force=True, env=env, cwd=cwd, quiet=True)
+        result.raise_if_interrupted()
         return result.exit_code, result.wall_s, trace_summary(result.trace_path)
 
     return record, None

@@ -23,8 +23,8 @@ import stat
 from dataclasses import dataclass
 
 from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.runstate import die_with_parent
 
-PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -109,14 +109,6 @@ def resolve_command(cmd: list[str], env: dict | None) -> str:
     if os.sep in name:
         raise ReadtraceError(f"{name}: No such file or directory", ExitStatus.NOT_FOUND)
     raise ReadtraceError(f"{name}: command not found", ExitStatus.NOT_FOUND)
-
-
-def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> None:
-    """In a forked child: get ``sig`` when the parent dies (PR_SET_PDEATHSIG); exit at once if it
-    already has. Call it after any setuid (a credential change clears the setting)."""
-    _libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-    if parent is not None and os.getppid() != parent:
-        os._exit(128 + int(sig))
 
 
 class HeldChild:

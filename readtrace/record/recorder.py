@@ -51,6 +51,12 @@ class RecordResult:
     lost_events: int
     wall_s: float
     events: int
+    interrupted: bool = False  # stopped by SIGINT/SIGTERM/SIGHUP: a caller doing more should stop too
+
+    def raise_if_interrupted(self) -> None:
+        """For callers that record as one step of more (fix --compare, demo): Ctrl-C stops them too."""
+        if self.interrupted:
+            raise KeyboardInterrupt
 
 
 class _StopSignals:
@@ -160,7 +166,8 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
         if bpf is not None:
             detach(bpf, detaching)
     result = RecordResult(exit_code=ExitStatus.INTERRUPTED if stop.received else code, trace_path=path,
-                          lost_events=meta["lost_events"], wall_s=meta["wall_s"], events=session.records)
+                          lost_events=meta["lost_events"], wall_s=meta["wall_s"], events=session.records,
+                          interrupted=stop.received is not None)
     if not quiet:
         with contextlib.suppress(OSError):  # stderr gone (SIGHUP, closed): the trace is written anyway
             _print_summary(result, meta)

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from readtrace import runstate
 from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.fs.mounts import mount_at
 from readtrace.simfs.config import SimConfig
@@ -60,13 +61,18 @@ def force_unmount(mountpoint: str | Path) -> bool:
 class SimMount:
     """A running lab mount. A context manager; ``unmount()`` is idempotent."""
 
-    def __init__(self, config: SimConfig, process: subprocess.Popen, stderr_path: str):
+    def __init__(self, config: SimConfig, process: subprocess.Popen, stderr_path: str, temp_dir: str | None):
         self.config = config
         self.mountpoint = config.mountpoint
         self.log_path = config.log
         self.daemon_pid = process.pid
         self._process = process
         self._stderr_path = stderr_path
+        self._temp_dir = temp_dir  # no --log: the log lives here and goes with the mount
+        self._records: list | None = None  # the log's records, kept when a temp log is removed
+        self.note = runstate.register("simfs", mountpoint=config.mountpoint, src=config.src,
+                                      daemon_pid=process.pid, daemon_start=runstate.start_time(process.pid),
+                                      temp_paths=[temp_dir] if temp_dir else [])
         self.bdi: str | None = None
         self.readahead_kib: int | None = None  # what the bdi says after set-up
 
@@ -94,14 +100,26 @@ class SimMount:
             force_unmount(self.mountpoint)  # a daemon that died leaves a dead mount behind
             if os.path.exists(self._stderr_path) and not _meaningful(self._stderr_path):
                 os.unlink(self._stderr_path)
+            if self._temp_dir and os.path.isdir(self._temp_dir):
+                with contextlib.suppress(ReadtraceError):  # a torn log stays for counters() to report
+                    self._records = read_records(self.log_path)
+                    shutil.rmtree(self._temp_dir, ignore_errors=True)
+            runstate.unregister(self.note)
+
+    def hand_to_daemon(self) -> None:
+        """``--daemon``: the mount outlives this process; it is stale only once its daemon is gone."""
+        runstate.update(self.note, owner_pid=self.daemon_pid)
 
     def requests(self) -> pd.DataFrame:
         """Every FUSE READ so far, as logged by the daemon (see readtrace.simfs.log)."""
-        return requests_frame(read_records(self.log_path))
+        return requests_frame(self._log_records())
 
     def counters(self) -> dict:
         """Totals: the daemon's final counters after unmount, running totals before."""
-        return count(read_records(self.log_path))
+        return count(self._log_records())
+
+    def _log_records(self) -> list:
+        return self._records if self._records is not None else read_records(self.log_path)
 
 
 def _meaningful(path: str) -> bool:
@@ -129,19 +147,19 @@ def mount(src: str | Path, mountpoint: str | Path, *, profile: str = "gcsfuse", 
     """Mount ``src`` read-only at ``mountpoint`` behind the modelled store; returns once it serves."""
     check_prerequisites()
     check_paths(src, mountpoint)
-    log_path = _log_path(log, overwrite_log)
+    log_path, temp_dir = _log_path(log, overwrite_log)
     config = SimConfig(src=os.path.realpath(src), mountpoint=os.path.realpath(mountpoint), log=log_path,
                        profile=profile, latency_ms=float(latency_ms), bandwidth_mbps=bandwidth_mbps,
                        max_read_kib=int(max_read_kib), readahead_kib=readahead_kib,
                        max_backend=int(max_backend), keep_cache=bool(keep_cache))
-    stderr_path = log_path + ".stderr"
+    stderr_path = log_path + ".stderr"  # beside the log; in the temp dir when there is no --log
     ready_r, ready_w = os.pipe()
     with open(stderr_path, "w") as err:
         process = subprocess.Popen(
             [sys.executable, "-m", "readtrace.simfs.daemon", config.to_json(), str(ready_w)],
             pass_fds=(ready_w,), stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True)
     os.close(ready_w)
-    sim = SimMount(config, process, stderr_path)
+    sim = SimMount(config, process, stderr_path, temp_dir)
     try:
         _wait_ready(ready_r, process, stderr_path)
         os.stat(sim.mountpoint)  # returns once FUSE_INIT is answered
@@ -154,11 +172,13 @@ def mount(src: str | Path, mountpoint: str | Path, *, profile: str = "gcsfuse", 
     return sim
 
 
-def _log_path(log: str | Path | None, overwrite: bool) -> str:
+def _log_path(log: str | Path | None, overwrite: bool) -> tuple[str, str | None]:
+    """(log path, temp dir to remove with the mount or None): without --log, a temp dir of ours."""
     if log is None:
-        fd, path = tempfile.mkstemp(prefix="readtrace-simfs-", suffix=".jsonl")
-        os.close(fd)
-        return path
+        temp_dir = tempfile.mkdtemp(prefix=f"{runstate.PREFIX}simfs-")
+        path = os.path.join(temp_dir, "reads.jsonl")
+        Path(path).write_text("")
+        return path, temp_dir
     path = os.path.abspath(log)
     if os.path.exists(path) and os.path.getsize(path) > 0 and not overwrite:
         raise ReadtraceError(f"simfs log exists (use --force to overwrite): {path}", ExitStatus.BAD_INPUT)
@@ -166,7 +186,7 @@ def _log_path(log: str | Path | None, overwrite: bool) -> str:
         Path(path).write_text("")
     except OSError as e:
         raise ReadtraceError(f"cannot write simfs log {path}: {e.strerror}", ExitStatus.BAD_INPUT) from None
-    return path
+    return path, None
 
 
 def _wait_ready(ready_r: int, process: subprocess.Popen, stderr_path: str) -> None:

@@ -1,0 +1,199 @@
+"""What readtrace leaves running or on disk while it works (lab mounts, their daemons, temp dirs),
+noted in a state file so that a later run can clean up after one that was killed.
+
+Each note names its owner process (pid and start time: a reused pid is not the owner). ``clean_stale``
+acts only on notes whose owner is dead, and only on what is provably ours: a mount that is still a
+simfs mount of the noted source, a daemon whose command line is our daemon module and whose start
+time matches, temp paths named ``readtrace-*`` owned by this user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import secrets
+import shutil
+import signal
+import time
+from pathlib import Path
+
+PREFIX = "readtrace-"
+PR_SET_PDEATHSIG = 1
+DAEMON_MODULE = "readtrace.simfs.daemon"
+
+
+def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> None:
+    """In a forked child (a preexec_fn): get ``sig`` when the parent dies (PR_SET_PDEATHSIG), so a
+    killed readtrace does not leave its command running; exit at once if the parent is already gone.
+    Call it after any setuid (a credential change clears the setting)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    if parent is not None and os.getppid() != parent:
+        os._exit(128 + int(sig))
+
+
+def state_dir() -> Path:
+    """/run/readtrace for root, else $XDG_RUNTIME_DIR/readtrace or /tmp/readtrace-<uid> (0700, ours)."""
+    if os.geteuid() == 0:
+        base = Path("/run/readtrace")
+    elif os.environ.get("XDG_RUNTIME_DIR"):
+        base = Path(os.environ["XDG_RUNTIME_DIR"]) / "readtrace"
+    else:
+        base = Path(f"/tmp/readtrace-{os.geteuid()}")
+    base.mkdir(mode=0o700, exist_ok=True)
+    st = os.lstat(base)
+    if st.st_uid != os.geteuid() or not os.path.isdir(base) or os.path.islink(base):
+        raise OSError(f"{base} is not a directory of this user")
+    return base
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def alive(pid: int | None, started: str | None) -> bool:
+    return pid is not None and start_time(pid) is not None and start_time(pid) == started
+
+
+def register(kind: str, *, owner_pid: int | None = None, **fields) -> Path | None:
+    """Note what this run is about to leave around; returns the note (pass it to ``unregister``), or
+    None where no state directory can be made (nothing to clean up after then, but nothing breaks)."""
+    owner = owner_pid or os.getpid()
+    try:
+        note = state_dir() / f"{kind}-{owner}-{secrets.token_hex(3)}.json"
+        _write(note, {"kind": kind, "owner_pid": owner, "owner_start": start_time(owner), **fields})
+    except OSError:
+        return None
+    return note
+
+
+def update(note: Path | None, **fields) -> None:
+    """Change a note (e.g. a ``--daemon`` mount is handed to its daemon as the new owner)."""
+    if note is None:
+        return
+    data = json.loads(note.read_text())
+    if "owner_pid" in fields:
+        fields["owner_start"] = start_time(fields["owner_pid"])
+    _write(note, {**data, **fields})
+
+
+def _write(note: Path, data: dict) -> None:
+    tmp = note.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, note)
+
+
+def unregister(note: Path | None) -> None:
+    if note is not None:
+        with contextlib.suppress(FileNotFoundError):
+            note.unlink()
+
+
+def notes() -> list[tuple[Path, dict]]:
+    found = []
+    with contextlib.suppress(OSError):
+        for note in sorted(state_dir().glob("*.json")):
+            with contextlib.suppress(OSError, ValueError):
+                found.append((note, json.loads(note.read_text())))
+    return found
+
+
+def note_for_mount(mountpoint: str) -> tuple[Path, dict] | None:
+    want = os.path.realpath(mountpoint)
+    return next(((p, d) for p, d in notes() if d.get("mountpoint") == want), None)
+
+
+def _take_down(data: dict) -> list[str]:
+    """Stop a note's daemon and unmount its mount (only if they are still ours)."""
+    from readtrace.fs.mounts import mount_at
+    from readtrace.simfs.mount import force_unmount
+
+    done = []
+    point = data.get("mountpoint")
+    entry = mount_at(point) if point else None
+    ours = entry is not None and entry.fstype.startswith("fuse.simfs-") and entry.source == f"simfs:{data.get('src')}"
+    daemon = data.get("daemon_pid")
+    if alive(daemon, data.get("daemon_start")) and DAEMON_MODULE in _cmdline(daemon):
+        _terminate(daemon)  # libfuse unmounts on SIGTERM
+        done.append(f"daemon {daemon}")
+    if ours:
+        force_unmount(point)  # a no-op when the daemon took it down
+        done.append(f"mount {point}")
+    return done
+
+
+def _remove_temp(data: dict) -> list[str]:
+    """Remove a note's temp paths: ours by name and owner, and with no mount left inside."""
+    done = []
+    for path in data.get("temp_paths", []):
+        if _ours(path) and not _mounts_below(path):
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+            done.append(f"temp {path}")
+    return done
+
+
+def clean(note: Path, data: dict) -> list[str]:
+    """Take down what a note names (its daemon, its mount, then its temp paths) and drop the note."""
+    done = _take_down(data) + _remove_temp(data)
+    unregister(note)
+    return done
+
+
+def clean_stale() -> list[str]:
+    """Clean up after every run of this user whose owner process is dead: mounts and daemons first,
+    then temp paths (a mount may sit inside another run's temp dir). What was done, one item each."""
+    stale = [(note, data) for note, data in notes() if not alive(data.get("owner_pid"), data.get("owner_start"))]
+    done = [item for _, data in stale for item in _take_down(data)]
+    for note, data in stale:
+        done += _remove_temp(data)
+        unregister(note)
+    return done
+
+
+def _mounts_below(path: str) -> list[str]:
+    root = os.path.realpath(path)
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        points = [line.split()[4] for line in f]
+    return [p for p in points if p == root or p.startswith(root + os.sep)]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _terminate(pid: int, grace_s: float = 3.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and start_time(pid) is not None and not _zombie(pid):
+            time.sleep(0.05)
+        if start_time(pid) is None or _zombie(pid):
+            return
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _ours(path: str) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return os.path.basename(path).startswith(PREFIX) and st.st_uid == os.geteuid() and not os.path.islink(path)
