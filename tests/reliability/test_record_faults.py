@@ -139,7 +139,7 @@ def _sudo_record(user, *args):
 def test_under_real_sudo_the_command_has_only_the_users_rights(unprivileged_user, leftovers):
     require(shutil.which("sudo") is not None, "sudo missing (apt-get install sudo)")
     user = unprivileged_user
-    out = user.home / "sudo.rtrace"
+    out = user.home / "real-sudo.rtrace"
     p = _sudo_record(user, "-q", "-f", "-o", out, "--", "sh", "-c", 'id -u; id -g; id -G; echo "$HOME $USER"')
     assert p.returncode == 0, p.stderr
     uid, gid, groups, env = p.stdout.strip().splitlines()
