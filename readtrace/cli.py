@@ -8,7 +8,8 @@ import sys
 
 from readtrace import __version__
 from readtrace.commands import COMMANDS
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import ExitStatus, ReadtraceError, command_error
+from readtrace.loader.errors import LoaderError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,9 +37,10 @@ def main(argv: list[str] | None = None) -> int:
         return ExitStatus.USAGE
     try:
         return int(args.run(args) or 0)
-    except ReadtraceError as e:
-        print(f"readtrace: {e}", file=sys.stderr)
-        return e.exit_code
+    except (ReadtraceError, LoaderError) as e:  # library errors become exit codes here, and only here
+        error = command_error(e)
+        print(f"readtrace: {error}", file=sys.stderr)
+        return error.exit_code
     except KeyboardInterrupt:
         print("readtrace: interrupted", file=sys.stderr)
         return ExitStatus.INTERRUPTED

@@ -28,7 +28,7 @@ def run_demo(*, size_mib: int = 128, pattern: str = "mmap-threads", workers: int
     from readtrace.workloads import make_checkpoint
 
     if size_mib < 1:
-        raise ReadtraceError("--size-mib must be at least 1", ExitStatus.USAGE)
+        raise ValueError("size_mib must be at least 1")
     recorder, why_not = default_recorder() if record else (None, "recording off (--no-record)")
     say = _printer(out)
     for item in runstate.clean_stale():

@@ -31,3 +31,18 @@ class TraceError(ReadtraceError):
 
     def __init__(self, message: str):
         super().__init__(message, ExitStatus.BAD_TRACE)
+
+
+def command_error(e: BaseException) -> ReadtraceError | None:
+    """A library's domain error as the command line reports it (None: not one it knows)."""
+    from readtrace.loader.errors import CheckpointFormatError, DeviceUnavailableError, LoaderError
+
+    if isinstance(e, ReadtraceError):
+        return e
+    if isinstance(e, CheckpointFormatError):
+        return ReadtraceError(str(e), ExitStatus.BAD_INPUT)
+    if isinstance(e, DeviceUnavailableError):
+        return ReadtraceError(str(e), ExitStatus.PREREQUISITE)
+    if isinstance(e, LoaderError):
+        return ReadtraceError(str(e), ExitStatus.ERROR)
+    return None

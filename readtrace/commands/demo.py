@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 
+from readtrace.commands.args import at_least_one
 from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.inject.protocol import FIX_STRATEGIES
 
@@ -34,6 +35,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from readtrace.demo import demo_available, run_demo
 
+    at_least_one(args, "size_mib", "workers", "repeat")
     why = demo_available()
     if why:
         raise ReadtraceError(why, ExitStatus.PREREQUISITE)

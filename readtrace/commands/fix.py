@@ -22,6 +22,7 @@ import json
 import subprocess
 import sys
 
+from readtrace.commands.args import at_least_one
 from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.inject.protocol import FIX_STRATEGIES
 
@@ -48,6 +49,7 @@ def run(args) -> int:
     from readtrace.fix.compare_report import render_table, to_json
     from readtrace.inject.inject import shim_environment
 
+    at_least_one(args, "repeat")
     command, cwd, files = _target(args.target)
     if not args.compare:
         files = args.files or files

@@ -148,7 +148,7 @@ def compare(
         raise ReadtraceError(f"unknown strategy {strategy!r} (choose from {', '.join(FIX_STRATEGIES)})",
                              ExitStatus.USAGE)
     if repeat < 1:
-        raise ReadtraceError("--repeat must be at least 1", ExitStatus.USAGE)
+        raise ValueError("repeat must be at least 1")
     command = list(command)
     with _workdir(workdir) as work:
         notes: list[str] = []

@@ -35,11 +35,16 @@ from readtrace.inject.manifest import tensor_record
 from readtrace.inject.protocol import Rerun, append_manifest, prefetches, routes
 from readtrace.inject.startup import already_prefetched, release_pin, wait_prefetched
 from readtrace.loader import loader
+from readtrace.loader.errors import LoaderError
 from readtrace.loader.fileio import MiB, open_fd, read_into
 from readtrace.loader.header import read_header
 from readtrace.pagecache import prefetch as prefetcher
 from readtrace.pagecache.populate import populate
 from readtrace.pagecache.residency import cache_survives_open
+
+# What our loader may raise for a file the original loader should then be given (it fails or
+# succeeds as it would have without the shim).
+_REFUSED = (LoaderError, OSError, ValueError)
 
 
 @dataclass
@@ -161,7 +166,7 @@ def load_file(filename, device="cpu", *args, **kwargs):
                     tensors = loader.load_file(path, device, chunk_bytes=_STATE.config.chunk_bytes,
                                                threads=_STATE.config.threads)
                     release_pin(path)
-                except ReadtraceError as e:
+                except _REFUSED as e:
                     fallback = str(e)
                     tensors = original(filename, device, *args, **kwargs)
             else:
@@ -299,7 +304,7 @@ class _Handle:
                 try:
                     with open_fd(self._path) as fd:
                         self._header = read_header(fd, self._path)
-                except ReadtraceError as e:
+                except _REFUSED as e:
                     self._fallback = str(e)
             if self._header is None:
                 self._inner = original(filename, framework, device, *args, **_lever_kwargs(kwargs))
@@ -341,7 +346,7 @@ class _Handle:
                 self._tensors = loader.load_file(self._path, self._device, chunk_bytes=_STATE.config.chunk_bytes,
                                                  threads=_STATE.config.threads)
                 release_pin(self._path)
-            except ReadtraceError as e:  # e.g. no GPU: the original handle serves every tensor
+            except _REFUSED as e:  # e.g. no GPU: the original handle serves every tensor
                 self._fallback, self._header = str(e), None
                 self._inner = _STATE.originals["safe_open"](self._path, "pt", self._device)
         return self._tensors is not None

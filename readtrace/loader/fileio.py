@@ -8,8 +8,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from readtrace.errors import ExitStatus, ReadtraceError
-
 if TYPE_CHECKING:
     import torch
 
@@ -18,11 +16,9 @@ MiB = 1 << 20
 
 @contextmanager
 def open_fd(path: str | os.PathLike, *, sequential: bool = True) -> Iterator[int]:
-    """Open ``path`` read-only on a new fd of its own (never shared), closed on exit."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as e:
-        raise ReadtraceError(f"cannot open {os.fspath(path)}: {e.strerror}", ExitStatus.BAD_INPUT) from None
+    """Open ``path`` read-only on a new fd of its own (never shared), closed on exit. A file that
+    cannot be opened raises the OSError itself (with its filename), as open() does."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         if sequential:
             # Doubles the kernel's readahead window for this open file description.

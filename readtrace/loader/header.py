@@ -15,8 +15,10 @@ from dataclasses import dataclass
 
 import torch
 
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.loader.errors import CheckpointFormatError
 from readtrace.loader.fileio import pread_exact
+
+__all__ = ["CheckpointFormatError", "Header", "TensorInfo", "read_header"]
 
 MAX_HEADER_BYTES = 100_000_000  # safetensors' own limit (HeaderTooLarge)
 
@@ -43,13 +45,6 @@ DTYPES: dict[str, tuple[str, int]] = {
     "F64": ("float64", 64),
     "C64": ("complex64", 64),
 }
-
-
-class CheckpointFormatError(ReadtraceError):
-    """A safetensors file that is malformed, truncated or uses a dtype this torch lacks."""
-
-    def __init__(self, path: str | os.PathLike, problem: str):
-        super().__init__(f"{os.fspath(path)}: not a valid safetensors file: {problem}", ExitStatus.BAD_INPUT)
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.fs.knowledge import is_remote
+from readtrace.loader.errors import CheckpointFormatError, DeviceUnavailableError
 from readtrace.loader.fileio import MiB, open_fd, read_into, tensor_bytes
-from readtrace.loader.header import CheckpointFormatError, Header, read_header
+from readtrace.loader.header import Header, read_header
 from readtrace.loader.spans import split_spans
 
 DEFAULT_CHUNK_BYTES = 16 * MiB
@@ -56,16 +56,16 @@ def load_file(
     paying for first touch of fresh memory (one fd, one open: it works on FUSE mounts that drop the
     cache on every open). ``auto`` (default): ``map`` on local file systems, ``copy`` on FUSE and
     network ones, where a later open() by anyone may invalidate the cached pages under a mapping
-    and every touch would fetch them again. Raises ``CheckpointFormatError`` (exit code BAD_INPUT) for a malformed,
+    and every touch would fetch them again. Raises ``CheckpointFormatError`` (a ValueError) for a malformed,
     truncated or empty file.
     """
     target = resolve_device(device)
     if threads is None:
         threads = min(MAX_CUDA_THREADS, os.cpu_count() or 1) if target.type == "cuda" else 1
     if chunk_bytes <= 0 or threads <= 0 or num_buffers <= 0:
-        raise ReadtraceError("chunk_bytes, threads and num_buffers must be positive", ExitStatus.USAGE)
+        raise ValueError("chunk_bytes, threads and num_buffers must be positive")
     if cpu_storage not in ("auto", "copy", "map"):
-        raise ReadtraceError(f"cpu_storage must be auto, copy or map, not {cpu_storage!r}", ExitStatus.USAGE)
+        raise ValueError(f"cpu_storage must be auto, copy or map, not {cpu_storage!r}")
     if cpu_storage == "auto":
         cpu_storage = "copy" if is_remote(path) else "map"
     with open_fd(path) as fd:
@@ -89,8 +89,7 @@ def resolve_device(device: str | int | torch.device) -> torch.device:
     target = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
     if target.type == "cuda":
         if not torch.cuda.is_available():
-            raise ReadtraceError(f"device {target} requested but no CUDA GPU is available",
-                                 ExitStatus.PREREQUISITE)
+            raise DeviceUnavailableError(f"device {target} requested but no CUDA GPU is available")
         if target.index is None:
             target = torch.device("cuda", torch.cuda.current_device())
     return target

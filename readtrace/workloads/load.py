@@ -18,7 +18,8 @@ from pathlib import Path
 
 import torch
 
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import ExitStatus, ReadtraceError, command_error
+from readtrace.loader.errors import LoaderError
 from readtrace.workloads.layout import TensorInfo, read_layout
 from readtrace.workloads.patterns import PATTERNS, Tensors
 
@@ -66,7 +67,7 @@ def to_device(tensors: Tensors, device: str) -> Tensors:
     if device == "cpu":
         return tensors
     if not torch.cuda.is_available():
-        raise ReadtraceError("--device cuda: no CUDA GPU is visible to torch", ExitStatus.PREREQUISITE)
+        raise ReadtraceError("device cuda: no CUDA GPU is visible to torch", ExitStatus.PREREQUISITE)
     moved = {name: t.pin_memory().to(device, non_blocking=True) for name, t in tensors.items()}
     torch.cuda.synchronize()
     return moved
@@ -77,11 +78,11 @@ def load(paths: list[str | Path], pattern: str, workers: int = 4, device: str = 
     if pattern not in PATTERNS:
         raise ReadtraceError(f"unknown pattern {pattern!r} (choose from {', '.join(PATTERNS)})", ExitStatus.USAGE)
     if workers < 1:
-        raise ReadtraceError("--workers must be >= 1", ExitStatus.USAGE)
+        raise ReadtraceError("workers must be at least 1", ExitStatus.USAGE)
     if device not in ("cpu", "cuda"):
-        raise ReadtraceError("--device must be cpu or cuda", ExitStatus.USAGE)
+        raise ReadtraceError(f"device must be cpu or cuda, not {device!r}", ExitStatus.USAGE)
     if device == "cuda" and not torch.cuda.is_available():
-        raise ReadtraceError("--device cuda: no CUDA GPU is visible to torch", ExitStatus.PREREQUISITE)
+        raise ReadtraceError("device cuda: no CUDA GPU is visible to torch", ExitStatus.PREREQUISITE)
     files = checkpoint_files(paths)
     layout: list[TensorInfo] = [t for f in files for t in read_layout(f)]
     names = [t.name for t in layout]
@@ -104,9 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         result, _ = load(args.paths, args.pattern, args.workers, args.device)
-    except ReadtraceError as e:
-        print(f"load: {e}", file=sys.stderr)
-        return e.exit_code
+    except (ReadtraceError, LoaderError) as e:
+        error = command_error(e)
+        print(f"load: {error}", file=sys.stderr)
+        return error.exit_code
+    except OSError as e:
+        print(f"load: cannot read {e.filename}: {e.strerror}", file=sys.stderr)
+        return ExitStatus.BAD_INPUT
     print(f"{result.pattern}: {result.tensors} tensors, {result.bytes / 2**20:.1f} MiB in {result.seconds:.3f} s "
           f"({result.bytes / max(result.seconds, 1e-9) / 1e6:.0f} MB/s) on {result.device}; digest {result.digest[:16]}")
     print(json.dumps(asdict(result)), flush=True)
