@@ -10,7 +10,7 @@
 #include "common.bpf.c"
 #include "sched.bpf.c"                /* fault_begin */
 
-#define MERGED_PAGE_KINDS 4                   /* RT_FAULT .. RT_MISS */
+/* RT_FAULT .. RT_MISS keep a run per thread (their count is substituted: record/program.py) */
 BPF_ARRAY(page_runs, struct rt_event, SLOTS * MERGED_PAGE_KINDS);  /* h.count == 0: empty; h.tid: owner */
 
 static __always_inline u32 page_slot(u32 tid, u32 kind)

@@ -1,6 +1,6 @@
 """Streams: the ordered accesses of one task, process, open file description, FUSE handle or file.
 
-Classification (DESIGN.md words; Darshan's counters):
+Classification (the words of docs/report.md; Darshan's counters):
 - consecutive: offset == previous end (POSIX_CONSEC_READS)
 - sequential: offset >= previous end, i.e. forward, gaps allowed (POSIX_SEQ_READS; includes consecutive)
 - random: the rest, backward or overlapping (Drishti: total - sequential)

@@ -11,7 +11,7 @@ MiB = 1 << 20
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Defaults follow DESIGN.md and Drishti; override with ``--threshold NAME=VALUE``."""
+    """Defaults follow docs/report.md and Drishti; override with ``--threshold NAME=VALUE``."""
 
     # gcsfuse replay (internal/gcsx/random_reader.go)
     gcsfuse_seek_window: int = 8 * MiB  # a read > this past the expected offset is a seek

@@ -21,7 +21,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -394,23 +395,15 @@ def _tail(path: Path, lines: int = 3) -> str:
     return " | ".join(text[-lines:])
 
 
-class _workdir:  # noqa: N801 - a context manager used like a function
+@contextmanager
+def _workdir(path) -> Iterator[Path]:
     """The given directory (kept), or a temporary one (removed)."""
-
-    def __init__(self, path):
-        self.path, self.tmp = path, None
-
-    def __enter__(self) -> Path:
-        if self.path is not None:
-            Path(self.path).mkdir(parents=True, exist_ok=True)
-            return Path(self.path)
-        self.tmp = tempfile.TemporaryDirectory(prefix="readtrace-fix-")
-        return Path(self.tmp.name)
-
-    def __exit__(self, *exc):
-        if self.tmp is not None:
-            self.tmp.cleanup()
-        return False
+    if path is not None:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        yield Path(path)
+        return
+    with tempfile.TemporaryDirectory(prefix="readtrace-fix-") as tmp:
+        yield Path(tmp)
 
 
 SYSTEM_PREFIXES = ("/proc/", "/sys/", "/dev/", "/usr/", "/lib", "/etc/", "/bin/", "/sbin/", "/run/")
@@ -431,21 +424,17 @@ def command_from_trace(path: str | os.PathLike) -> tuple[list[str], str | None, 
     return list(command), trace.meta.get("cwd"), files
 
 
-class _stdout_to:  # noqa: N801 - a context manager used like a function
+@contextmanager
+def _stdout_to(path: Path) -> Iterator[None]:
     """Point file descriptor 1 at a file while a recorder runs a command that inherits it."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def __enter__(self):
+    sys.stdout.flush()
+    saved = os.dup(1)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.close(fd)
+    try:
+        yield
+    finally:
         sys.stdout.flush()
-        self.saved = os.dup(1)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(fd, 1)
-        os.close(fd)
-
-    def __exit__(self, *exc):
-        sys.stdout.flush()
-        os.dup2(self.saved, 1)
-        os.close(self.saved)
-        return False
+        os.dup2(saved, 1)
+        os.close(saved)

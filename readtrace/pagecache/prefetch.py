@@ -12,8 +12,9 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from readtrace.errors import ExitStatus, ReadtraceError
@@ -143,38 +144,33 @@ def _barrier() -> None:
         dist.barrier()
 
 
-class _progress_bar:  # noqa: N801 - used as a context manager like a function
+@contextmanager
+def _progress_bar(total: int, show: bool) -> Iterator[Callable[[int], None]]:
     """A rich progress bar when shown; otherwise a no-op counter. Yields a thread-safe advance(n)."""
+    if not show:
+        yield lambda n: None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
 
-    def __init__(self, total: int, show: bool):
-        self.total, self.show = total, show
-        self.lock = threading.Lock()
-        self.bar = None
+    lock = threading.Lock()
+    bar = Progress(TextColumn("prefetch"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                   TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+    task = bar.add_task("prefetch", total=total)
 
-    def __enter__(self) -> Callable[[int], None]:
-        if not self.show:
-            return lambda n: None
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
+    def advance(n: int) -> None:
+        with lock:
+            bar.advance(task, n)
 
-        self.bar = Progress(TextColumn("prefetch"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                            TimeRemainingColumn(), console=Console(stderr=True), transient=True)
-        self.bar.start()
-        task = self.bar.add_task("prefetch", total=self.total)
-
-        def advance(n: int) -> None:
-            with self.lock:
-                self.bar.advance(task, n)
-
-        return advance
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+    bar.start()
+    try:
+        yield advance
+    finally:
+        bar.stop()

@@ -12,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 from readtrace.record.btf import BTFError, kernel_btf
+from readtrace.trace.schema import FUSE_READ
 
 HEADER = "readtrace.h"
 # The programs that attach: each file #includes what it uses (fuse.bpf.c under #if WITH_FUSE).
@@ -67,8 +68,7 @@ CONSTANTS = {
     "F_DUPFD_CMD": 0,
     "F_DUPFD_CLOEXEC_CMD": 1030,
     "SYS_READ_NR": 0,  # x86_64
-    "PAGE_SHIFT": 12,
-    "FUSE_READ_OPCODE": 15,
+    "FUSE_READ_OPCODE": FUSE_READ,
     "DEV_FUSE_RDEV": (10 << 20) | 229,  # /dev/fuse is char 10:229, kernel dev_t encoding
 }
 
@@ -80,6 +80,12 @@ def probe_text(name: str) -> str:
     except ModuleNotFoundError:  # an editable install made before probes/ was package data
         probes = Path(__file__).resolve().parents[2] / "probes"
     return probes.joinpath(name).read_text()
+
+
+def merged_page_kinds() -> int:
+    """How many page kinds keep a merged run per thread (pages.bpf.c): RT_FAULT .. RT_MISS."""
+    kinds = kind_numbers()
+    return kinds["MISS"] - kinds["FAULT"] + 1
 
 
 def kind_numbers() -> dict[str, int]:
@@ -138,7 +144,8 @@ def build_source(*, with_fuse: bool, coalesce: bool = True, ring_bytes: int = EV
     if ring_bytes < PAGE_SIZE or ring_bytes & (ring_bytes - 1):
         raise ValueError("the events ring size must be a power of two of at least one page")
     tokens = {**CONSTANTS, **SYSCALL_NUMBERS, **kernel_offsets(with_fuse), "COALESCE": int(coalesce),
-              "WITH_FUSE": int(with_fuse), "EVENTS_RING_PAGES": ring_bytes // PAGE_SIZE}
+              "WITH_FUSE": int(with_fuse), "EVENTS_RING_PAGES": ring_bytes // PAGE_SIZE,
+              "MERGED_PAGE_KINDS": merged_page_kinds()}
     header = "/* readtrace probes, generated: offsets from /sys/kernel/btf/vmlinux */\n"
     return header + substitute("\n".join(parts), tokens)
 
@@ -181,7 +188,7 @@ def _detach_tracepoints(bpf) -> None:
 def detach_in_background(bpf):
     """Start detaching the tracepoints; returns the thread to pass to ``detach``.
 
-    Each detach waits for an RCU grace period (47 probes: ~2-4 s on this VM), so it runs while the
+    Each detach waits for an RCU grace period (one per attach point: ~2-4 s on this VM), so it runs while the
     spool is decoded instead of after it. The maps stay usable until ``detach``.
     """
     import threading

@@ -17,13 +17,13 @@ import numpy as np
 import pandas as pd
 
 from readtrace.record.decode import Decoder, files_table
-from readtrace.record.program import CONSTANTS, EVENTS_RING_BYTES
+from readtrace.record.program import CONSTANTS, EVENTS_RING_BYTES, merged_page_kinds
 from readtrace.record.records import EVENT_DTYPE
 from readtrace.record.ring import RECORD_HEADER, CallbackRing, FastRing
 from readtrace.trace import TraceWriter
 
 SLOTS = CONSTANTS["SLOTS"]
-MERGED_PAGE_KINDS = 4  # probes/pages.bpf.c: RT_FAULT .. RT_MISS keep a run per thread
+MERGED_PAGE_KINDS = merged_page_kinds()  # probes/pages.bpf.c: RT_FAULT .. RT_MISS keep a run per thread
 FLUSH_ROWS = 200_000  # rows buffered per table before they go to disk (bounded memory)
 CHUNK_RECORDS = 500_000  # spooled records decoded at a time
 SPOOL_NAME = "events.spool"
