@@ -53,7 +53,7 @@ def test_fuse_mount_is_recognised(recorded):
     result, trace, _truth, data = recorded
     assert result.exit_code == 0 and result.lost_events == 0
     row = trace.files.set_index("path").loc[str(data)]
-    assert row.fstype == "fuse" and row.mountpoint == str(data.parent)
+    assert row.fstype == "fuse.bindfs" and row.mountpoint == str(data.parent)  # named after its daemon
     assert (row.dev & 0xFFFFF) in trace.meta["fuse_connections"]
 
 

@@ -24,6 +24,7 @@ class Finding:
     fstype: str = ""
     fs_family: str = ""  # the knowledge table's name for the file system
     fs_levers: str = ""  # the file system's own knobs (from the knowledge table)
+    fs_known: bool = True  # False: the table does not know this file system; the judgement is generic
     wait_s: float | None = None  # time the load waited on this file (reads, faults, FUSE replies)
     predicted_s: float | None = None  # what-if model: this load on this mount, as recorded
     predicted_fixed_s: float | None = None  # ... and with the fix applied

@@ -38,7 +38,15 @@ def lost_events(meta: dict) -> int:
 def _fs(fstype: str) -> dict:
     """The common file-system fields of a finding, from the knowledge table."""
     prof = fs_profile(fstype)
-    return {"fstype": fstype or "", "fs_family": prof.family, "fs_levers": prof.levers}
+    return {"fstype": fstype or "", "fs_family": prof.family, "fs_levers": prof.levers, "fs_known": prof.known}
+
+
+def _handle_severity(prof, severity: str = "high") -> str:
+    """A pattern that costs on a per-handle file system: ``severity`` where the table knows the file
+    system punishes it, "warn" where that is only the generic judgement, "info" where it does not."""
+    if not prof.per_handle_stream:
+        return "info"
+    return severity if prof.known else "warn"
 
 
 def _task_rows(a: Analysis, kind: str, code: int, limit: int = 6) -> list[dict]:
@@ -77,7 +85,7 @@ def shared_fd_interleave(a: Analysis) -> list[Finding]:
                                       int(row["opened"]), int(file_id))
         per_handle = prof.per_handle_stream
         out.append(SharedFdInterleave(
-            "high" if per_handle else "info", file=row["path"], **_fs(row["fstype"]),
+            _handle_severity(prof), file=row["path"], **_fs(row["fstype"]),
             view=row["kind"], mapping=mapping, per_handle=per_handle, tasks=int(row["tasks"]),
             min_task_consecutive_fraction=float(row["min_task_consecutive_fraction"]),
             consecutive_fraction=float(row["consecutive_fraction"]),
@@ -107,7 +115,7 @@ def random_on_fuse_handle(a: Analysis) -> list[Finding]:
             continue
         is_handle = row["kind"] == "fuse_handle"
         out.append(RandomOnFuseHandle(
-            "high" if row["gcsfuse_read_type"] == "random" else "warn", file=row["path"], **_fs(row["fstype"]),
+            _handle_severity(prof, "high" if row["gcsfuse_read_type"] == "random" else "warn"), file=row["path"], **_fs(row["fstype"]),
             view=row["kind"], stream=row["stream"], handle=int(row["fh"]) if is_handle else None,
             seek_fraction=float(row["seek_fraction"]), bytes=int(row["bytes"]), seeks=int(row["gcsfuse_seeks"]),
             random_after=int(row["gcsfuse_random_after"]), read_type=str(row["gcsfuse_read_type"]),
@@ -242,7 +250,7 @@ def residency_interleave(a: Analysis) -> list[Finding]:
             continue
         prof = fs_profile(row["fstype"])
         out.append(SharedFdInterleave(
-            "high" if prof.per_handle_stream else "info", file=row["path"], **_fs(row["fstype"]),
+            _handle_severity(prof), file=row["path"], **_fs(row["fstype"]),
             view="residency", mapping=True, per_handle=prof.per_handle_stream, tasks=m.sampled.concurrent,
             min_task_consecutive_fraction=seq, consecutive_fraction=m.runs_in_order_fraction,
             out_of_order_fraction=1 - m.runs_in_order_fraction, score=score, inode=int(row["ino"]),

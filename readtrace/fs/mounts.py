@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 DEV_FUSE = "/dev/fuse"
@@ -65,8 +65,39 @@ def parse_mountinfo(data: bytes) -> list[Mount]:
 
 
 def read_mounts(pid: int | str = "self", *, mountinfo: str | os.PathLike | None = None) -> list[Mount]:
-    """Mounts as seen by ``pid`` (its mount namespace), from /proc/<pid>/mountinfo (or ``mountinfo``)."""
-    return parse_mountinfo(Path(mountinfo or f"/proc/{pid}/mountinfo").read_bytes())
+    """Mounts as seen by ``pid`` (its mount namespace), from /proc/<pid>/mountinfo (or ``mountinfo``).
+    Read live, a FUSE mount without a subtype (plain ``fuse``, e.g. bindfs) is named ``fuse.<daemon>``
+    after the process serving it, where one is found, so the knowledge table can tell daemons apart."""
+    mounts = parse_mountinfo(Path(mountinfo or f"/proc/{pid}/mountinfo").read_bytes())
+    if mountinfo is None and any(m.fstype in ("fuse", "fuseblk") for m in mounts):
+        daemons = _daemon_commands()
+        mounts = [_named(m, daemons) if m.fstype in ("fuse", "fuseblk") else m for m in mounts]
+    return mounts
+
+
+def _named(mount: Mount, daemons: list[tuple[str, list[str]]]) -> Mount:
+    name = next((comm for comm, argv in daemons if any(_names(a, mount.mountpoint) for a in argv)), None)
+    return replace(mount, fstype=f"{mount.fstype}.{name}") if name else mount
+
+
+def _names(arg: str, point: str) -> bool:
+    """Does a daemon's argument name this mount point? (A daemon that went to the background may have
+    changed directory since it was given a relative path.)"""
+    arg = os.path.normpath(arg)
+    return arg == point if os.path.isabs(arg) else point.endswith("/" + arg)
+
+
+def _daemon_commands() -> list[tuple[str, list[str]]]:
+    """(comm, argv) of every process holding /dev/fuse open."""
+    out = []
+    for pid in sorted(fuse_daemons()):
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        out.append((comm, [a for a in argv[1:] if a and not a.startswith("-")]))
+    return out
 
 
 def mount_of(path: str | None, dev: int, mounts: list[Mount]) -> Mount | None:

@@ -39,10 +39,19 @@ def _fs(f: Finding) -> str:
     return f.fstype or "an unknown file system"
 
 
+def _generic(f: Finding) -> str:
+    """The caveat of a judgement the knowledge table could not back (readtrace/fs/knowledge.py)."""
+    if f.fs_known:
+        return ""
+    return (f" (generic judgement: readtrace's file-system table does not know {_fs(f)}; most FUSE clients of "
+            "object stores keep read-ahead state per handle, so this assumes it does: compare one fd per worker "
+            "to be sure)")
+
+
 def _shared_mapping_sampled(f: SharedFdInterleave) -> Prose:
     msg = (f"{f.tasks} read fronts advanced at once through one mmap mapping of {f.file} on {_fs(f)}: every "
            f"front >= {fmt_pct(f.min_task_consecutive_fraction)} forward on its own, the sampled runs in time "
-           f"order {fmt_pct(f.consecutive_fraction)} in order, score {f.score:.2f}")
+           f"order {fmt_pct(f.consecutive_fraction)} in order, score {f.score:.2f}" + _generic(f))
     if not f.per_handle:
         msg += f" (harmless here: {f.fs_family} keeps no per-handle read stream)"
     evidence = [f"front {r['front']}: {fmt_pct(r['sequential_fraction'])} forward over {r['samples']} samples, "
@@ -63,7 +72,7 @@ def _shared_fd(f: SharedFdInterleave) -> Prose:
            f"order), score {f.score:.2f}")
     if f.per_handle:
         msg += (f"; gcsfuse replay: {f.predicted_requests} backend requests vs {f.sequential_requests} for one "
-                "sequential reader")
+                "sequential reader" + _generic(f))
     else:
         msg += f" (harmless here: {f.fs_family} keeps no per-handle read stream)"
     evidence = [f"ReadFile (inode {r['inode']}, PID {r['tid']}, handle {r['handle']}, offset {r['offset']}, "
@@ -82,7 +91,7 @@ def _random(f: RandomOnFuseHandle) -> Prose:
     turned = f"turns random at read #{f.random_after}" if f.random_after else "stays sequential"
     msg = (f"{f.stream} on {f.file} ({f.fstype}): {fmt_pct(f.seek_fraction)} of {fmt_bytes(f.bytes)} read after "
            f"a seek ({f.seeks} seeks); gcsfuse replay {turned}: {f.predicted_requests} backend requests vs "
-           f"{f.sequential_requests} sequential")
+           f"{f.sequential_requests} sequential" + _generic(f))
     evidence = [f"top strides: {fmt_top(f.top_strides, fmt_bytes)}", f"top sizes: {fmt_top(f.top_sizes, fmt_bytes)}"]
     return Prose(msg, evidence, "prefetch the file sequentially into the page cache before the load, or read it "
                                 f"in file order; {FIX_HINT}; {f.fs_levers}")

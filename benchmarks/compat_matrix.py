@@ -1,0 +1,167 @@
+"""The compatibility matrix: real FUSE clients x real loaders, each cell end to end through the CLI
+(readtrace.compat.cells: record, report --json, fix --compare --json, cold runs), plus the yardsticks
+of issue 10: ``dd bs=16M`` of the same bytes on the same mount (cold) and the same script on a warm
+local copy. Also, per client, shared-handle vs own-handle reads (readtrace.compat.handles): the
+measurement behind the file-system knowledge table. Table printed, JSON saved.
+
+    python benchmarks/compat_matrix.py --size-mib 256 --latency-ms 20
+    python benchmarks/compat_matrix.py --clients s3fs lab --loaders load_file fork_pool --size-mib 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from readtrace.compat.cells import checkpoint_files, run_cell
+from readtrace.compat.checkpoints import build_all
+from readtrace.compat.clients import CLIENTS, missing, mounted
+from readtrace.compat.handles import probe
+from readtrace.compat.loaders import LOADERS
+from readtrace.pagecache.evict import evict
+
+# Latency applies where the backend is an HTTP server or the lab model; sshfs and bindfs have none.
+LATENCY_CLIENTS = ("lab", "s3fs", "rclone", "httpdirfs")
+
+
+def dd_seconds(files: list[str]) -> float:
+    """Cold ``dd bs=16M`` of every file, one after another."""
+    evict(files)
+    started = time.perf_counter()
+    for f in files:
+        subprocess.run(["dd", f"if={f}", "of=/dev/null", "bs=16M"], check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+def warm_local_seconds(loader, local_dir: Path, work: Path) -> float:
+    """The same script on the local copy, warm: one run to warm it, the second one timed."""
+    digests = work / "local-digests.jsonl"
+    for _ in range(2):
+        started = time.perf_counter()
+        subprocess.run(loader.command(local_dir, digests), check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+def best_lever(fix: dict | None) -> str:
+    """The fastest one-line lever fix --compare measured, where it reports one (helper fixer)."""
+    for key in ("best_lever", "lever", "winner"):
+        value = (fix or {}).get(key)
+        if isinstance(value, dict):
+            return f"{value.get('change') or value.get('name')} {value.get('wall_s', 0):.1f} s"
+        if value:
+            return str(value)
+    return "-"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--clients", nargs="+", default=[c for c in CLIENTS], choices=CLIENTS)
+    p.add_argument("--loaders", nargs="+", default=list(LOADERS), choices=list(LOADERS))
+    p.add_argument("--size-mib", type=int, default=256)
+    p.add_argument("--latency-ms", type=float, default=20.0)
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--no-handles", action="store_true", help="skip the shared vs own handle probe")
+    p.add_argument("--work", help="keep checkpoints and runs here (default: a temporary directory)")
+    p.add_argument("--out", default="bench-results/compat_matrix.json")
+    p.add_argument("--table", metavar="JSON", help="only print the tables of a saved run")
+    args = p.parse_args()
+    if args.table:
+        saved = json.loads(Path(args.table).read_text())
+        print_tables(saved["cells"], saved["handles"])
+        return 0
+
+    work = Path(args.work or tempfile.mkdtemp(prefix="readtrace-compat-"))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    kinds = tuple(sorted({LOADERS[name].checkpoint for name in args.loaders} | {"safetensors"}))
+    built = build_all(work / "checkpoints", args.size_mib, kinds)
+    rows, handles = [], []
+    for client in args.clients:
+        why = missing(client)
+        if why:
+            print(f"skip {client}: {why}", file=sys.stderr)
+            continue
+        latency = args.latency_ms if client in LATENCY_CLIENTS else 0.0
+        with mounted(client, work / "checkpoints", work / f"mount-{client}", latency_ms=latency) as m:
+            if not args.no_handles:
+                path = m.mountpoint / built["safetensors"].name / "model.safetensors"
+                runs = probe(path, lambda m=m, path=path: m.backend_requests(path.name))
+                handles.append({"client": client, "fstype": m.fstype, "latency_ms": latency,
+                                **{f"{k}_{f}": getattr(v, f) for k, v in runs.items()
+                                   for f in ("seconds", "requests")}})
+                print(json.dumps(handles[-1]), flush=True)
+            for name in args.loaders:
+                loader = LOADERS[name]
+                directory = m.mountpoint / built[loader.checkpoint].name
+                cell_work = work / "cells" / f"{client}-{name}"
+                r = run_cell(loader, directory, cell_work, repeat=args.repeat)
+                fix = r.fix or {}
+                row = {
+                    "client": client, "fstype": m.fstype, "latency_ms": latency, "loader": name,
+                    "size_mib": args.size_mib, "record_ok": r.record_rc == 0, "lost_events": r.lost_events,
+                    "findings": [f"{f['code']}:{f['severity']}" for f in r.findings],
+                    "baseline_s": (fix.get("baseline") or {}).get("wall_s"),
+                    "fixed_s": (fix.get("fixed") or {}).get("wall_s"), "speedup": fix.get("speedup"),
+                    "identical": bool(fix.get("tensors_identical"))
+                    and len({d["digest"] for d in r.digests}) == 1 and len(r.digests) >= 3,
+                    "tensors": r.digests[0]["tensors"] if r.digests else 0,
+                    "dd_s": dd_seconds(checkpoint_files(directory)),
+                    "warm_local_s": warm_local_seconds(loader, built[loader.checkpoint], cell_work),
+                    "best_lever": best_lever(r.fix), "fix_error": None if r.fix else r.fix_stderr[-300:],
+                }
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                save(out, args, handles, rows)  # after every cell: a long run cut short keeps what it has
+    save(out, args, handles, rows)
+    print_tables(rows, handles)
+    print(f"saved {out}")
+    return 0
+
+
+def save(out: Path, args, handles: list[dict], rows: list[dict]) -> None:
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"machine": machine(), "args": vars(args), "handles": handles, "cells": rows},
+                              indent=2))
+    tmp.replace(out)
+
+
+def machine() -> dict:
+    return {"host": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(),
+            "python": platform.python_version()}
+
+
+def _s(x) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def print_tables(rows: list[dict], handles: list[dict]) -> None:
+    if handles:
+        print("\n| client | fstype | latency | shared fd s | own fd s | shared requests | own requests |")
+        print("|---|---|---|---|---|---|---|")
+        for h in handles:
+            print(f"| {h['client']} | {h['fstype']} | {h['latency_ms']:g} ms | {_s(h['shared_seconds'])} | "
+                  f"{_s(h['own_seconds'])} | {h['shared_requests'] if h['shared_requests'] is not None else '-'} | "
+                  f"{h['own_requests'] if h['own_requests'] is not None else '-'} |")
+    print("\n| file system | loader | findings | baseline s | fixed s | speedup | identical | dd s | warm local s "
+          "| fixed / (dd + local) | best one-line lever |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        target = (r["dd_s"] or 0) + (r["warm_local_s"] or 0)
+        ratio = r["fixed_s"] / target if r["fixed_s"] and target else None
+        findings = ", ".join(f for f in r["findings"] if not f.endswith(":info")) or "-"
+        speedup = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
+        print(f"| {r['client']} {r['latency_ms']:g} ms | {r['loader']} | {findings} | {_s(r['baseline_s'])} | "
+              f"{_s(r['fixed_s'])} | {speedup} | "
+              f"{'yes' if r['identical'] else 'NO'} | {_s(r['dd_s'])} | {_s(r['warm_local_s'])} | "
+              f"{'-' if ratio is None else f'{ratio:.2f}'} | {r['best_lever']} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Fixtures of the compatibility suite: the checkpoints (built once per session) and one mount per
+FUSE client (its servers on 127.0.0.1), unmounted and stopped at the end, also on failure or SIGTERM.
+The mount and server logic lives in readtrace.compat (shared with benchmarks/compat_matrix.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+
+import pytest
+from conftest import require
+
+from readtrace.compat.checkpoints import build_all
+from readtrace.compat.clients import missing, mounted
+
+SIZE_MIB = int(os.environ.get("READTRACE_COMPAT_MIB", "64"))
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory):
+    """``{kind: directory}`` of every checkpoint the loaders read, about SIZE_MIB each."""
+    root = tmp_path_factory.mktemp("compat-checkpoints")
+    built = build_all(root, SIZE_MIB)
+    return root, built
+
+
+@pytest.fixture(scope="session")
+def mounts(checkpoints, tmp_path_factory):
+    """``mount(client, latency_ms) -> Mounted`` of the whole checkpoint directory, one per (client,
+    latency) for the session."""
+    root, _ = checkpoints
+    stack = contextlib.ExitStack()
+    live = {}
+    # SIGTERM (a CI timeout) unwinds like Ctrl-C, so the teardown below still unmounts and stops servers
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+    def mount(client: str, latency_ms: float = 0.0):
+        key = (client, latency_ms)
+        if key not in live:
+            why = missing(client)
+            require(why is None, f"{client}: {why}")
+            work = tmp_path_factory.mktemp(f"mount-{client}-{int(latency_ms)}ms")
+            live[key] = stack.enter_context(mounted(client, root, work, latency_ms=latency_ms))
+        return live[key]
+
+    try:
+        yield mount
+    finally:
+        stack.close()
+        signal.signal(signal.SIGTERM, previous)
