@@ -77,7 +77,8 @@ static __always_inline void flush_run(u32 tid)
 static __always_inline int extends(struct run *r, struct rt_event *e)
 {
     return r->ev.h.tid == e->h.tid && r->ev.h.kind == e->h.kind && r->ev.io.file == e->io.file
-        && r->ev.io.offset + r->ev.io.ret == e->io.offset && r->unit == e->io.size;
+        && r->ev.io.offset + r->ev.io.ret == e->io.offset && r->unit == e->io.size
+        && e->h.ts_ns - r->ev.h.ts_ns < RUN_SPAN_NS;  /* a run spans at most RUN_SPAN_NS: plots stay true */
 }
 
 /* A completed read: extend this thread's run, or flush the slot's run and start a new one. */

@@ -48,7 +48,7 @@ static __always_inline int page_event(u16 kind, u32 dev, u64 ino, u64 first, u64
         r = page_runs.lookup(&slot);
         if (r && r->h.count) {
             if (r->h.tid == tid && r->pages.dev == dev && r->pages.ino == ino
-                && r->pages.first + r->pages.npages == first) {
+                && r->pages.first + r->pages.npages == first && bpf_ktime_get_ns() - r->h.ts_ns < RUN_SPAN_NS) {
                 r->pages.npages += npages;
                 r->h.count += 1;
                 return 0;
@@ -82,7 +82,7 @@ static __always_inline int mapping_event(u16 kind, u64 mapping, u64 first, u64 n
     u32 dev = 0;
     struct rt_event *r = page_runs.lookup(&slot);
     if (COALESCE && r && r->h.count && r->h.tid == tid && r->pages.mapping == mapping
-        && r->pages.first + r->pages.npages == first) {
+        && r->pages.first + r->pages.npages == first && bpf_ktime_get_ns() - r->h.ts_ns < RUN_SPAN_NS) {
         r->pages.npages += npages;
         r->h.count += 1;
         return 0;

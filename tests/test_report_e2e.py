@@ -127,6 +127,10 @@ def test_time_split_adds_up_on_real_recordings(lab, checkpoint, tmp_path, patter
     assert 0 < s["io_wait_s"] <= s["wall_s"] and s["wait_file"] == path and s["fuse_wait_s"] >= 0.9 * s["io_wait_s"]
     if pattern == "mmap-threads":
         assert s["wait_file_faults"] and s["wait_tasks"] == WORKERS and s["fault_wait_s"] > s["read_wait_s"]
+        # merged page runs are bounded in time (RUN_SPAN_NS): the misses spread over the faulting, not
+        # all stamped at the first one
+        miss = a.pages[(a.pages["op"] == "miss") & (a.pages["file"] == a.files.index[a.files["path"] == path][0])]
+        assert (miss["ts_ns"].max() - miss["ts_ns"].min()) / 1e9 >= 0.5 * s["fault_wait_s"]
         assert np.isclose(t["fault_wait_s"].sum(), s["io_wait_task_s"] - t["read_wait_s"].sum())
     else:
         assert not s["wait_file_faults"] and s["wait_tasks"] == 1

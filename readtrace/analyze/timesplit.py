@@ -44,27 +44,74 @@ class Waits:
         return len(self.start)
 
 
-def union_by_group(start: np.ndarray, end: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
-    """Per group 0..n-1: total length of the union of its [start, end) intervals (vectorized: the
-    groups are laid out one after another on the time axis, then one sort and a running max)."""
+def _union_sorted(s: np.ndarray, e: np.ndarray, g: np.ndarray | None, n: int) -> np.ndarray:
+    """Per group: union length of intervals already sorted by (group, start)."""
     out = np.zeros(n, dtype=np.int64)
-    if len(start) == 0:
+    if len(s) == 0:
         return out
-    base = int(start.min())
-    span = int(end.max()) - base + 1
-    shift = group.astype(np.int64) * span - base
-    order = np.lexsort((start, group))
-    s, e = (start + shift)[order], np.maximum.accumulate((end + shift)[order])
-    new = np.r_[True, s[1:] > e[:-1]]
+    new = np.zeros(len(s), bool) if g is None else np.r_[False, g[1:] != g[:-1]]
+    new[0] = True
+    if g is None:
+        run_end, starts = np.maximum.accumulate(e), s
+    else:  # the running max of the ends restarts at each group: shift each group above the one before
+        base = int(s.min())
+        shift = np.cumsum(new) * (int(e.max()) - base + 1)
+        run_end = np.maximum.accumulate(e - base + shift)
+        starts = s - base + shift
+    new |= np.r_[False, starts[1:] > run_end[:-1]]
     firsts = np.flatnonzero(new)
     lasts = np.r_[firsts[1:] - 1, len(s) - 1]
-    np.add.at(out, group[order][firsts], e[lasts] - s[firsts])
+    lengths = run_end[lasts] - starts[firsts]
+    if g is None:
+        out[0] = int(lengths.sum())
+    else:
+        np.add.at(out, g[firsts], lengths)
     return out
+
+
+class Unions:
+    """Union lengths of one set of intervals, per group and over subsets, sorting once per grouping."""
+
+    def __init__(self, start: np.ndarray, end: np.ndarray, group: np.ndarray | None = None, n: int = 1):
+        in_time = bool((start[1:] >= start[:-1]).all())  # the trace's accesses usually are
+        if n == 1:
+            group = None
+        if group is None and in_time:  # nothing to sort: views of the caller's arrays
+            self.order, self.s, self.e, self.g = None, start, end, None
+        else:
+            if group is None:
+                self.order = np.argsort(start, kind="stable")
+            elif in_time:  # a stable sort of small group codes keeps the time order within each group
+                self.order = np.argsort(group.astype(np.int16 if n < 2**15 else np.int64), kind="stable")
+            else:
+                self.order = np.lexsort((start, group))
+            self.s, self.e = start[self.order], end[self.order]
+            self.g = None if group is None else group[self.order]
+        self.n = n
+        self._all = None  # the union of every interval, once asked
+
+    def per_group(self, mask: np.ndarray | None = None) -> np.ndarray:
+        if mask is not None and not mask.any():
+            return np.zeros(self.n, dtype=np.int64)
+        if mask is None or mask.all():
+            if self._all is None:
+                self._all = _union_sorted(self.s, self.e, self.g, self.n)
+            return self._all
+        m = mask if self.order is None else mask[self.order]
+        return _union_sorted(self.s[m], self.e[m], None if self.g is None else self.g[m], self.n)
+
+    def total(self, mask: np.ndarray | None = None) -> int:
+        return int(self.per_group(mask).sum())
+
+
+def union_by_group(start: np.ndarray, end: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
+    """Per group 0..n-1: total length of the union of its [start, end) intervals."""
+    return Unions(start, end, group, n).per_group()
 
 
 def union_ns(start: np.ndarray, end: np.ndarray) -> int:
     """Total length of the union of [start, end) intervals."""
-    return int(union_by_group(start, end, np.zeros(len(start), dtype=np.int64), 1)[0])
+    return Unions(start, end).total()
 
 
 def sched_waits(events: pd.DataFrame, index: FileIndex) -> Waits | None:
@@ -87,22 +134,45 @@ def syscall_waits(app: Accesses, fuse: Accesses) -> Waits:
     counts it once)."""
     reads = (app.source == SOURCE_READ) & (app.file >= 0) & (app.latency > 0)
     fz = (fuse.latency > 0) & (fuse.file >= 0)
+    if reads.all() and not fz.any():  # every access a timed read (a big read trace): views, no copies
+        return Waits(app.ts, app.ts + app.latency, app.tid, app.pid, app.file, np.zeros(len(app), bool),
+                     "syscalls") if (app.ts[1:] >= app.ts[:-1]).all() else _sorted(app, reads)
+    return _sorted_waits(app, fuse, reads, fz)
+
+
+def _sorted(app: Accesses, reads: np.ndarray) -> Waits:
+    return _sorted_waits(app, Accesses.concat([]), reads, np.zeros(0, bool))
+
+
+def _sorted_waits(app: Accesses, fuse: Accesses, reads: np.ndarray, fz: np.ndarray) -> Waits:
     start = np.concatenate([app.ts[reads], fuse.ts[fz]])
-    return Waits(start, start + np.concatenate([app.latency[reads], fuse.latency[fz]]),
-                 np.concatenate([app.tid[reads], fuse.tid[fz]]).astype(np.int64),
-                 np.concatenate([app.pid[reads], fuse.pid[fz]]).astype(np.int64),
-                 np.concatenate([app.file[reads], fuse.file[fz]]),
-                 np.r_[np.zeros(int(reads.sum()), bool), np.ones(int(fz.sum()), bool)], "syscalls")
+    cols = (start, start + np.concatenate([app.latency[reads], fuse.latency[fz]]),
+            np.concatenate([app.tid[reads], fuse.tid[fz]]),
+            np.concatenate([app.pid[reads], fuse.pid[fz]]),
+            np.concatenate([app.file[reads], fuse.file[fz]]),
+            np.r_[np.zeros(int(reads.sum()), bool), np.ones(int(fz.sum()), bool)])
+    if not (start[1:] >= start[:-1]).all():  # in time order once: every union after it sorts less
+        order = np.argsort(start, kind="stable")
+        cols = tuple(c[order] for c in cols)
+    return Waits(*cols, "syscalls")
 
 
 def _task_spans(events: pd.DataFrame, waits: Waits, sched: list[dict] | None) -> pd.DataFrame:
     """Per task: pid, first and last ns seen, and the scheduler's totals where recorded. Read rows
     count through their waits only (a lean trace keeps them apart: the same answer either way)."""
     events = events[~events["op"].isin(READ_OPS)]
-    ev = pd.DataFrame({"tid": np.r_[events["tid"].to_numpy().astype(np.int64), waits.tid],
-                       "pid": np.r_[events["pid"].to_numpy().astype(np.int64), waits.pid],
-                       "first_ns": np.r_[events["ts_ns"].to_numpy(dtype=np.int64), waits.start],
-                       "last_ns": np.r_[events["ts_ns"].to_numpy(dtype=np.int64), waits.end]})
+    ev = pd.DataFrame({"tid": events["tid"].to_numpy().astype(np.int64), "pid": events["pid"].to_numpy().astype(np.int64),
+                       "first_ns": events["ts_ns"].to_numpy(dtype=np.int64),
+                       "last_ns": events["ts_ns"].to_numpy(dtype=np.int64)})
+    if len(waits):  # per task of the waits, by sorting once (waits can be every read of a big trace)
+        codes, _ = pd.factorize(waits.tid)
+        order = np.argsort(codes.astype(np.int16) if codes.max() < 2**15 else codes, kind="stable")
+        t = waits.tid[order]
+        firsts = np.flatnonzero(np.r_[True, t[1:] != t[:-1]])
+        ev = pd.concat([ev, pd.DataFrame({
+            "tid": t[firsts], "pid": waits.pid[order][firsts],
+            "first_ns": np.minimum.reduceat(waits.start[order], firsts),
+            "last_ns": np.maximum.reduceat(waits.end[order], firsts)})], ignore_index=True)
     spans = ev.groupby("tid").agg(pid=("pid", "first"), first_ns=("first_ns", "min"), last_ns=("last_ns", "max"))
     if sched:
         acct = pd.DataFrame(sched).set_index("tid")
@@ -116,21 +186,29 @@ def _task_spans(events: pd.DataFrame, waits: Waits, sched: list[dict] | None) ->
 def time_split(events: pd.DataFrame, waits: Waits, files: pd.DataFrame, meta: dict) -> tuple[dict, pd.DataFrame,
                                                                                             pd.Series]:
     """(summary fields, one row per task, wait seconds per file id (union over the tasks))."""
-    named = files["path"].reindex(waits.file).fillna("").str.startswith("/").to_numpy()
+    ids = np.maximum(waits.file, 0)  # file ids index the files table (0..n-1)
+    by_id = files.reindex(np.arange(int(ids.max(initial=-1)) + 1))
+    named = by_id["path"].fillna("").str.startswith("/").to_numpy()[ids]
     if not named.all():  # pipes, sockets: a read that waits there is not file I/O
         waits = Waits(*(getattr(waits, k)[named] for k in ("start", "end", "tid", "pid", "file", "fault")),
                       waits.source)
+        ids = ids[named]
     sched = meta.get("sched") if waits.source == "sched" else None
     spans = _task_spans(events, waits, sched)
     tids = spans.index.to_numpy()
     task = np.searchsorted(tids, waits.tid)
     n = len(tids)
-    fstype = files["fstype"].reindex(waits.file).fillna("").to_numpy(dtype=str)
-    on_fuse = np.char.startswith(fstype, "fuse")
-    every = union_by_group(waits.start, waits.end, task, n)
+    on_fuse = by_id["fstype"].fillna("").str.startswith("fuse").to_numpy()[ids]
+    data = (file_roles(by_id["path"]) == "data")[ids]
     reads = ~waits.fault
-    read = union_by_group(waits.start[reads], waits.end[reads], task[reads], n)
-    fuse = union_by_group(waits.start[on_fuse], waits.end[on_fuse], task[on_fuse], n)
+    overall = Unions(waits.start, waits.end)
+    if waits.source == "sched" or reads.all():  # a task's waits follow one another: sums are unions
+        dur = (waits.end - waits.start).astype(np.float64)
+        every, read, fuse = (np.bincount(task, weights=np.where(m, dur, 0), minlength=n).astype(np.int64)
+                             for m in (np.ones(len(dur), bool), reads, on_fuse))
+    else:  # a FUSE request inside a read of the same task: counted once
+        per_task = Unions(waits.start, waits.end, task, n)
+        every, read, fuse = per_task.per_group(), per_task.per_group(reads), per_task.per_group(on_fuse)
     tasks = pd.DataFrame({"tid": tids, "pid": spans["pid"].to_numpy(),
                           "wall_s": (spans["last_ns"] - spans["first_ns"]).to_numpy() / NS,
                           "io_wait_s": every / NS, "read_wait_s": read / NS, "fault_wait_s": (every - read) / NS,
@@ -142,23 +220,21 @@ def time_split(events: pd.DataFrame, waits: Waits, files: pd.DataFrame, meta: di
     # per file: the union over tasks of the waits on it (wall time the load waited on that file)
     codes, uniq = pd.factorize(waits.file)
     per_file = pd.Series(union_by_group(waits.start, waits.end, codes, len(uniq)) / NS, index=uniq)
-    io = union_ns(waits.start, waits.end) / NS
-    data = file_roles(files["path"].reindex(waits.file)) == "data"
+    io = overall.total() / NS
     wall = meta.get("wall_s")
     top = per_file.idxmax() if len(per_file) else None
-    top_tasks = 0
+    top_tasks, on_top = 0, None
     if top is not None:  # the tasks that waited on that file for more than 1 % of its wait
         on_top = waits.file == top
         per_task = pd.Series(waits.end[on_top] - waits.start[on_top]).groupby(waits.tid[on_top]).sum()
         top_tasks = int((per_task >= 0.01 * per_task.sum()).sum())
-    top_fault = bool(waits.fault[waits.file == top].mean() > 0.5) if top is not None else False
+    top_fault = bool(waits.fault[on_top].mean() > 0.5) if top is not None else False
     summary = {
         "time_split_source": waits.source,
         "io_wait_s": io, "io_wait_fraction": io / wall if wall else None,
-        "read_wait_s": union_ns(waits.start[reads], waits.end[reads]) / NS,
-        "fault_wait_s": union_ns(waits.start[~reads], waits.end[~reads]) / NS,
-        "fuse_wait_s": union_ns(waits.start[on_fuse], waits.end[on_fuse]) / NS,
-        "data_wait_s": union_ns(waits.start[data], waits.end[data]) / NS,  # on data files (not libraries)
+        "read_wait_s": overall.total(reads) / NS, "fault_wait_s": overall.total(~reads) / NS,
+        "fuse_wait_s": overall.total(on_fuse) / NS,
+        "data_wait_s": overall.total(data) / NS,  # on data files (not libraries)
         "io_wait_task_s": float(every.sum() / NS),  # thread-seconds: tasks waiting at once count each
         "cpu_s": float(tasks["cpu_s"].sum()) if sched else None,
         "runq_s": float(tasks["runq_s"].sum()) if sched else None,

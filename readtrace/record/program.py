@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 from readtrace.record.btf import BTFError, kernel_btf
-from readtrace.trace.schema import FUSE_READ
+from readtrace.trace.schema import FUSE_READ, RUN_SPAN_NS
 
 HEADER = "readtrace.h"
 # The programs that attach: each file #includes what it uses (fuse.bpf.c under #if WITH_FUSE).
@@ -60,6 +60,7 @@ SYSCALL_NUMBERS = {  # x86_64
 CONSTANTS = {
     "PID_LIMIT": 4 * 1024 * 1024,  # PID_MAX_LIMIT on 64-bit: every pid indexes the per-pid arrays
     "SLOTS": 16384,  # per-thread state slots (tid % SLOTS), a power of two
+    "RUN_SPAN_NS": RUN_SPAN_NS,  # trace/schema.py: a merged read / page run spans at most this
     "NR_OPEN_DEFAULT": 64,  # length of files_struct.fd_array (BITS_PER_LONG)
     "STRS_RING_PAGES": STRS_RING_BYTES // PAGE_SIZE,
     "IOV_MAX_SUMMED": 8,

@@ -48,6 +48,8 @@ READ_COLUMNS = ("ts_ns", "pid", "tid", "fd", "ofd", "path", "dev", "ino", "offse
                 "count")
 PAGE_OPS = ("fault", "map_pages", "get_pages", "miss", "sync_ra", "async_ra")
 
+RUN_SPAN_NS = 1_000_000  # the recorder's bound on a merged row's time span (record/program.py)
+
 # events: the application (syscall) view, one row per syscall (reads: per run, see Readers).
 #   fd: the syscall's fd (dup: the new fd; open: the fd returned); -1 for fork/thread/exec/exit/wait.
 #   ofd: the open file description (kernel struct file *) the fd named; 0 unknown or none.
@@ -58,7 +60,9 @@ PAGE_OPS = ("fault", "map_pages", "get_pages", "miss", "sync_ra", "async_ra")
 #        wait: the WAIT_IN index of what it waited in.
 #   count: calls this row stands for. The recorder merges consecutive reads of one size by one
 #        thread on one OFD (offset == previous end, all complete): offset = first, size/ret = totals,
-#        latency_ns = summed; per-call size = size // count. 1 for everything else.
+#        latency_ns = summed; per-call size = size // count. 1 for everything else. A run is
+#        closed once a call starts RUN_SPAN_NS (1 ms) or more after the run's first: ts_ns is
+#        then true to 1 ms for every call in it (plots over time, interpolated call times).
 EVENTS = pa.schema([
     ("ts_ns", pa.int64()),
     ("pid", pa.int32()),
@@ -79,7 +83,8 @@ EVENTS = pa.schema([
 ])
 
 # pages: the page-cache view (filemap / readahead tracepoints), ranges in bytes.
-#   count: tracepoint hits merged into this row (consecutive ranges of one op, thread and file).
+#   count: tracepoint hits merged into this row (consecutive ranges of one op, thread and file,
+#        within RUN_SPAN_NS = 1 ms of the row's ts_ns: a fault storm over 40 s is 40,000+ rows, not one).
 PAGES = pa.schema([
     ("ts_ns", pa.int64()),
     ("pid", pa.int32()),
