@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
+from readtrace.fs.knowledge import fs_profile
+
 MiB = 1 << 20
 KERNEL_READAHEAD = 128 * 1024  # the kernel's FUSE/NFS read-ahead window (default read_ahead_kb)
 FIXED_REQUEST = 1 * MiB
@@ -58,9 +60,6 @@ DEFAULTS = {
     "lustre": Profile("lustre", "stateless", 0.5, None),
     "local-nvme": Profile("local-nvme", "stateless", 0.08, 3000.0),
 }
-FAMILY_PROFILE = {"gcsfuse": "gcsfuse", "simfs-gcsfuse": "gcsfuse", "rclone": "rclone", "hf-mount": "hf-mount",
-                  "nfs": "nfs", "simfs-nfs": "nfs", "lustre": "lustre", "sshfs": "nfs", "fuse": "gcsfuse",
-                  "simfs-local": "local-nvme", "local": "local-nvme"}
 
 
 @dataclass
@@ -233,7 +232,7 @@ def mount_profile(a) -> Profile | None:
     data = _data_files(a)
     if data.empty:
         return None
-    name = FAMILY_PROFILE.get(str(data["fs_family"].iloc[0]))
+    name = fs_profile(str(data["fstype"].iloc[0])).storage_model
     if name is None:
         return None
     f = a.fuse

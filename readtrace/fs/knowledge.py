@@ -21,6 +21,8 @@ class FsProfile:
     FOPEN_KEEP_CACHE), so a prefetch before the loader's own open helps; None: not known.
     ``known``: False for the generic entry of a FUSE daemon the table does not name.
     ``source``: where the judgement comes from (source code read, or measured by readtrace.compat).
+    ``storage_model``: the what-if profile of readtrace/analyze/whatif.py for this file system (None:
+    none models it; ``report --what-if mount`` then says so).
     """
 
     family: str  # short name used in messages
@@ -30,6 +32,7 @@ class FsProfile:
     keeps_page_cache: bool | None = None
     known: bool = True
     source: str = ""
+    storage_model: str | None = None  # the what-if model (readtrace/analyze/whatif.py) that replays it
 
 
 # Measured with benchmarks/compat_matrix.py and tests/compat/test_knowledge.py (readtrace.compat.handles: 4 forked readers of
@@ -41,24 +44,24 @@ _GCSFUSE = FsProfile(
     "gcsfuse: --file-cache-max-size-mb with --file-cache-cache-file-for-range-read, "
     "--sequential-read-size-mb, --enable-buffered-read", keeps_page_cache=True,
     source="gcsfuse internal/gcsx/random_reader.go: one reader per handle, random after 2 seeks; "
-           "kernel cache kept (docs/simfs.md)")
+           "kernel cache kept (docs/simfs.md)", storage_model="gcsfuse")
 _RCLONE = FsProfile(
     "rclone", True, True,
     "rclone mount: --vfs-cache-mode full, --vfs-read-chunk-size, --buffer-size", keeps_page_cache=False,
-    source="rclone vfs ChunkedReader per handle; measured (shared/ENVIRONMENT.md: 130 s shared vs 2 s own)")
+    source="rclone vfs ChunkedReader per handle; measured (shared/ENVIRONMENT.md: 130 s shared vs 2 s own)", storage_model="rclone")
 _MOUNTPOINT_S3 = FsProfile(
     "mountpoint-s3", True, True,
     "mountpoint-s3: --cache DIR, --max-threads, --part-size (prefetcher window per open file)",
     keeps_page_cache=False,
-    source="mountpoint-s3 prefetcher: one sequential prefetch stream per open file handle, reset by seeks")
-_HF = FsProfile("hf-mount", True, True, "hf-mount: enable its local cache / prefetch")
+    source="mountpoint-s3 prefetcher: one sequential prefetch stream per open file handle, reset by seeks", storage_model="mountpoint-s3")
+_HF = FsProfile("hf-mount", True, True, "hf-mount: enable its local cache / prefetch", storage_model="hf-mount")
 _LUSTRE = FsProfile("lustre", True, True, "lustre: llite.*.max_read_ahead_mb, max_read_ahead_per_file_mb",
-                    keeps_page_cache=True)
-_NFS = FsProfile("nfs", True, True, "nfs: rsize=1048576 and read_ahead_kb of the NFS bdi", keeps_page_cache=True)
+                    keeps_page_cache=True, storage_model="lustre")
+_NFS = FsProfile("nfs", True, True, "nfs: rsize=1048576 and read_ahead_kb of the NFS bdi", keeps_page_cache=True, storage_model="nfs")
 _SSHFS = FsProfile(
     "sshfs", False, True, "sshfs: -o max_read=1048576, -o kernel_cache (keep the page cache across opens)",
     keeps_page_cache=False,
-    source="sshfs: SFTP reads per request, no per-handle stream; " + _MEASURED)
+    source="sshfs: SFTP reads per request, no per-handle stream; " + _MEASURED, storage_model="nfs")
 _S3FS = FsProfile(
     "s3fs", False, True,
     "s3fs: -o multipart_size, -o parallel_count (ranged GETs per file), -o use_cache=DIR, -o kernel_cache",
@@ -70,9 +73,9 @@ _HTTPDIRFS = FsProfile(
     "FUSE READ, served one at a time)", keeps_page_cache=False,
     source="httpdirfs: one Range request per FUSE READ, no per-handle state; " + _MEASURED)
 _BINDFS = FsProfile("bindfs", False, False, "bindfs: a passthrough; the backing file system's own read-ahead",
-                    keeps_page_cache=False, source="bindfs passes each read through; " + _MEASURED)
+                    keeps_page_cache=False, source="bindfs passes each read through; " + _MEASURED, storage_model="local-nvme")
 _FUSE = FsProfile("fuse", True, True, "the FUSE daemon's read-ahead / chunk-size options", known=False)
-_LOCAL = FsProfile("local", False, False, "read_ahead_kb of the block device", keeps_page_cache=True)
+_LOCAL = FsProfile("local", False, False, "read_ahead_kb of the block device", keeps_page_cache=True, storage_model="local-nvme")
 _MEMORY = FsProfile("memory", False, False, "the file lives in memory: nothing to tune")
 # Kernel network clients keep read-ahead per open file, as NFS does.
 _CIFS = FsProfile("cifs", True, True, "cifs/smb3: rsize=, the read_ahead_kb of the mount's bdi")
@@ -82,9 +85,9 @@ _VIRTIOFS = FsProfile("virtiofs", False, True, "virtiofs: the host daemon's cach
 _9P = FsProfile("9p", False, True, "9p: msize=, cache=loose or fscache")
 # The lab mount (readtrace simfs) names its cost model in the subtype: fuse.simfs-<profile>.
 _SIM = "readtrace simfs: --max-read-kib, the kernel's FUSE read_ahead_kb"
-_SIM_GCSFUSE = FsProfile("simfs-gcsfuse", True, True, _SIM, source="readtrace/simfs/model.py")
-_SIM_NFS = FsProfile("simfs-nfs", False, True, _SIM, source="readtrace/simfs/model.py")
-_SIM_LOCAL = FsProfile("simfs-local", False, False, _SIM, source="readtrace/simfs/model.py")
+_SIM_GCSFUSE = FsProfile("simfs-gcsfuse", True, True, _SIM, source="readtrace/simfs/model.py", storage_model="gcsfuse")
+_SIM_NFS = FsProfile("simfs-nfs", False, True, _SIM, source="readtrace/simfs/model.py", storage_model="nfs")
+_SIM_LOCAL = FsProfile("simfs-local", False, False, _SIM, source="readtrace/simfs/model.py", storage_model="local-nvme")
 
 # Matched in order: exact names first, then prefixes. Unknown non-FUSE types are treated as local;
 # a FUSE daemon the table does not name gets the generic (known=False) FUSE entry.
