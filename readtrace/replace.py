@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from readtrace.errors import ReadtraceError
+from readtrace.runstate import pid_running
 
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
 AT_FDCWD = -100
@@ -76,16 +77,6 @@ def replacing_file(path: str | os.PathLike, *, force: bool, is_ours: Callable[[P
             os.unlink(tmp)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
 def remove_stale_staging(path: Path) -> list[Path]:
     """Remove the unfinished outputs for ``path`` that killed runs left beside it (marked, named with
     a pid that is no longer running): only what is provably ours."""
@@ -93,7 +84,7 @@ def remove_stale_staging(path: Path) -> list[Path]:
     with contextlib.suppress(OSError):
         for entry in path.parent.glob(f".{glob.escape(path.name)}.partial-*-*"):
             pid = entry.name.rsplit("-", 2)[-2]
-            if pid.isdigit() and not _pid_alive(int(pid)) and is_unfinished(entry) \
+            if pid.isdigit() and not pid_running(int(pid)) and is_unfinished(entry) \
                     and not os.path.islink(entry):
                 shutil.rmtree(entry, ignore_errors=True)
                 removed.append(entry)

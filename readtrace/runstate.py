@@ -57,6 +57,17 @@ def start_time(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
+def pid_running(pid: int) -> bool:
+    """Whether a process ``pid`` exists (of any user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
 def alive(pid: int | None, started: str | None) -> bool:
     return pid is not None and start_time(pid) is not None and start_time(pid) == started
 

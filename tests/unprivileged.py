@@ -23,21 +23,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from readtrace.runstate import pid_running
+
 REPO = Path(__file__).resolve().parents[1]
 PREFIX = "rtu"
 MARK = "readtrace test user, owner pid"
 STAGING = Path("/run/readtrace-tests")
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _processes_of(uid: int) -> list[int]:
@@ -101,12 +93,12 @@ def remove_leftovers() -> list[str]:
     removed = []
     for entry in pwd.getpwall():
         owner = _owner_pid(entry)
-        if owner is not None and not _pid_alive(owner):
+        if owner is not None and not pid_running(owner):
             _remove_user(entry.pw_name, entry.pw_uid)
             removed.append(entry.pw_name)
     if STAGING.is_dir():
         for session in STAGING.iterdir():
-            if session.name.isdigit() and not _pid_alive(int(session.name)):
+            if session.name.isdigit() and not pid_running(int(session.name)):
                 _remove_staging(session)
     return removed
 
