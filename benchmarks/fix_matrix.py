@@ -96,7 +96,7 @@ def build(loader: str, src: Path, size_mib: int) -> str:
 def command(loader: str, work: Path, target: str) -> list[str]:
     if loader in PATTERNS:
         return [sys.executable, "-m", "readtrace.workloads.load", "--pattern", loader, "--workers", "4", target]
-    script = work / f"{loader}.py"
+    script = work / f"load_{loader.replace('-', '_')}.py"  # not named like the library it imports
     script.write_text(SCRIPTS[loader])
     return [sys.executable, str(script), target]
 
@@ -131,8 +131,7 @@ def mounted(kind: str, src: Path, root: Path, latency_ms: float):
         return
     from readtrace.simfs import force_unmount, mount
 
-    mnt = root / f"mnt-{kind}"
-    mnt.mkdir()
+    mnt = Path(tempfile.mkdtemp(prefix=f"mnt-{kind}-", dir=root))
     try:
         with mount(src, mnt, profile="gcsfuse", latency_ms=latency_ms, keep_cache=kind == "lab-keep"):
             yield mnt
@@ -153,18 +152,20 @@ def cell(kind: str, loader: str, size_mib: int, latency_ms: float, root: Path) -
         dd = dd_s(files)
         cmd = command(loader, root, str(where / target))
         result = compare(cmd, files=files, log=lambda line: print(f"    {line}", file=sys.stderr))
+        size = sum(os.path.getsize(f) for f in files)
     base = result.side("baseline")[0].wall_s
     fixed = result.side("fixed")[0].wall_s
     target_s = 1.2 * (dd + local_warm)
     choice = result.choice
     levers = [t for t in choice.trials if t.label.startswith("lever") and t.exit_code == 0]
     best_lever = min(levers, key=lambda t: t.wall_s, default=None)
-    return {"mount": kind, "loader": loader, "bytes": sum(os.path.getsize(f) for f in files),
+    return {"mount": kind, "loader": loader, "bytes": size,
             "baseline_s": base, "fixed_s": fixed, "speedup": base / fixed if fixed else None,
             "chosen": choice.chosen.label, "why": choice.why, "change": choice.chosen.change,
             "candidates": {t.label: t.wall_s for t in choice.trials if t.exit_code == 0},
             "best_lever": best_lever.label if best_lever else None,
             "best_lever_s": best_lever.wall_s if best_lever else None,
+            "floor_s": choice.floor.total_s if choice.floor else None,
             "dd_s": dd, "warm_local_s": local_warm, "target_s": target_s,
             "identical": result.diff.all_identical, "tensors": result.diff.count, "notes": result.notes}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 
@@ -52,3 +53,21 @@ def unprivileged_user():
         yield user
     finally:
         destroy_user(user)
+
+
+@contextlib.contextmanager
+def lab_mount(tmp_path, fill, **options):
+    """The lab mount (gcsfuse profile) of a fresh tmp_path/src that ``fill(src)`` populates; yields
+    (mount point, what fill returned) and always unmounts."""
+    from readtrace.simfs import force_unmount, mount
+
+    require(*fuse_available())
+    src, mnt = tmp_path / "src", tmp_path / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    made = fill(src)
+    try:
+        with mount(src, mnt, profile="gcsfuse", **options):
+            yield mnt, made
+    finally:
+        force_unmount(mnt)

@@ -10,12 +10,11 @@ import sys
 
 import pytest
 import torch
-from conftest import fuse_available, require
+from conftest import lab_mount
 from safetensors.torch import save_file
 
 from readtrace.fix.compare import compare
 from readtrace.fix.compare_report import render_table
-from readtrace.simfs import force_unmount, mount
 from readtrace.workloads import make_checkpoint
 
 LOAD = """
@@ -56,18 +55,11 @@ def test_auto_leaves_a_fast_local_load_alone_and_says_why(tmp_path):
 
 @pytest.fixture
 def lab(tmp_path, request):
-    require(*fuse_available())
-    src, mnt = tmp_path / "src", tmp_path / "mnt"
-    src.mkdir()
-    mnt.mkdir()
-    path = make_checkpoint(src, 32)[0]
-    try:
-        with mount(src, mnt, profile="gcsfuse", latency_ms=50, keep_cache=request.param):
-            # readtrace's example loader: 4 threads faulting through one mapping (slow on gcsfuse)
-            yield [sys.executable, "-m", "readtrace.workloads.load", "--pattern", "mmap-threads", "--workers", "4",
-                   f"{mnt}/{path.name}"], f"{mnt}/{path.name}"
-    finally:
-        force_unmount(mnt)
+    with lab_mount(tmp_path, lambda src: make_checkpoint(src, 32)[0], latency_ms=50,
+                   keep_cache=request.param) as (mnt, path):
+        # readtrace's example loader: 4 threads faulting through one mapping (slow on gcsfuse)
+        yield [sys.executable, "-m", "readtrace.workloads.load", "--pattern", "mmap-threads", "--workers", "4",
+               f"{mnt}/{path.name}"], f"{mnt}/{path.name}"
 
 
 @pytest.mark.fuse

@@ -9,13 +9,12 @@ import sys
 
 import pytest
 import torch
-from conftest import fuse_available, require
+from conftest import lab_mount
 from safetensors.torch import save_file
 
 from readtrace.inject.inject import shim_environment
 from readtrace.inject.manifest import compare_manifests, read_manifest
 from readtrace.pagecache.evict import evict
-from readtrace.simfs import force_unmount, mount
 
 LOAD = """
 import sys, torch
@@ -60,23 +59,18 @@ def test_background_prefetch_is_waited_for_and_loads_the_same(tmp_path):
 
 @pytest.fixture
 def dropping(tmp_path):
-    require(*fuse_available())
-    src, mnt = tmp_path / "src", tmp_path / "mnt"
-    src.mkdir()
-    mnt.mkdir()
-    save_file(tensors(tmp_path, 8), src / "model.safetensors")
-    torch.save(tensors(tmp_path, 8), src / "model.pt")
-    try:
-        with mount(src, mnt, profile="gcsfuse", latency_ms=2, keep_cache=False) as m:
-            yield m, mnt
-    finally:
-        force_unmount(mnt)
+    def fill(src):
+        save_file(tensors(tmp_path, 8), src / "model.safetensors")
+        torch.save(tensors(tmp_path, 8), src / "model.pt")
+
+    with lab_mount(tmp_path, fill, latency_ms=2, keep_cache=False) as (mnt, _):
+        yield mnt
 
 
 @pytest.mark.fuse
 @pytest.mark.parametrize("script,name", [(LOAD, "model.safetensors"), (TORCH_LOAD, "model.pt")])
 def test_mount_that_drops_the_cache_gets_the_loaders_mapping_populated(tmp_path, dropping, script, name):
-    m, mnt = dropping
+    mnt = dropping
     path = mnt / name
     base = run(tmp_path, script, path, "none", "base")
     fixed = run(tmp_path, script, path, "prefetch", "fixed")
