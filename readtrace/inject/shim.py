@@ -430,7 +430,7 @@ def _prefetch_once(path: str) -> bool:
         prefetcher.prefetch([path], chunk_bytes=_STATE.config.chunk_bytes,
                             threads=_STATE.config.prefetch_threads, progress=False,
                             distributed=_STATE.config.prefetch_distributed)
-    except (OSError, ReadtraceError):
+    except (*_REFUSED, ReadtraceError):
         pass  # the load that follows reports the problem the way the user's loader does
     return False
 
