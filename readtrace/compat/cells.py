@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from readtrace.compat.loaders import Loader
+from readtrace.errors import ExitStatus
 
 # Findings about the pattern on one handle: what a per-handle file system punishes.
 HANDLE_CODES = ("SHARED_FD_INTERLEAVE", "RANDOM_ON_FUSE_HANDLE")
@@ -74,7 +75,9 @@ def run_cell(loader: Loader, checkpoint_dir: Path, work: Path, *, repeat: int = 
     shutil.rmtree(work / "fix", ignore_errors=True)
     fix = subprocess.run([*fix_args, "--", *command], capture_output=True, text=True, timeout=timeout,
                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    fixed = json.loads(fix.stdout) if fix.returncode == 0 and fix.stdout.strip() else None
+    # NO_EVIDENCE: measured and printed, but the shim saw no tensors to compare (a raw-read loader)
+    measured = fix.returncode in (ExitStatus.OK, ExitStatus.NO_EVIDENCE)
+    fixed = json.loads(fix.stdout) if measured and fix.stdout.strip() else None
     lines = [json.loads(x) for x in digests.read_text().splitlines()] if digests.exists() else []
     return CellResult(rec.returncode, rec.stderr[-2000:], lost, findings, fixed, fix.returncode,
                       fix.stderr[-2000:], lines, record_s)
