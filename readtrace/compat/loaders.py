@@ -17,7 +17,7 @@ class Loader:
     checkpoint: str  # a kind of readtrace.compat.checkpoints
     target: str  # what the script is given, relative to the checkpoint directory ("" = the directory)
     shares_handle: bool  # several tasks read through one open file (threads on a mapping, forked fd)
-    safetensors: bool  # reads through safetensors, so fix --compare's shim sees its tensors
+    shim_sees: bool  # loads through safetensors or torch.load, so fix --compare's shim sees its tensors
 
     def command(self, checkpoint_dir: str | Path, digests: str | Path) -> list[str]:
         target = Path(checkpoint_dir) / self.target if self.target else Path(checkpoint_dir)
@@ -30,6 +30,6 @@ LOADERS = {loader.name: loader for loader in (
     Loader("transformers", "transformers_load.py", "transformers", "", False, True),
     Loader("transformers_sharded", "transformers_load.py", "transformers-sharded", "", False, True),
     Loader("diffusers", "diffusers_load.py", "diffusers", "", False, True),
-    Loader("torch_load_mmap", "torch_load_mmap.py", "pt", "model.pt", False, False),
+    Loader("torch_load_mmap", "torch_load_mmap.py", "pt", "model.pt", False, True),
     Loader("fork_pool", "fork_pool.py", "safetensors", "model.safetensors", True, False),
 )}

@@ -17,7 +17,8 @@ from readtrace.fs.knowledge import fs_profile
 
 pytestmark = [pytest.mark.ebpf, pytest.mark.fuse, pytest.mark.slow]
 ALL = tuple(LOADERS)
-FIXER = "fix does no harm (issue 10, helper fixer) has not landed: the default strategy still acts here"
+FIXER = ("fix does no harm (issue 10, helper fixer): auto landed at the deadline of this suite and was not yet "
+         "seen to hold >= 0.97x in every cell here (one run per side on a shared 2-vCPU machine)")
 
 
 @dataclass(frozen=True)
@@ -113,8 +114,11 @@ def test_fix_loads_identical_tensors(results, cell):
     assert len(r.digests) >= 3
     assert len({(d["tensors"], d["digest"]) for d in r.digests}) == 1, r.digests
     assert r.fix["tensors_identical"], r.fix["differing_tensors"]
-    if LOADERS[cell.loader].safetensors:
-        assert r.fix["tensors"] > 0  # the shim saw and compared the tensors itself
+    if LOADERS[cell.loader].shim_sees:
+        assert r.fix_rc == 0, r.fix_stderr
+        assert r.fix["tensors"] == r.digests[0]["tensors"]  # the shim saw and compared every tensor
+    else:  # raw preads: nothing to compare, and fix --compare says so instead of claiming it
+        assert r.fix_rc == 6 and "nothing proven" in r.fix_stderr, (r.fix_rc, r.fix_stderr)
 
 
 def _speed_cells():
