@@ -13,6 +13,7 @@ from conftest import require
 
 from readtrace.compat.cells import run_cell
 from readtrace.compat.loaders import LOADERS
+from readtrace.errors import ExitStatus
 from readtrace.fs.knowledge import fs_profile
 
 pytestmark = [pytest.mark.ebpf, pytest.mark.fuse, pytest.mark.slow]
@@ -118,7 +119,7 @@ def test_fix_loads_identical_tensors(results, cell):
         assert r.fix_rc == 0, r.fix_stderr
         assert r.fix["tensors"] == r.digests[0]["tensors"]  # the shim saw and compared every tensor
     else:  # raw preads: nothing to compare, and fix --compare says so instead of claiming it
-        assert r.fix_rc == 6 and "nothing proven" in r.fix_stderr, (r.fix_rc, r.fix_stderr)
+        assert r.fix_rc == ExitStatus.NO_EVIDENCE and "nothing proven" in r.fix_stderr, (r.fix_rc, r.fix_stderr)
 
 
 def _speed_cells():
