@@ -11,12 +11,14 @@ from readtrace.analyze import fronts, interleave, pagecache, ranks, timesplit, w
 from readtrace.analyze.accesses import SOURCE_READ, Accesses, fault_accesses, fuse_accesses, read_accesses
 from readtrace.analyze.fileindex import FileIndex
 from readtrace.analyze.finding import Finding
-from readtrace.analyze.findings import find_all, lost_events
+from readtrace.analyze.findings import find_all
 from readtrace.analyze.grouping import dense_codes, same_partition
 from readtrace.analyze.roles import file_roles
 from readtrace.analyze.streams import KINDS, BaseOrders, summarize
 from readtrace.analyze.thresholds import Thresholds
 from readtrace.trace import FUSE_READ, Trace, views
+from readtrace.trace.completeness import Completeness, completeness, lost_events
+from readtrace.trace.runs import calls_per_row
 
 
 @dataclass
@@ -38,6 +40,7 @@ class Analysis:
     trace_path: str | None = None
     residency: dict = field(default_factory=dict)  # file id -> fronts.Mapped (unprivileged page view)
     ranks: pd.DataFrame | None = None  # per rank of a distributed job (analyze/ranks.py); empty: no ranks
+    completeness: Completeness = field(default_factory=lambda: Completeness(True))
 
 
 _SHARED_ONLY_PREFIXES = ("task_", "min_task", "interleave", "gcsfuse_")
@@ -209,11 +212,13 @@ def _wall_s(trace: Trace, app: Accesses, fuse: Accesses) -> float | None:
 
 
 def _summary(trace: Trace, files: pd.DataFrame, streams: pd.DataFrame, app: Accesses, fuse: Accesses,
-             pages: pd.DataFrame) -> dict:
+             pages: pd.DataFrame, done: Completeness) -> dict:
     handles = streams[streams["kind"] == "fuse_handle"]
     hb = handles["bytes"].sum()
     page_view = len(trace.pages) > 0
     return {
+        "complete": done.complete,
+        "incomplete_reasons": list(done.reasons),
         "bytes_read": int(files["bytes_read"].sum()),
         "read_bytes": int(files["read_bytes"].sum()),
         "mmap_bytes": int(files["mmap_bytes"].sum()),
@@ -248,6 +253,7 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     """Analyze a loaded trace (``readtrace.trace.load_trace``/``make_trace``)."""
     th = thresholds or Thresholds()
     index = FileIndex(trace.files)
+    per_row = calls_per_row(trace.reads)  # > 1: calls() had to merge calls (completeness says so)
     events = trace.others
     reads, idle = read_accesses(events, index, trace.calls())
     faults = fault_accesses(events, trace.pages, index)
@@ -262,12 +268,13 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     sampled = views.PAGE_CACHE in views.inferred(trace.meta)
     file_table = _files_table(files, streams, pagecache.per_file(pages, len(files)), idle, app,
                               page_view=len(trace.pages) > 0, sampled=sampled)
-    summary = _summary(trace, file_table, streams, app, fuse, pages)
+    done = completeness(trace.meta, per_row)
+    summary = _summary(trace, file_table, streams, app, fuse, pages, done)
     split, tasks, file_wait = timesplit.time_split(trace.others, waits, files, {**trace.meta, **summary})
     summary.update(split)
     a = Analysis(files=file_table, streams=streams, findings=[], summary=summary, meta=trace.meta,
                  thresholds=th, app=app, fuse=fuse, handles=handles, pages=pages, stream_tasks=stream_tasks,
-                 tasks=tasks, trace_path=str(trace.path) if trace.path else None,
+                 tasks=tasks, trace_path=str(trace.path) if trace.path else None, completeness=done,
                  residency=fronts.mapped_files(events, pages, index) if sampled else {})
     job_ranks = ranks.process_ranks(trace.meta, trace.others)  # forks are among the others
     data_files = file_table.index[file_table["role"] == "data"].to_numpy()

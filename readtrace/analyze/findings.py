@@ -25,14 +25,10 @@ from readtrace.analyze.finding import (
     SmallRequests,
 )
 from readtrace.fs.knowledge import fs_profile
+from readtrace.trace.completeness import lost_events
 
 if TYPE_CHECKING:
     from readtrace.analyze.analysis import Analysis
-
-
-def lost_events(meta: dict) -> int:
-    lost = meta.get("lost_events", 0) or 0
-    return int(sum(lost.values())) if isinstance(lost, dict) else int(lost)
 
 
 def _fs(fstype: str) -> dict:

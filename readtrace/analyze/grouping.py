@@ -107,7 +107,8 @@ def running_max_in_group(sorted_codes: np.ndarray, values: np.ndarray) -> np.nda
     if span < (1 << _OFFSET_BITS) and int(sorted_codes[-1]) < (1 << (62 - _OFFSET_BITS)):
         packed = (sorted_codes << _OFFSET_BITS) + (values - lo)
         return np.maximum.accumulate(packed) - (sorted_codes << _OFFSET_BITS) + lo
-    return pd.Series(values).groupby(sorted_codes).cummax().to_numpy()
+    # >= 2**18 groups or a span >= 16 TiB do not pack into int64; pandas hands back a read-only view
+    return pd.Series(values).groupby(sorted_codes).cummax().to_numpy(copy=True)
 
 
 def union_length(sorted_codes: np.ndarray, n_groups: int, start: np.ndarray, end: np.ndarray) -> np.ndarray:

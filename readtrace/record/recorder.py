@@ -31,6 +31,7 @@ from readtrace.record.program import (
     compile_program,
     detach,
     detach_in_background,
+    strs_ring_bytes,
 )
 from readtrace.record.session import Session
 from readtrace.trace import TraceWriter, default_trace_name
@@ -133,6 +134,7 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
             child.release()
             code = _run_until_exit(child, session, stop)
             end_ns = time.monotonic_ns()
+            survivors = session.survivors(child.pid)
             lost = session.stop()
             detaching = detach_in_background(bpf)
             with output_rights(creds):
@@ -146,10 +148,12 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
             "pid": child.pid, "cwd": run_cwd, "lost_events": sum(lost.values()), "lost_detail": lost,
             "records": session.records, "calls": session.calls, "coalesce": coalesce,
             "max_drain_gap_s": round(session.max_drain_gap_s, 4), "ring_mib": ring_mib,
+            "strs_ring_mib": strs_ring_bytes(ring_mib << 20) >> 20,
             "fuse_connections": sorted(connections), "page_size": os.sysconf("SC_PAGE_SIZE"),
             **partial_fields(session.problems, session.dropped),
             "ranks": {str(pid): rank for pid, rank in sorted(session.decoder.ranks.items())},
             "sched": session.sched,
+            "survivors": survivors,
         }
         with output_rights(creds):
             writer.close(meta)
@@ -245,4 +249,7 @@ def _print_summary(result: RecordResult, meta: dict) -> None:
     for reason in meta.get("partial_reasons", []):
         print(f"readtrace: WARNING: partial trace: {reason}"
               + (f" ({dropped:,} records dropped)" if dropped else ""), file=err)
+    if meta["survivors"]:
+        print(f"readtrace: WARNING: {len(meta['survivors'])} process(es) of the traced tree still run "
+              f"(pid {', '.join(map(str, meta['survivors'][:5]))}): the trace stops before they do", file=err)
     print(f"next: readtrace report {result.trace_path}", file=err)

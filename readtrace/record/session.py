@@ -174,6 +174,13 @@ class Session:
                     raw.append(header + ev)
         return np.frombuffer(b"".join(raw), dtype=EVENT_DTYPE).copy() if raw else np.empty(0, EVENT_DTYPE)
 
+    def survivors(self, exited: int) -> list[int]:
+        """Processes of the traced tree still running (a daemonised grandchild), besides ``exited``: the
+        exit probe clears a process from ``tgids`` when its last thread ends."""
+        tgids = self.bpf[b"tgids"]
+        alive = (int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != exited)
+        return sorted(p for p in alive if p < len(tgids) and tgids[tgids.Key(p)].value)
+
     def lost(self) -> dict[str, int]:
         counts = self.bpf[b"lost"]
         totals = [sum(counts[counts.Key(i)]) for i in range(2)]

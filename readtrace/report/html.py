@@ -24,6 +24,7 @@ th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums
 .finding{border-left:5px solid #999;padding:6px 10px;margin:10px 0;background:#fafafa}
 .high{border-color:#c62828} .warn{border-color:#f9a825} .info{border-color:#1e88e5}
 .sev{font-weight:bold;margin-right:6px} .ev{font-family:monospace;font-size:11px;color:#555;white-space:pre}
+.partial{background:#c62828;color:#fff;padding:8px 12px;font-weight:bold}
 .rec{margin-top:4px} .missing{color:#777;font-style:italic} img{max-width:100%}
 code{background:#f0f0f0;padding:1px 4px}
 """
@@ -136,6 +137,10 @@ def _findings_html(a: Analysis) -> str:
     return "".join(parts)
 
 
+def _partial_html(a: Analysis) -> str:
+    return "" if a.completeness.complete else f"<div class='partial'>{_esc(a.completeness.headline())}</div>"
+
+
 def render_html(a: Analysis, predictions: list | None = None) -> str:
     header = TerminalReport(a).header().plain
     next_cmd = TerminalReport(a).next_command().plain
@@ -144,7 +149,7 @@ def render_html(a: Analysis, predictions: list | None = None) -> str:
             for f in figures(a, predictions)]
     # leads like the terminal: the time split, the fixed prediction, then predicted vs measured
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>readtrace report</title>"
-            f"<style>{CSS}</style></head><body><h1>readtrace report</h1><pre>{_esc(header)}</pre>{figs[0]}"
+            f"<style>{CSS}</style></head><body>{_partial_html(a)}<h1>readtrace report</h1><pre>{_esc(header)}</pre>{figs[0]}"
             f"<h2>Findings</h2>{_findings_html(a)}<p><code>{_esc(next_cmd)}</code></p>"
             f"<h2>Files</h2>{_files_html(a)}<h2>Streams</h2>{_streams_html(a)}{''.join(figs[1:])}</body></html>")
 

@@ -89,6 +89,7 @@ def report_json(a: Analysis, predictions: list | None = None) -> dict:
     extra = {"what_if": [plain(p.data()) for p in predictions]} if predictions is not None else {}
     return {**extra,
         "report_version": REPORT_VERSION,
+        "completeness": a.completeness.as_dict(),
         "trace": a.trace_path,
         "summary": plain(a.summary),
         "tasks": _records(a.tasks, TASK_KEYS),

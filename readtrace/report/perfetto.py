@@ -53,8 +53,11 @@ def chrome_trace(a: Analysis, max_events: int = MAX_EVENTS) -> dict:
                 for t, c in zip(miss["ts_ns"].to_numpy()[:max_events], np.cumsum(miss["size"].to_numpy())[:max_events],
                                 strict=True)]
     total = len(a.app) + len(a.fuse)
+    done = a.completeness
+    if not done.complete:  # a global marker at the start of the timeline, above every track
+        meta.insert(0, {"name": done.headline(), "ph": "i", "s": "g", "pid": 0, "tid": 0, "ts": 0})
     # "metadata" first: its MARKER near the start of the file is how --force recognises our output
-    return {"metadata": {"source": "readtrace", "trace": a.trace_path, "slices": len(events),
+    return {"metadata": {"source": "readtrace", **done.as_dict(), "trace": a.trace_path, "slices": len(events),
                          "slices_left_out": max(0, total - len(events))},
             "traceEvents": meta + events + counters, "displayTimeUnit": "ms"}
 

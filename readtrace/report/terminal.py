@@ -57,6 +57,11 @@ class TerminalReport:
         self.stream_rows = streams
         self.predictions = predictions or []  # whatif.Prediction rows of --what-if
 
+    def completeness(self) -> RenderableType | None:
+        """The first line of the report when the trace is partial."""
+        done = self.a.completeness
+        return None if done.complete else Text(done.headline(), style="bold red")
+
     def header(self) -> RenderableType:
         s = self.a.summary
         cmd = " ".join(shlex.quote(str(c)) for c in s["command"]) if isinstance(s.get("command"), list) else "-"
@@ -76,8 +81,6 @@ class TerminalReport:
                      f"({fmt_pct(s['handle_consecutive_fraction'])} consecutive on the handles)")
         if s["cache_miss_bytes"] is not None:
             t.append(f"; page-cache misses {fmt_bytes(s['cache_miss_bytes'])}")
-        if s["lost_events"]:
-            t.append(f"\n{s['lost_events']} events lost: figures incomplete", style="bold red")
         if s.get("not_seen"):
             t.append(f"\nrecorded with {s['backend']}; not seen:", style="yellow")
             for line in s["not_seen"]:
@@ -154,7 +157,7 @@ class TerminalReport:
         return Group(head, *(Text(line) for line in what_if_lines(self.predictions)))
 
     def renderables(self, width: int = PIPED_WIDTH) -> list[RenderableType]:
-        parts = [self.header(), self.files(width), self.streams(width), self.what_if(), self.findings(),
+        parts = [self.completeness(), self.header(), self.files(width), self.streams(width), self.what_if(), self.findings(),
                  self.next_command()]
         return [p for p in parts if p is not None]
 

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from readtrace import replace
 from readtrace.errors import ReadtraceError, TraceError
-from readtrace.trace.runs import expand_coalesced
+from readtrace.trace.runs import calls_per_row, expand_coalesced
 from readtrace.trace.schema import READ_COLUMNS, READ_OPS, TABLES, default_for
 
 FORMAT_NAME = "readtrace-trace"
@@ -98,7 +98,7 @@ class Trace:
 
     def calls(self) -> pd.DataFrame:
         """The read syscalls one row per call (each merged run spread back into its calls)."""
-        return expand_coalesced(self.reads)
+        return expand_coalesced(self.reads, calls_per_row(self.reads))
 
     @property
     def events(self) -> pd.DataFrame:
