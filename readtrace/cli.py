@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 
@@ -29,6 +30,55 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _CheckedStream:
+    """Standard output whose write errors (a full disk, an I/O error) are one ReadtraceError line."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    def _checked(self, call, *args):
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise ReadtraceError(f"cannot write standard output: {e.strerror or e}") from None
+
+    def write(self, text):
+        return self._checked(self._stream.write, text)
+
+    def flush(self):
+        return self._checked(self._stream.flush)
+
+
+class _ClosedStream:
+    """Standard output the caller closed (``>&-``; Python then sets sys.stdout to None)."""
+
+    def write(self, text):
+        raise ReadtraceError("cannot write standard output: it is closed")
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return False
+
+
+@contextlib.contextmanager
+def checked_stdout():
+    """Run with stdout checked and flushed at the end (write errors: one line, not a traceback)."""
+    stream = sys.stdout
+    sys.stdout = checked = _CheckedStream(stream if stream is not None else _ClosedStream())
+    try:
+        yield
+        checked.flush()
+    finally:
+        sys.stdout = stream
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -36,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return ExitStatus.USAGE
     try:
-        return int(args.run(args) or 0)
+        with checked_stdout():
+            return int(args.run(args) or 0)
     except (ReadtraceError, LoaderError) as e:  # library errors become exit codes here, and only here
         error = command_error(e)
         print(f"readtrace: {error}", file=sys.stderr)

@@ -98,3 +98,19 @@ def load_case(kind: str = "shared", *, workers: int = 4, chunks: int = 64, chunk
     if cold:
         frames["pages"] = misses_from_reads(reads)
     return frames
+
+
+def small_files(n: int, offsets=(50, 0)) -> dict:
+    """Frames of ``n`` 100-byte files on a gcsfuse mount, each opened once and read 50 bytes at each of
+    ``offsets`` (default: back then forth, so no stream only moves forward)."""
+    k = 1 + len(offsets)
+    ino = np.repeat(np.arange(n) + 10, k)
+    paths = np.array([f"/m/d{i // 1000}/f{i}" for i in range(n)], dtype=object)
+    events = pd.DataFrame({
+        "ts_ns": np.arange(k * n) * 10, "pid": 100, "tid": 100, "comm": "python",
+        "op": np.tile(["open", *["pread"] * len(offsets)], n), "fd": 3, "ofd": np.repeat(np.arange(n) + 1, k),
+        "path": np.repeat(paths, k), "dev": 40, "ino": ino, "offset": np.tile([-1, *offsets], n),
+        "size": np.tile([-1, *[50] * len(offsets)], n), "ret": np.tile([3, *[50] * len(offsets)], n)})
+    files = pd.DataFrame({"path": paths, "dev": 40, "ino": np.arange(n) + 10, "size": 100, "fstype": "fuse.gcsfuse",
+                          "mountpoint": "/m"})
+    return {"events": events, "files": files, "meta": {"command": ["load"], "exit_code": 0}}

@@ -79,5 +79,4 @@ def run(args: argparse.Namespace) -> int:
 
         result = record_command(cmd, args.output, force=args.force, quiet=args.quiet,
                                 coalesce=not args.no_coalesce, ring_mib=args.ring_mib)
-    sys.stdout.flush()
     return result.exit_code

@@ -51,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a .rtrace directory (default: the newest in the current one); several traces, or a "
                              "directory holding them, report a job of several nodes")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    parser.add_argument("--all", action="store_true",
+                        help="with --json: list every file and stream (default: the first 100 files and "
+                             "100 streams of each kind; 'listing' counts the rest)")
     parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML report with plots")
     parser.add_argument("--perfetto", metavar="FILE", help="write a Chrome trace JSON (open in ui.perfetto.dev)")
     parser.add_argument("--threshold", action="append", metavar="NAME=VALUE", default=[],
@@ -135,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         with replacing_file(path, force=args.force, is_ours=_ours(marker), what=label) as tmp:
             write(a, tmp, predictions)
     if args.json:
-        write_json(a, sys.stdout, predictions)
+        write_json(a, sys.stdout, predictions, everything=args.all)
     else:
         TerminalReport(a, streams=args.streams, predictions=predictions).render(sys.stdout)
         for label, path, _, _ in outputs:

@@ -249,7 +249,7 @@ def _print_summary(result: RecordResult, meta: dict) -> None:
     for reason in meta.get("partial_reasons", []):
         print(f"readtrace: WARNING: partial trace: {reason}"
               + (f" ({dropped:,} records dropped)" if dropped else ""), file=err)
-    if meta["survivors"]:
+    if meta.get("survivors"):
         print(f"readtrace: WARNING: {len(meta['survivors'])} process(es) of the traced tree still run "
               f"(pid {', '.join(map(str, meta['survivors'][:5]))}): the trace stops before they do", file=err)
     print(f"next: readtrace report {result.trace_path}", file=err)

@@ -14,6 +14,8 @@ from readtrace.analyze import Analysis, Finding
 from readtrace.report.prose import render
 
 REPORT_VERSION = 1
+LIST_FILES = 100  # files --json lists without --all (the most important first: remote, then most read)
+LIST_STREAMS = 100  # streams of each kind --json lists without --all (interleaved ones always)
 
 FILE_KEYS = (
     "path", "role", "fstype", "fs_family", "mountpoint", "dev", "ino", "size", "bytes_read", "read_bytes", "mmap_bytes",
@@ -57,23 +59,58 @@ def plain(value):
     return value
 
 
+def _column(values: pd.Series) -> list:
+    """One column as JSON-ready Python values, converted as a whole (no per-row dicts of numpy scalars)."""
+    kind = values.dtype.kind
+    if kind == "f":
+        v = values.to_numpy()
+        out = v.astype(object)
+        out[~np.isfinite(v)] = None
+        return out.tolist()
+    if kind in "iub":
+        return values.tolist()
+    # text, or lists/dicts the analysis built from Python ints: only missing values need mapping here
+    return [None if v is None or v is pd.NA or (isinstance(v, float) and not math.isfinite(v)) else v
+            for v in values.astype(object).tolist()]
+
+
+def _numpy_value(value):
+    """``json.dumps`` default: a numpy scalar or array still nested in a column's lists."""
+    if isinstance(value, np.ndarray | np.generic):
+        return plain(value)
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def _rows(columns: dict[str, list]) -> list[dict]:
+    keys = list(columns)
+    return [dict(zip(keys, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+
+
 def _records(df: pd.DataFrame, keys: tuple[str, ...]) -> list[dict]:
-    present = [k for k in keys if k in df.columns]
-    return [plain(r) for r in df[present].to_dict("records")]
+    return _rows({k: _column(df[k]) for k in keys if k in df.columns})
 
 
-def _stream_records(a: Analysis) -> list[dict]:
-    df = a.streams.copy()
-    df["ofd"] = [None if k != "ofd" else f"{o & 0xFFFFFFFFFFFFFFFF:#x}"
-                 for k, o in zip(df["kind"], df["ofd"], strict=True)]
-    df["fh"] = pd.Series([int(h) if k == "fuse_handle" else None  # exact u64: never through float NaN
-                          for k, h in zip(df["kind"], df["fh"], strict=True)], index=df.index, dtype=object)
-    records = _records(df, STREAM_KEYS)
-    for r in records:
-        if r["kind"] not in ("ofd", "fuse_handle"):
-            for k in _SHARED_ONLY:
-                r[k] = None
-    return records
+def _stream_records(streams: pd.DataFrame) -> list[dict]:
+    kind = streams["kind"].to_numpy()
+    columns = {k: _column(streams[k]) for k in STREAM_KEYS if k in streams.columns}
+    is_ofd, is_handle = kind == "ofd", kind == "fuse_handle"
+    columns["ofd"] = [f"{o & 0xFFFFFFFFFFFFFFFF:#x}" if yes else None
+                      for o, yes in zip(streams["ofd"].tolist(), is_ofd, strict=True)]
+    columns["fh"] = [int(h) if yes else None  # exact u64: never through float NaN
+                     for h, yes in zip(streams["fh"].tolist(), is_handle, strict=True)]
+    unshared = ~(is_ofd | is_handle)
+    for k in _SHARED_ONLY & columns.keys():
+        col = np.array(columns[k], dtype=object)
+        col[unshared] = None
+        columns[k] = col.tolist()
+    return _rows(columns)
+
+
+def listed_streams(streams: pd.DataFrame, per_kind: int = LIST_STREAMS) -> pd.DataFrame:
+    """The streams --json lists by default: every interleaved one, then the first ``per_kind`` of each
+    kind (streams are sorted by kind, then bytes)."""
+    rank = streams.groupby("kind", sort=False).cumcount().to_numpy()
+    return streams[(rank < per_kind) | streams["interleaved"].to_numpy(dtype=bool)]
 
 
 def _finding(f: Finding) -> dict:
@@ -83,23 +120,34 @@ def _finding(f: Finding) -> dict:
                   "recommendation": p.recommendation, **f.data()})
 
 
-def report_json(a: Analysis, predictions: list | None = None) -> dict:
-    """The whole report as plain data (files, streams, findings, summary; ``what_if`` with
-    ``predictions`` from readtrace.analyze.whatif)."""
+def report_json(a: Analysis, predictions: list | None = None, everything: bool = False) -> dict:
+    """The report as plain data (files, streams, findings, summary; ``what_if`` with ``predictions``
+    from readtrace.analyze.whatif). By default the first LIST_FILES files and LIST_STREAMS streams of
+    each kind (``listing`` counts the rest); ``everything``: all of them."""
     extra = {"what_if": [plain(p.data()) for p in predictions]} if predictions is not None else {}
-    return {**extra,
+    files = a.files if everything else a.files.head(LIST_FILES)
+    streams = a.streams if everything else listed_streams(a.streams)
+    return {
         "report_version": REPORT_VERSION,
         "completeness": a.completeness.as_dict(),
+        **extra,
         "trace": a.trace_path,
         "summary": plain(a.summary),
+        "listing": {"all": everything, "files": len(a.files), "files_listed": len(files),
+                    "streams": len(a.streams), "streams_listed": len(streams),
+                    **({} if everything else {"everything": "readtrace report --json --all"})},
         "tasks": _records(a.tasks, TASK_KEYS),
-        "files": _records(a.files, FILE_KEYS),
-        "streams": _stream_records(a),
+        "files": _records(files, FILE_KEYS),
+        "streams": _stream_records(streams),
         "findings": [_finding(f) for f in a.findings],
         "thresholds": plain(asdict(a.thresholds)),
     }
 
 
-def write_json(a: Analysis, out: IO[str], predictions: list | None = None) -> None:
-    json.dump(report_json(a, predictions), out, indent=2)
+def write_json(a: Analysis, out: IO[str], predictions: list | None = None, everything: bool = False) -> None:
+    """Indented; ``everything`` (tens of MB for big traces) on one line: json's C encoder only runs
+    without indentation, 10x faster."""
+    report = report_json(a, predictions, everything)
+    out.write(json.dumps(report, separators=(",", ":"), default=_numpy_value) if everything
+              else json.dumps(report, indent=2, default=_numpy_value))
     out.write("\n")

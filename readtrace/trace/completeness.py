@@ -2,9 +2,9 @@
 
 A trace is partial when the recording was interrupted (SIGINT/SIGTERM/SIGHUP), events were lost (a
 ring buffer was full), the recorder stopped writing (``partial`` with ``partial_reasons``: a full disk),
-processes of the traced
-tree still ran when the recording ended (``survivors``: a daemonised grandchild), or the analysis had
-to merge calls to stay within memory (``calls_per_row`` > 1, figures per call are then approximate).
+processes of the traced tree still ran when the recording ended (``survivors``: a daemonised grandchild),
+or the analysis had to merge calls to stay within memory (``calls_per_row`` > 1: per-call figures are
+approximate).
 """
 
 from __future__ import annotations

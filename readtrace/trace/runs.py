@@ -50,8 +50,8 @@ def expand_coalesced(events: pd.DataFrame, per_row: int = 1) -> pd.DataFrame:
     step = np.arange(len(calls)) - np.repeat(np.cumsum(n) - n, n)  # 0..count-1 within each run
     size = _per_call(runs, "size", n)
     latency = _per_call(runs, "latency_ns", n)
-    calls["offset"] = np.repeat(runs["offset"].to_numpy(), n) + step * size
-    calls["ts_ns"] = np.repeat(runs["ts_ns"].to_numpy(), n) + step * latency
+    calls["offset"] = np.repeat(runs["offset"].to_numpy(), n) + step * np.repeat(runs["size"].to_numpy() // n, n)
+    calls["ts_ns"] = np.repeat(runs["ts_ns"].to_numpy(), n) + step * np.repeat(runs["latency_ns"].to_numpy() // n, n)
     calls["size"] = size
     calls["latency_ns"] = latency
     calls["ret"] = _per_call(runs, "ret", n)
@@ -61,5 +61,9 @@ def expand_coalesced(events: pd.DataFrame, per_row: int = 1) -> pd.DataFrame:
 
 
 def _per_call(runs: pd.DataFrame, column: str, n: np.ndarray) -> np.ndarray:
-    """A run's total split evenly over its calls, one value per call."""
-    return np.repeat(runs[column].to_numpy() // n, n)
+    """A run's total split evenly over its calls, one value per call; the last call keeps the
+    remainder, so totals stay exact."""
+    total = runs[column].to_numpy()
+    out = np.repeat(total // n, n)
+    out[np.cumsum(n) - 1] += total % n
+    return out

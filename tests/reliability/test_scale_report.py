@@ -8,9 +8,9 @@ import io
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
 
+from readtrace.analyze.synthetic import small_files
 from readtrace.cli import main
 from readtrace.trace import write_trace
 from readtrace.trace.runs import MAX_CALLS
@@ -22,21 +22,6 @@ def report_json(trace) -> dict:
         rc = main(["report", str(trace), "--json"])
     assert (rc, err.getvalue()) == (0, "")
     return json.loads(out.getvalue())
-
-
-def small_files(n: int, offsets=(50, 0)) -> dict:
-    """``n`` files, each opened once and read at ``offsets`` (50 bytes each; back then forth)."""
-    k = 1 + len(offsets)
-    ino = np.repeat(np.arange(n) + 10, k)
-    paths = np.array([f"/m/d{i // 1000}/f{i}" for i in range(n)], dtype=object)
-    events = pd.DataFrame({
-        "ts_ns": np.arange(k * n) * 10, "pid": 100, "tid": 100, "comm": "python",
-        "op": np.tile(["open", *["pread"] * len(offsets)], n), "fd": 3, "ofd": np.repeat(np.arange(n) + 1, k),
-        "path": np.repeat(paths, k), "dev": 40, "ino": ino, "offset": np.tile([-1, *offsets], n),
-        "size": np.tile([-1, *[50] * len(offsets)], n), "ret": np.tile([3, *[50] * len(offsets)], n)})
-    files = pd.DataFrame({"path": paths, "dev": 40, "ino": np.arange(n) + 10, "size": 100, "fstype": "fuse.gcsfuse",
-                          "mountpoint": "/m"})
-    return {"events": events, "files": files, "meta": {"command": ["load"], "exit_code": 0}}
 
 
 @pytest.mark.slow
