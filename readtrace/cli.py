@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import sys
 
 from readtrace import __version__
 from readtrace.commands import COMMANDS
 from readtrace.errors import ExitStatus, ReadtraceError, command_error
+from readtrace.escape import printable
 from readtrace.loader.errors import LoaderError
 
 
@@ -79,6 +81,14 @@ def checked_stdout():
         sys.stdout = stream
 
 
+def _cwd_exists() -> bool:
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -90,8 +100,14 @@ def main(argv: list[str] | None = None) -> int:
             return int(args.run(args) or 0)
     except (ReadtraceError, LoaderError) as e:  # library errors become exit codes here, and only here
         error = command_error(e)
-        print(f"readtrace: {error}", file=sys.stderr)
+        print(f"readtrace: {printable(error)}", file=sys.stderr)
         return error.exit_code
+    except FileNotFoundError:
+        if _cwd_exists():
+            raise
+        print("readtrace: the current directory no longer exists (deleted?): cd to an existing one",
+              file=sys.stderr)
+        return ExitStatus.USAGE
     except KeyboardInterrupt:
         print("readtrace: interrupted", file=sys.stderr)
         return ExitStatus.INTERRUPTED

@@ -5,8 +5,23 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.validate import NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE_INT, Range
 
 MiB = 1 << 20
+
+# The valid range of every threshold: byte sizes that divide or bound a request are > 0, windows and
+# minimums >= 0, fractions and scores finite and >= 0 (above 1 turns a rule off).
+_POSITIVE_BYTES = ("gcsfuse_seek_window", "gcsfuse_max_random_read", "gcsfuse_min_random_read",
+                   "gcsfuse_sequential_read", "small_request_size", "fuse_readahead_small",
+                   "fuse_readahead_recommended_kb")
+_MINIMUMS = ("reorder_window", "gcsfuse_min_seeks_for_random", "interleave_max_gap", "interleave_min_bytes",
+             "evidence_lines", "random_handle_min_requests", "small_request_min_count",
+             "small_request_min_file_bytes", "mmap_fault_min_count", "cold_cache_min_bytes", "reread_min_bytes",
+             "fuse_readahead_min_requests")
+_FRACTIONS = ("interleave_task_in_order_min", "interleave_merged_in_order_max", "interleave_min_score",
+              "random_handle_fraction", "small_request_fraction", "cold_cache_miss_fraction", "reread_min_fraction")
+RANGES: dict[str, Range] = {**dict.fromkeys(_POSITIVE_BYTES, POSITIVE_INT), **dict.fromkeys(_MINIMUMS, NON_NEGATIVE_INT),
+                            **dict.fromkeys(_FRACTIONS, NON_NEGATIVE), "interleave_min_tasks": Range(int, 2)}
 
 
 @dataclass(frozen=True)
@@ -50,6 +65,14 @@ class Thresholds:
     fuse_readahead_min_requests: int = 16
     fuse_readahead_recommended_kb: int = 1024
 
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not RANGES[f.name].holds(value) \
+                    or value != value:
+                raise ReadtraceError(f"threshold {f.name}={value!r}: must be {RANGES[f.name].describe()}",
+                                     ExitStatus.USAGE)
+
     @classmethod
     def names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
@@ -66,8 +89,7 @@ class Thresholds:
                     f"--threshold {item!r}: expected NAME=VALUE with NAME one of {', '.join(types)}",
                     ExitStatus.USAGE)
             try:
-                changes[name] = int(text) if types[name] in ("int", int) else float(text)
-            except ValueError:
-                raise ReadtraceError(f"--threshold {item!r}: {text!r} is not a {types[name]}",
-                                     ExitStatus.USAGE) from None
+                changes[name] = RANGES[name].parse(text)
+            except ValueError as e:
+                raise ReadtraceError(f"--threshold {item!r}: {e}", ExitStatus.USAGE) from None
         return replace(self, **changes)

@@ -25,20 +25,21 @@ import sys
 from readtrace.commands.args import at_least_one
 from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.inject.protocol import FIX_STRATEGIES
+from readtrace.validate import POSITIVE_INT, arg, directory, regular_file
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--compare", action="store_true", help="rerun baseline and fixed, cold, and compare")
     parser.add_argument("--strategy", choices=FIX_STRATEGIES, default="auto",
                         help="the fix (default: auto: measure first, act only where it gains)")
-    parser.add_argument("--repeat", type=int, default=1, metavar="N", help="N interleaved runs per side")
+    parser.add_argument("--repeat", type=arg(POSITIVE_INT), default=1, metavar="N", help="N interleaved runs per side")
     parser.add_argument("--device", help="load onto this device instead of the one the script asks for")
-    parser.add_argument("--files", nargs="+", metavar="PATH",
+    parser.add_argument("--files", nargs="+", metavar="PATH", type=regular_file,
                         help="checkpoint files to evict before each run (default: found by a discovery run)")
     parser.add_argument("--no-record", action="store_true", help="do not record the reruns with eBPF")
     parser.add_argument("--warm", action="store_true",
                         help="warm runs instead of cold ones: what the fix costs where nothing is slow")
-    parser.add_argument("--keep", metavar="DIR", help="keep manifests, logs and traces of every run in DIR")
+    parser.add_argument("--keep", metavar="DIR", type=directory, help="keep manifests, logs and traces of every run in DIR")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("target", nargs=argparse.REMAINDER, metavar="TRACE | -- CMD",
                         help="a trace, or -- and a command (options go before it)")

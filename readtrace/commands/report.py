@@ -18,6 +18,7 @@ from pathlib import Path
 
 from readtrace.analyze.thresholds import Thresholds  # no pandas: `readtrace --help` needs only its names
 from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.validate import NON_NEGATIVE_INT, arg
 
 
 def trace_paths(paths: list[str]) -> list[Path]:
@@ -58,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--perfetto", metavar="FILE", help="write a Chrome trace JSON (open in ui.perfetto.dev)")
     parser.add_argument("--threshold", action="append", metavar="NAME=VALUE", default=[],
                         help=f"override a threshold (repeatable): {', '.join(Thresholds.names())}")
-    parser.add_argument("--streams", type=int, default=12, metavar="N", help="stream rows in the terminal report")
+    parser.add_argument("--streams", type=arg(NON_NEGATIVE_INT), default=12, metavar="N", help="stream rows in the terminal report")
     parser.add_argument("--force", action="store_true", help="replace --html/--perfetto files (only reports readtrace wrote)")
     parser.add_argument("--what-if", metavar="PROFILES",
                         help="predict this load on other storage: comma-separated, from "

@@ -20,20 +20,22 @@ import signal
 import sys
 
 from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.simfs.config import RANGES
 from readtrace.simfs.model import PROFILES
+from readtrace.validate import arg
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("src", nargs="?", help="directory to mirror (read-only)")
     parser.add_argument("mountpoint", nargs="?", metavar="MNT", help="empty directory to mount on")
     parser.add_argument("--profile", choices=list(PROFILES), default="gcsfuse", help="cost model (default gcsfuse)")
-    parser.add_argument("--latency-ms", type=float, default=20.0, help="first-byte latency per backend request")
-    parser.add_argument("--bandwidth-mbps", type=float, default=None,
+    parser.add_argument("--latency-ms", type=arg(RANGES["latency_ms"]), default=20.0, help="first-byte latency per backend request")
+    parser.add_argument("--bandwidth-mbps", type=arg(RANGES["bandwidth_mbps"]), default=None,
                         help="link bandwidth in MB/s (10^6 bytes/s); default unlimited")
-    parser.add_argument("--max-read-kib", type=int, default=1024, help="largest FUSE READ (kernel max_read)")
-    parser.add_argument("--readahead-kib", type=int, default=None,
+    parser.add_argument("--max-read-kib", type=arg(RANGES["max_read_kib"]), default=1024, help="largest FUSE READ (kernel max_read)")
+    parser.add_argument("--readahead-kib", type=arg(RANGES["readahead_kib"]), default=None,
                         help="set the mount's read_ahead_kb (root only); default: the kernel's 128")
-    parser.add_argument("--max-backend", type=int, default=64, help="concurrent backend requests")
+    parser.add_argument("--max-backend", type=arg(RANGES["max_backend"]), default=64, help="concurrent backend requests")
     parser.add_argument("--keep-cache", action="store_true", help="keep the page cache across opens")
     parser.add_argument("--log", help="request log (JSON lines); default a new file in /tmp")
     parser.add_argument("--force", action="store_true", help="overwrite an existing --log file")

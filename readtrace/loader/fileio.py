@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import errno
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -14,18 +17,42 @@ if TYPE_CHECKING:
 MiB = 1 << 20
 
 
+def read_error(fd: int, e: OSError) -> OSError:
+    """The OSError of a failed read, with the file's name; a dead FUSE daemon (ENOTCONN) said as such."""
+    why = e.strerror or str(e)
+    if e.errno == errno.ENOTCONN:
+        why = ("the FUSE daemon of its mount died (transport endpoint is not connected); unmount it "
+               "(fusermount3 -u MOUNTPOINT) and mount it again")
+    return OSError(e.errno, why, fd_path(fd))
+
+
+def fd_path(fd: int) -> str:
+    """The path an fd was opened with (for messages), or ``fd N``."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return f"fd {fd}"
+
+
 @contextmanager
 def open_fd(path: str | os.PathLike, *, sequential: bool = True) -> Iterator[int]:
-    """Open ``path`` read-only on a new fd of its own (never shared), closed on exit. A file that
-    cannot be opened raises the OSError itself (with its filename), as open() does."""
+    """Open the regular file ``path`` read-only on a new fd of its own (never shared), closed on exit. A
+    file that cannot be opened raises the OSError itself (with its filename), as open() does; so does a
+    directory (IsADirectoryError, not a bare one from the first read)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    if stat.S_ISDIR(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
     try:
         if sequential:
             # Doubles the kernel's readahead window for this open file description.
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
         yield fd
     finally:
-        os.close(fd)
+        # read-only: a failed close loses nothing, and must not hide why the load failed (a FUSE
+        # daemon that died fails the FLUSH of close with ENOTCONN, after the read already said so)
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def pread_exact(fd: int, size: int, offset: int) -> bytes:
@@ -42,7 +69,10 @@ def read_into(fd: int, dest: memoryview, offset: int, *, chunk_bytes: int) -> in
     """
     pos, total = 0, len(dest)
     while pos < total:
-        n = os.preadv(fd, [dest[pos:pos + min(chunk_bytes, total - pos)]], offset + pos)
+        try:
+            n = os.preadv(fd, [dest[pos:pos + min(chunk_bytes, total - pos)]], offset + pos)
+        except OSError as e:
+            raise read_error(fd, e) from None
         if n == 0:
             break
         pos += n

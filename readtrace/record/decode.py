@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from readtrace.record.ranks import rank_of
-from readtrace.record.records import KIND, event_view, str_view
+from readtrace.record.records import KIND, STR_EVENT_DTYPE, event_view, str_view
 from readtrace.trace.schema import WAIT_IN
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
@@ -56,6 +56,10 @@ def exit_status(wait_status: np.ndarray) -> np.ndarray:
     return np.where(sig != 0, 128 + sig, (wait_status >> 8) & 0xFF)
 
 
+PATH_BYTES = STR_EVENT_DTYPE.fields["path"][0].itemsize  # the probe's path buffer, NUL included
+CUT_MARK = "…"  # ends a path the probe cut (meta "truncated_paths" counts them)
+
+
 def _cstr(values: np.ndarray) -> list[str]:
     return [v.decode(errors="replace") for v in values]
 
@@ -80,6 +84,7 @@ class Decoder:
     mapped_names: dict[tuple[int, int], str] = field(default_factory=dict)  # from /proc/PID/maps
     ranks: dict[int, dict[str, int]] = field(default_factory=dict)  # pid -> RANK, LOCAL_RANK ... at exec
     _ofd_files: list[pd.DataFrame] = field(default_factory=list)  # (ofd, ts_ns, dev, ino) seen so far
+    truncated_paths: int = 0  # paths longer than the probe's buffer, marked with CUT_MARK
 
     def __post_init__(self):
         self.tids.add(self.root_pid)
@@ -95,6 +100,10 @@ class Decoder:
         kinds = rec["kind"]
         opens, tasks = str_view(rec, "open"), str_view(rec, "task")
         comms, paths = _cstr(rec["comm"]), _cstr(rec["path"])
+        cut = [i for i, raw in enumerate(rec["path"].tolist()) if len(raw) >= PATH_BYTES - 1]
+        for i in cut:  # the probe's buffer was full: the kernel's path went on, ours stops here
+            paths[i] += CUT_MARK
+        self.truncated_paths += len(cut)
         for i, kind in enumerate(kinds.tolist()):
             pid, tid, new_id = int(rec["pid"][i]), int(rec["tid"][i]), int(tasks["id"][i])
             ts = int(rec["ts_ns"][i])

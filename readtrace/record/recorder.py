@@ -153,7 +153,7 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
             **partial_fields(session.problems, session.dropped),
             "ranks": {str(pid): rank for pid, rank in sorted(session.decoder.ranks.items())},
             "sched": session.sched,
-            "survivors": survivors,
+            "survivors": survivors, "truncated_paths": session.decoder.truncated_paths,
         }
         with output_rights(creds):
             writer.close(meta)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
+from readtrace.escape import printable
+
 MIN_PATH = 16  # a path column narrower than this says nothing
 CELL_PAD = 3  # rich's default box: one space each side plus the separator
 
@@ -63,7 +65,7 @@ def fitted_table(title: str, columns: list[Column], rows: list[list], width: int
         keep = [i for i in keep if columns[i].priority != prio]
     fixed = sum(need[i] for i in keep if i not in paths)
     path_width = max(MIN_PATH, (budget - fixed) // max(1, len(paths)) - CELL_PAD)
-    prefixes = {i: common_dir([str(r[i]) for r in rows]) for i in paths}
+    prefixes = {i: common_dir([printable(r[i]) for r in rows]) for i in paths}
     full_title = title + "".join(f"  (… = {p})" for p in {prefixes[i] for i in paths if prefixes[i]})
     table = Table(title=full_title, title_justify="left")
     for i in keep:
@@ -71,5 +73,6 @@ def fitted_table(title: str, columns: list[Column], rows: list[list], width: int
         table.add_column(c.name, justify="right" if c.right and not c.path else "left", no_wrap=True,
                          overflow="ellipsis", max_width=path_width if c.path else None)
     for r in rows:
-        table.add_row(*[shorten(str(r[i]), path_width, prefixes[i]) if i in paths else r[i] for i in keep])
+        table.add_row(*[shorten(printable(r[i]), path_width, prefixes[i]) if i in paths
+                        else printable(r[i]) if isinstance(r[i], str) else r[i] for i in keep])
     return table

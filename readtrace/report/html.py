@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from readtrace.analyze import Analysis
+from readtrace.escape import printable
 from readtrace.report import plots
 from readtrace.report.prose import render
 from readtrace.report.terminal import TerminalReport, relevant_streams
@@ -81,7 +82,7 @@ def figures(a: Analysis, predictions: list | None = None) -> list[Figure]:
 
 
 def _esc(x) -> str:
-    return _html.escape(str(x))
+    return _html.escape(printable(x))
 
 
 def _table(rows: list[list], header: list[str], numeric: set[int]) -> str:

@@ -15,6 +15,7 @@ from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
 from readtrace.analyze import Analysis
+from readtrace.escape import printable
 from readtrace.report.fit import Column, fitted_table
 from readtrace.report.prose import fixed_line, render, time_line, what_if_lines
 from readtrace.report.units import fmt_bytes, fmt_count, fmt_pct
@@ -66,14 +67,14 @@ class TerminalReport:
         s = self.a.summary
         cmd = " ".join(shlex.quote(str(c)) for c in s["command"]) if isinstance(s.get("command"), list) else "-"
         t = Text()
-        t.append(time_line(s) + "\n", style="bold")
+        t.append(printable(time_line(s)) + "\n", style="bold")
         fixed = fixed_line(s)
         if fixed:
             t.append(fixed + "\n", style="bold green")
         t.append("readtrace report", style="bold")
-        t.append(f"  {self.a.trace_path or '(in memory)'}\n")
+        t.append(f"  {printable(self.a.trace_path or '(in memory)')}\n")
         wall = "-" if s["wall_s"] is None else f"{s['wall_s']:.3g} s"
-        t.append(f"command: {cmd}   exit {s.get('exit_code', '-')}   wall {wall}\n")
+        t.append(f"command: {printable(cmd)}   exit {s.get('exit_code', '-')}   wall {wall}\n")
         t.append(f"read {fmt_bytes(s['bytes_read'])} from {s['files']} file(s) by {s['tasks']} task(s) in "
                  f"{s['processes']} process(es): {s['reads']} reads, {s['page_faults']} mmap faults")
         if s["fuse_read_requests"]:
@@ -84,7 +85,7 @@ class TerminalReport:
         if s.get("not_seen"):
             t.append(f"\nrecorded with {s['backend']}; not seen:", style="yellow")
             for line in s["not_seen"]:
-                t.append(f"\n  - {line}", style="yellow")
+                t.append(f"\n  - {printable(line)}", style="yellow")
         return t
 
     def files(self, width: int = PIPED_WIDTH) -> RenderableType:
@@ -137,17 +138,17 @@ class TerminalReport:
             p = render(f)
             t = Text()
             t.append(f"[{f.severity.upper()}] {f.code}", style=SEVERITY_STYLE.get(f.severity, ""))
-            t.append(f"  {p.message}\n")
+            t.append(f"  {printable(p.message)}\n")
             for line in p.evidence:
-                t.append(f"    {line}\n", style="dim")
+                t.append(f"    {printable(line)}\n", style="dim")
             if f.basis and not f.inferred:  # an inferred basis is in the message already
                 t.append(f"    seen in: {f.basis}\n", style="dim")
-            t.append(f"  -> {p.recommendation}")
+            t.append(f"  -> {printable(p.recommendation)}")
             parts.append(t)
         return Group(*parts)
 
     def next_command(self) -> RenderableType:
-        target = shlex.quote(self.a.trace_path) if self.a.trace_path else "TRACE"
+        target = printable(shlex.quote(self.a.trace_path)) if self.a.trace_path else "TRACE"
         return Text(f"next: readtrace fix --compare {target}", style="bold")
 
     def what_if(self) -> RenderableType | None:
@@ -165,7 +166,7 @@ class TerminalReport:
         if width is None and not _is_terminal(out) and "COLUMNS" not in os.environ:
             width = PIPED_WIDTH  # a log or a pipe: rich's 80 columns would crush the paths
         console = Console(file=out, width=width, force_terminal=color, no_color=color is False,
-                          highlight=False, soft_wrap=False)
+                          highlight=False, soft_wrap=False, markup=False)  # no [markup] from file names
         for r in self.renderables(console.width):
             console.print(r)
             console.print()

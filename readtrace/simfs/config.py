@@ -7,6 +7,11 @@ from dataclasses import asdict, dataclass
 
 from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.simfs.model import PROFILES
+from readtrace.validate import NON_NEGATIVE, POSITIVE, POSITIVE_INT, Range
+
+# The valid range of each numeric setting (the CLI's argparse types use the same ones).
+RANGES = {"latency_ms": NON_NEGATIVE, "bandwidth_mbps": POSITIVE, "max_read_kib": Range(int, 4),
+          "readahead_kib": Range(int, 0), "max_backend": POSITIVE_INT}
 
 
 @dataclass(frozen=True)
@@ -28,10 +33,14 @@ class SimConfig:
         if self.profile not in PROFILES:
             raise ReadtraceError(f"unknown simfs profile {self.profile!r} (choose from {', '.join(PROFILES)})",
                                  ExitStatus.USAGE)
-        if self.latency_ms < 0 or (self.bandwidth_mbps is not None and self.bandwidth_mbps <= 0):
-            raise ReadtraceError("simfs: latency must be >= 0 and bandwidth > 0", ExitStatus.USAGE)
-        if self.max_read_kib < 4 or self.max_backend < 1:
-            raise ReadtraceError("simfs: max_read_kib must be >= 4 and max_backend >= 1", ExitStatus.USAGE)
+        for name, valid in RANGES.items():
+            value = getattr(self, name)
+            if value is not None:
+                try:
+                    valid.parse(value)
+                except ValueError:
+                    raise ReadtraceError(f"simfs: {name} must be {valid.describe()} (got {value!r})",
+                                         ExitStatus.USAGE) from None
 
     @property
     def first_byte_s(self) -> float:

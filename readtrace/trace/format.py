@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from readtrace import replace
 from readtrace.errors import ReadtraceError, TraceError
+from readtrace.trace.meta import check_meta
 from readtrace.trace.runs import calls_per_row, expand_coalesced
 from readtrace.trace.schema import READ_COLUMNS, READ_OPS, TABLES, default_for
 
@@ -303,6 +304,7 @@ def _read_meta(path: Path) -> dict:
         raise TraceError(f"{path}: trace format version {version!r} is not supported "
                          f"(this readtrace reads {FORMAT_NAME} v{OLDEST_READABLE_VERSION}..v{FORMAT_VERSION}); "
                          "upgrade readtrace")
+    check_meta(meta, str(path))
     return meta
 
 
@@ -325,6 +327,10 @@ def _open_table(path: Path, name: str, expected_rows: int | None, lean: bool) ->
     missing = set(TABLES[name].names) - set(parquet.schema_arrow.names)
     if missing:
         raise TraceError(f"{path}: corrupt trace: {file.name} lacks columns {sorted(missing)}")
+    for f in TABLES[name]:
+        stored = parquet.schema_arrow.field(f.name).type
+        if (stored.value_type if pa.types.is_dictionary(stored) else stored) != f.type:
+            raise TraceError(f"{path}: corrupt trace: {file.name}: column {f.name} is {stored}, expected {f.type}")
     return parquet
 
 
