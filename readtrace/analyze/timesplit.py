@@ -21,6 +21,7 @@ import pandas as pd
 
 from readtrace.analyze.accesses import SOURCE_READ, Accesses
 from readtrace.analyze.fileindex import FileIndex
+from readtrace.analyze.grouping import union_length
 from readtrace.analyze.roles import file_roles
 from readtrace.trace.schema import READ_OPS, WAIT_IN
 
@@ -45,28 +46,12 @@ class Waits:
 
 
 def _union_sorted(s: np.ndarray, e: np.ndarray, g: np.ndarray | None, n: int) -> np.ndarray:
-    """Per group: union length of intervals already sorted by (group, start)."""
-    out = np.zeros(n, dtype=np.int64)
+    """Per group: union length of intervals already sorted by (group, start) (grouping.union_length:
+    no packing of the groups on one int64 time axis, which overflowed for times near 2**63)."""
     if len(s) == 0:
-        return out
-    new = np.zeros(len(s), bool) if g is None else np.r_[False, g[1:] != g[:-1]]
-    new[0] = True
-    if g is None:
-        run_end, starts = np.maximum.accumulate(e), s
-    else:  # the running max of the ends restarts at each group: shift each group above the one before
-        base = int(s.min())
-        shift = np.cumsum(new) * (int(e.max()) - base + 1)
-        run_end = np.maximum.accumulate(e - base + shift)
-        starts = s - base + shift
-    new |= np.r_[False, starts[1:] > run_end[:-1]]
-    firsts = np.flatnonzero(new)
-    lasts = np.r_[firsts[1:] - 1, len(s) - 1]
-    lengths = run_end[lasts] - starts[firsts]
-    if g is None:
-        out[0] = int(lengths.sum())
-    else:
-        np.add.at(out, g[firsts], lengths)
-    return out
+        return np.zeros(n, dtype=np.int64)
+    codes = np.zeros(len(s), dtype=np.int64) if g is None else g
+    return union_length(codes, n, s, e).astype(np.int64)
 
 
 class Unions:

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
+from readtrace.analyze.grouping import running_max_in_group
 from readtrace.fs.knowledge import fs_profile
 
 MiB = 1 << 20
@@ -243,10 +244,7 @@ def mount_profile(a) -> Profile | None:
     h, ts, end = f.handle[on][order], f.ts[on][order], (f.ts[on] + f.latency[on])[order]
     off, size = f.offset[on][order], f.nbytes[on][order]
     first = np.r_[True, h[1:] != h[:-1]]
-    base = int(ts.min())
-    span = int(end.max()) - base + 1
-    shifted = end - base + h * span
-    free_at = np.r_[0, np.maximum.accumulate(shifted)[:-1]] - h * span + base
+    free_at = np.r_[0, running_max_in_group(h, end)[:-1]]  # when the handle's previous request ended
     service_ms = (end - np.where(first, ts, np.maximum(ts, free_at))) / 1e6
     prev_end = np.r_[0, (off + size)[:-1]]
     opened = first | (off != prev_end)  # not the continuation of the read before it on the handle

@@ -25,14 +25,14 @@ import sys
 from readtrace.commands.args import at_least_one
 from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.inject.protocol import FIX_STRATEGIES
-from readtrace.validate import POSITIVE_INT, arg, directory, regular_file
+from readtrace.validate import directory, regular_file
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--compare", action="store_true", help="rerun baseline and fixed, cold, and compare")
     parser.add_argument("--strategy", choices=FIX_STRATEGIES, default="auto",
                         help="the fix (default: auto: measure first, act only where it gains)")
-    parser.add_argument("--repeat", type=arg(POSITIVE_INT), default=1, metavar="N", help="N interleaved runs per side")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N", help="N interleaved runs per side")
     parser.add_argument("--device", help="load onto this device instead of the one the script asks for")
     parser.add_argument("--files", nargs="+", metavar="PATH", type=regular_file,
                         help="checkpoint files to evict before each run (default: found by a discovery run)")

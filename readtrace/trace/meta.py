@@ -9,12 +9,11 @@ NUMBER = (int, float)
 TEXT = (str,)
 INT = (int,)
 FLAG = (bool,)
-NONE = (type(None),)
 
 # key -> (allowed types, allowed types of the items of a list / values of a dict, or None)
 META_TYPES: dict[str, tuple[tuple[type, ...], tuple[type, ...] | None]] = {
     "command": ((list,), TEXT),
-    "exit_code": (INT + NONE, None),
+    "exit_code": (INT, None),
     "interrupted": (FLAG, None),
     "partial": (FLAG, None),
     "partial_reasons": ((list,), TEXT),
@@ -23,7 +22,7 @@ META_TYPES: dict[str, tuple[tuple[type, ...], tuple[type, ...] | None]] = {
     "lost_events": (INT + (dict,), INT),
     "lost_detail": ((dict,), INT),
     "rows": ((dict,), INT),
-    "wall_s": (NUMBER + NONE, None),
+    "wall_s": (NUMBER, None),
     "t0_ns": (INT, None),
     "end_ns": (INT, None),
     "pid": (INT, None),
@@ -57,9 +56,10 @@ def _is(value, types: tuple[type, ...]) -> bool:
 
 
 def check_meta(meta: dict, where: str) -> None:
-    """TraceError (exit 4) naming the first known key whose value has the wrong type."""
+    """TraceError (exit 4) naming the first known key whose value has the wrong type (null: unknown,
+    allowed everywhere: importers and the ptrace backend leave what they cannot know as null)."""
     for key, (types, items) in META_TYPES.items():
-        if key not in meta:
+        if meta.get(key) is None:
             continue
         value = meta[key]
         if not _is(value, types):

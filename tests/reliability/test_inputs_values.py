@@ -57,7 +57,6 @@ def test_every_threshold_declares_its_range_and_the_library_checks_it():
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["report", "T", "--streams", "-5"], "argument --streams: '-5' is not an integer >= 0"),
-    (["fix", "--repeat", "0", "--", "true"], "argument --repeat: '0' is not an integer > 0"),
     (["simfs", "/tmp", "/mnt", "--latency-ms", "nan"], "argument --latency-ms: 'nan' is not a number >= 0"),
     (["simfs", "/tmp", "/mnt", "--bandwidth-mbps", "0"], "argument --bandwidth-mbps: '0' is not a number > 0"),
     (["simfs", "/tmp", "/mnt", "--max-read-kib", "2"], "argument --max-read-kib: '2' is not an integer >= 4"),

