@@ -14,6 +14,7 @@ which at least one task of the load waited on a file. It is what a storage model
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -126,7 +127,8 @@ def syscall_waits(app: Accesses, fuse: Accesses) -> Waits:
 
 
 def _sorted(app: Accesses, reads: np.ndarray) -> Waits:
-    return _sorted_waits(app, Accesses.concat([]), reads, np.zeros(0, bool))
+    no_fuse = Accesses(**{f.name: getattr(app, f.name)[:0] for f in dataclasses.fields(app)})
+    return _sorted_waits(app, no_fuse, reads, np.zeros(0, bool))
 
 
 def _sorted_waits(app: Accesses, fuse: Accesses, reads: np.ndarray, fz: np.ndarray) -> Waits:
