@@ -51,14 +51,14 @@ def warm_local_seconds(loader, local_dir: Path, work: Path) -> float:
 
 
 def best_lever(fix: dict | None) -> str:
-    """The fastest one-line lever fix --compare measured, where it reports one (helper fixer)."""
-    for key in ("best_lever", "lever", "winner"):
-        value = (fix or {}).get(key)
-        if isinstance(value, dict):
-            return f"{value.get('change') or value.get('name')} {value.get('wall_s', 0):.1f} s"
-        if value:
-            return str(value)
-    return "-"
+    """The fastest candidate fix --compare's auto strategy measured (its one-line change), and what it
+    chose; "-" where it measured none."""
+    choice = (fix or {}).get("choice") or {}
+    done = [c for c in choice.get("candidates", []) if c.get("exit_code") == 0 and c.get("wall_s")]
+    if not done:
+        return "-"
+    best = min(done, key=lambda c: c["wall_s"])
+    return f"{best['label']} {best['wall_s']:.1f} s (chosen: {choice.get('chosen')})"
 
 
 def main() -> int:
