@@ -108,12 +108,18 @@ def test_mmap_threads_from_the_residency_sampler(unprivileged_user, lab):
 
 def test_a_file_the_user_does_not_own_is_not_measured(unprivileged_user, lab):
     """mincore would say "all resident" and cachestat refuses: the sampler says so and infers nothing."""
-    src = lab.parent.parent / "src" / lab.name
+    # a copy owned by root, looked up through the mount for the first time here: the mount caches a
+    # file's attributes for 60 s, so chown of the file the other tests used would not show in time
+    src = lab.parent.parent / "src" / f"root-owned-{lab.name}"
+    shutil.copyfile(lab.parent.parent / "src" / lab.name, src)
+    src.chmod(0o644)
     os.chown(src, 0, 0)
+    theirs = lab.parent / src.name
     try:
-        a, out = record_as(unprivileged_user, lab, "mmap-threads")
+        a, out = record_as(unprivileged_user, theirs, "mmap-threads")
     finally:
-        os.chown(src, unprivileged_user.uid, unprivileged_user.gid)
+        src.unlink()
+    lab = theirs
     sampler = load_trace(out).meta["sampler"]
     assert sampler["unmeasurable"] >= 1 and str(lab) in sampler["unmeasurable_paths"]
     assert not any(f.file == str(lab) and f.inferred for f in a.findings)
