@@ -98,12 +98,13 @@ def test_findings_follow_the_file_system(results, cell):
         # sshfs, s3fs, httpdirfs, bindfs, local: sharing a handle costs nothing; never blame it
         assert not flagged, [f["message"] for f in flagged]
     if cell.loader == "fork_pool" and profile.remote:
-        # forked workers preading the parent's fd where every miss waits on a backend: their reads
-        # overlap and the interleave is seen (on bindfs or a warm local file the workers may well finish
-        # one after another), and judged by the fs
+        # forked workers preading the parent's fd: where the fs keeps a stream per handle every miss
+        # waits on it, their reads overlap and the interleave must be seen and blamed; elsewhere (s3fs
+        # serves them fast) the workers may finish one after another, and any interleave is only info
         shared = [f for f in r.findings if f["code"] == "SHARED_FD_INTERLEAVE"]
-        assert shared, [f["code"] for f in r.findings]
-        assert {f["severity"] for f in shared} == ({"high"} if profile.per_handle_stream else {"info"})
+        if profile.per_handle_stream:
+            assert shared, [f["code"] for f in r.findings]
+        assert {f["severity"] for f in shared} <= ({"high"} if profile.per_handle_stream else {"info"})
         assert all(f["fs_family"] == profile.family for f in shared)
 
 
