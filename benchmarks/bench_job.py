@@ -12,7 +12,6 @@ and <= 2 GiB RSS on the 2-vCPU VM.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -22,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_report import WORKERS, measure, write_synthetic  # noqa: E402
+from bench_report import WORKERS, measure, save_result, write_synthetic  # noqa: E402
 
 TARGET_S, TARGET_RSS = 60.0, 2 << 30
 
@@ -63,10 +62,7 @@ def main() -> int:
                   "target": {"wall_s": TARGET_S, "peak_rss_bytes": TARGET_RSS},
                   "load_average_before": load_before, "load_average_after": os.getloadavg(),
                   "machine": {"cpus": os.cpu_count(), "kernel": platform.release()}}
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2))
-        print(f"saved {out}")
+        save_result(result, args.out)
         return 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

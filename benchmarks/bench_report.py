@@ -115,6 +115,14 @@ def print_table(rows: list[dict], events: int) -> dict:
     return figures
 
 
+def save_result(result: dict, out: str) -> None:
+    """Write a benchmark's JSON result (its folder made if needed) and say where."""
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2))
+    print(f"saved {path}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--events", type=int, default=10_000_000)
@@ -143,10 +151,7 @@ def main() -> int:
                   "load_average_before": load_before, "load_average_after": load_after,
                   "machine": {"cpus": os.cpu_count(), "kernel": platform.release(),
                               "python": platform.python_version()}}
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2))
-        print(f"saved {out}")
+        save_result(result, args.out)
         return 0
     finally:
         if not args.keep:

@@ -106,6 +106,13 @@ def per_rank(touches: Touches | None, ranks: dict[int, dict[str, int]], t0_ns: i
     return out.reset_index(drop=True)[list(RANK_COLUMNS)]
 
 
+def _first_rows(codes: np.ndarray, n: int) -> np.ndarray:
+    """The first row of each of the ``n`` groups (codes unsorted)."""
+    first = np.zeros(n, dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes))[::-1]
+    return first
+
+
 def _wait_union(waits, pids: np.ndarray, rank_ids: np.ndarray) -> pd.Series:
     """Per rank: seconds covered by the union of its threads' wait stretches (pids sorted)."""
     pid = waits.pid.astype(np.int64)
@@ -118,8 +125,7 @@ def _wait_union(waits, pids: np.ndarray, rank_ids: np.ndarray) -> pd.Series:
     codes, n = dense_codes(rank)
     order = np.lexsort((start, codes))
     union = union_length(codes[order], n, start[order].copy(), end[order].copy())
-    first = np.zeros(n, dtype=np.int64)
-    first[codes[::-1]] = np.arange(len(codes))[::-1]
+    first = _first_rows(codes, n)
     return pd.Series(union / 1e9, index=rank[first])
 
 
@@ -128,8 +134,7 @@ def _span_bytes(rank: np.ndarray, file: np.ndarray, offset: np.ndarray, end: np.
     codes, n = dense_codes(rank, file)
     order = np.lexsort((offset, codes))
     union = union_length(codes[order], n, offset[order].copy(), end[order].copy())
-    first = np.zeros(n, dtype=np.int64)
-    first[codes[::-1]] = np.arange(len(codes))[::-1]
+    first = _first_rows(codes, n)
     return pd.Series(union).groupby(rank[first]).sum().astype(np.int64)
 
 
