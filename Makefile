@@ -27,7 +27,7 @@ lint: venv
 
 # pytest exit 5 (no tests collected) is a failure, not a pass.
 test: setup lint
-	@set -o pipefail; $(VENV)/bin/pytest -rs $(PYTEST_ARGS); rc=$$?; \
+	@set -o pipefail; $(VENV)/bin/pytest -rs --durations=40 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc = 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 demo: setup

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from readtrace.compat.loaders import Loader
 from readtrace.errors import ExitStatus
+from readtrace.pagecache.evict import evict
 
 # Findings about the pattern on one handle: what a per-handle file system punishes.
 HANDLE_CODES = ("SHARED_FD_INTERLEAVE", "RANDOM_ON_FUSE_HANDLE")
@@ -37,6 +38,13 @@ class CellResult:
     fix_stderr: str
     digests: list[dict] = field(default_factory=list)  # one line per run of the script (record, baseline, fixed)
     record_s: float = 0.0
+    handle_streams: list[dict] = field(default_factory=list)  # the report's open-file/FUSE-handle streams
+
+    def streams_line(self) -> str:
+        """The shared-stream figures an interleave judgement rests on, for an assertion message."""
+        keys = ("kind", "tasks", "bytes", "cache_miss_bytes", "in_order_fraction", "task_in_order_fraction",
+                "interleave_score", "seek_fraction", "interleaved")
+        return "; ".join(", ".join(f"{k}={s.get(k)}" for k in keys) for s in self.handle_streams)
 
     def handle_findings(self, severities=("high", "warn")) -> list[dict]:
         return [f for f in self.findings if f["code"] in HANDLE_CODES and f["severity"] in severities]
@@ -54,11 +62,14 @@ def run_cell(loader: Loader, checkpoint_dir: Path, work: Path, *, repeat: int = 
     digests.unlink(missing_ok=True)
     command = loader.command(checkpoint_dir, digests)
     cli = readtrace_cli()
+    # the recorded load is a first, cold load: an earlier cell (or its fix --compare) on the same mount may
+    # have left part of the checkpoint cached, and a partly warm load shows another pattern
+    evict(checkpoint_files(checkpoint_dir))
     started = time.perf_counter()
     rec = subprocess.run([*cli, "record", "-o", str(trace), "--force", "--", *command], capture_output=True,
                          text=True, timeout=timeout)
     record_s = time.perf_counter() - started
-    findings, lost = [], None
+    findings, lost, streams = [], None, []
     if rec.returncode == 0:
         rep = subprocess.run([*cli, "report", "--json", str(trace)], capture_output=True, text=True,
                              timeout=timeout)
@@ -66,6 +77,8 @@ def run_cell(loader: Loader, checkpoint_dir: Path, work: Path, *, repeat: int = 
             data = json.loads(rep.stdout)
             findings = data.get("findings", [])
             lost = _lost(data)
+            streams = [s for s in data.get("streams", []) if s.get("kind") in ("ofd", "fuse_handle")
+                       and (s.get("bytes") or 0) >= 1 << 20]
         else:
             rec = subprocess.CompletedProcess(rec.args, rep.returncode, "", f"report failed: {rep.stderr}")
     fix_args = [*cli, "fix", "--compare", "--no-record", "--json", "--repeat", str(repeat),
@@ -80,7 +93,7 @@ def run_cell(loader: Loader, checkpoint_dir: Path, work: Path, *, repeat: int = 
     fixed = json.loads(fix.stdout) if measured and fix.stdout.strip() else None
     lines = [json.loads(x) for x in digests.read_text().splitlines()] if digests.exists() else []
     return CellResult(rec.returncode, rec.stderr[-2000:], lost, findings, fixed, fix.returncode,
-                      fix.stderr[-2000:], lines, record_s)
+                      fix.stderr[-2000:], lines, record_s, streams)
 
 
 def _lost(report: dict) -> int | None:

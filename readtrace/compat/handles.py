@@ -8,6 +8,8 @@ import os
 import time
 from dataclasses import dataclass
 
+from readtrace.pagecache.evict import evict
+
 CHUNK = 1 << 20
 
 
@@ -16,15 +18,6 @@ class HandleProbe:
     mode: str  # "shared" or "own"
     seconds: float
     requests: int | None  # backend requests in the run (None: no request log)
-
-
-def evict(path: str | os.PathLike) -> None:
-    """Drop the kernel page cache of ``path`` (a FUSE daemon may keep a cache of its own)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def read_shares(path: str | os.PathLike, workers: int, shared: bool, chunk: int = CHUNK,
@@ -67,7 +60,7 @@ def probe(path: str | os.PathLike, requests=None, workers: int = 4, limit: int |
     (None: no request log)."""
     out = {}
     for mode in ("shared", "own"):
-        evict(path)
+        evict([path])
         before = requests() if requests else None
         seconds = read_shares(path, workers, shared=mode == "shared", limit=limit)
         out[mode] = HandleProbe(mode, seconds, None if before is None else requests() - before)

@@ -103,7 +103,7 @@ def test_findings_follow_the_file_system(results, cell):
         # serves them fast) the workers may finish one after another, and any interleave is only info
         shared = [f for f in r.findings if f["code"] == "SHARED_FD_INTERLEAVE"]
         if profile.per_handle_stream:
-            assert shared, [f["code"] for f in r.findings]
+            assert shared, ([f["code"] for f in r.findings], r.streams_line())
         assert {f["severity"] for f in shared} <= ({"high"} if profile.per_handle_stream else {"info"})
         assert all(f["fs_family"] == profile.family for f in shared)
 
