@@ -65,7 +65,7 @@ install_missing "${PEERS[@]}" || true
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 
 echo "== CUDA tests ($(( $(date +%s) - started )) s)"
-$PY -m pytest -q -rs -p no:cacheprovider tests/test_loader.py tests/test_shim.py tests/test_staging_pool.py \
+$PY -m pytest -q -rs -p no:cacheprovider tests/loader/test_loader.py tests/inject/test_shim.py tests/loader/test_staging_pool.py \
     tests/test_workloads.py -m "cuda or not slow" \
     2>&1 | tee "$OUT/pytest.txt" | tail -25
 tests_rc=${PIPESTATUS[0]}

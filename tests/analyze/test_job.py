@@ -24,7 +24,7 @@ from readtrace.analyze.job import analyze_job
 from readtrace.record.ranks import parse_environ
 from readtrace.trace import make_trace
 
-WORKLOAD = Path(__file__).parent / "workloads" / "rank_load.py"
+WORKLOAD = Path(__file__).resolve().parents[1] / "workloads" / "rank_load.py"
 
 
 def test_rank_variables_parsed_from_an_environment_block():

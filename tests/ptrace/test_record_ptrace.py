@@ -1,5 +1,5 @@
 """`readtrace record --backend ptrace` (strace) on the workloads with known answers: the same facts the
-eBPF recorder must show (tests/test_record.py), rebuilt from strace's output (one recording)."""
+eBPF recorder must show (tests/record/test_record.py), rebuilt from strace's output (one recording)."""
 
 import json
 import shutil
