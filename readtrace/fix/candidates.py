@@ -10,6 +10,7 @@ a baseline within ``SLOW_MARGIN`` of it has nothing to gain from any fix, so it 
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,13 @@ ROUTED_CALLS = ("load_file", "safe_open", "torch.load")
 SLOW_MARGIN = 1.10  # a baseline within 10 % (and SLOW_ABS_S) of the floor is not slow on reads
 SLOW_ABS_S = 1.0  # gains below a second are within one run's noise on a shared machine
 NO_HARM = 0.97  # act only when the chosen candidate measured at least 1/0.97 of the baseline's speed
+
+
+def confirmed(candidate_s: Sequence[float], baseline_s: Sequence[float]) -> bool:
+    """Act on a candidate only when EVERY cold run of it was at least 3 % faster than the baseline's
+    median: one lucky run among several candidates' is how a no-op looks like a gain on a busy machine."""
+    return bool(candidate_s) and bool(baseline_s) and \
+        max(candidate_s) <= NO_HARM * statistics.median(baseline_s)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,8 @@ def to_json(comparison: Comparison) -> dict:
         "baseline": side_summary(comparison, "baseline"),
         "fixed": side_summary(comparison, "fixed"),
         "speedup": comparison.speedup,
+        "left_alone": comparison.left_alone,
+        "rerun_ratio": comparison.rerun_ratio,
         "tensors": diff.count,
         "tensors_identical": diff.all_identical,
         "differing_tensors": diff.differing + [f"{n} (baseline only)" for n in diff.only_baseline]
@@ -65,7 +67,8 @@ def _choice_json(comparison: Comparison) -> dict | None:
     floor = choice.floor
     return {"chosen": choice.chosen.label, "change": choice.chosen.change, "why": choice.why,
             "candidates": [{"label": t.label, "wall_s": t.wall_s, "exit_code": t.exit_code,
-                            "tensors_identical": t.side == "fixed" or None} for t in choice.trials],
+                            "tensors_identical": t.label in choice.identical if t.exit_code == 0 else None}
+                           for t in choice.trials],
             "floor": None if floor is None else {"bytes": floor.bytes, "sequential_read_s": floor.read_s,
                                                  "warm_s": floor.warm_s, "total_s": floor.total_s}}
 
@@ -75,13 +78,17 @@ def render_table(comparison: Comparison, out: TextIO) -> None:
     base, fixed = data["baseline"], data["fixed"]
     repeat = data["repeat"]
     temperature = ("cold" if comparison.evictions_cold else "not cold") if data["cold"] else "warm"
-    out.write(f"fix --compare: strategy {data['strategy']}, {repeat} {temperature} run{'s' * (repeat > 1)} each"
-              f"{' (median, interleaved)' if repeat > 1 else ''}\n")
+    n_base = len(base["runs"])
+    runs = f"{repeat} {temperature} run{'s' * (repeat > 1)} each" if n_base == repeat else \
+        f"{n_base} baseline and {repeat} fixed {temperature} run{'s' * (repeat > 1)}"
+    out.write(f"fix --compare: strategy {data['strategy']}, {runs}"
+              f"{' (median, interleaved)' if max(repeat, n_base) > 1 else ''}\n")
     proven = not data["unproven"]
     rows = [("wall time", _fmt(base["wall_s"], "seconds"), _fmt(fixed["wall_s"], "seconds"),
-             _speedup(data["speedup"]) if proven else "not compared"),
+             _left_alone(data["rerun_ratio"]) if data["left_alone"] and proven
+             else _speedup(data["speedup"]) if proven else "not compared"),
             ("time inside loader calls", _fmt(base["loader_s"], "seconds"), _fmt(fixed["loader_s"], "seconds"),
-             _speedup(_ratio(base["loader_s"], fixed["loader_s"])) if proven else "")]
+             _speedup(_ratio(base["loader_s"], fixed["loader_s"])) if proven and not data["left_alone"] else "")]
     for label, key, kind in TRACE_ROWS:
         if key in base or key in fixed:
             rows.append((label, _fmt(base.get(key), kind), _fmt(fixed.get(key), kind), ""))
@@ -120,6 +127,12 @@ def _render_choice(choice: dict | None, out: TextIO) -> None:
         out.write(f"    tried {cand['label']:<28} {state}\n")
     if choice["chosen"] != "left alone":
         out.write(f"  the one-line change: {choice['change']}\n")
+
+
+def _left_alone(rerun_ratio: float | None) -> str:
+    """The "fixed" side of a load left alone is the same command run again: no gain, only noise."""
+    noise = f"; two runs {abs(1 - rerun_ratio) * 100:.0f} % apart" if rerun_ratio else ""
+    return f"unchanged (left alone{noise})"
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
