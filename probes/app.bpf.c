@@ -37,11 +37,14 @@ static __always_inline int io_enter_at(u16 kind, s32 fd, s64 offset, s64 size, s
     f->fd = fd;
     f->size = size;
     f->arg = arg;
-    f->ofd = fd_to_file(fd);
     f->dev = 0;
     f->ino = 0;
-    if (kind > RT_PREADV)
+    if (kind <= RT_PREADV) {
+        f->ofd = fd_to_file_cached(fd);       /* a read storm: the same fd call after call */
+    } else {
+        f->ofd = fd_to_file(fd);
         file_dev_ino(f->ofd, &f->dev, &f->ino);
+    }
     if (use_pos && f->ofd)                    /* read()/readv(): the offset is the file position */
         bpf_probe_read_kernel(&offset, sizeof(offset), (void *)(f->ofd + FILE_F_POS));
     f->offset = offset;
@@ -74,14 +77,29 @@ static __always_inline void flush_run(u32 tid)
     r->ev.h.count = 0;
 }
 
-static __always_inline int extends(struct run *r, struct rt_event *e)
+/* A complete read that continues this thread's run (same kind, file and call size, offset == the
+ * run's end, within RUN_SPAN_NS so plots stay true) is counted into the run in place: no record is
+ * built. Returns 0 when it does not continue the run. */
+static __always_inline int extend_run(struct inflight *f, u32 tid, s64 ret, u64 latency)
 {
-    return r->ev.h.tid == e->h.tid && r->ev.h.kind == e->h.kind && r->ev.io.file == e->io.file
-        && r->ev.io.offset + r->ev.io.ret == e->io.offset && r->unit == e->io.size
-        && e->h.ts_ns - r->ev.h.ts_ns < RUN_SPAN_NS;  /* a run spans at most RUN_SPAN_NS: plots stay true */
+    u32 slot = slot_of(tid);
+    struct run *r;
+    if (!COALESCE || f->size <= 0 || ret != f->size || !f->ofd)
+        return 0;
+    r = runs.lookup(&slot);
+    if (!r || !r->ev.h.count || r->ev.h.tid != tid || r->ev.h.kind != f->kind || r->ev.io.file != f->ofd
+        || r->ev.io.offset + r->ev.io.ret != f->offset || r->unit != f->size
+        || f->ts_ns - r->ev.h.ts_ns >= RUN_SPAN_NS)
+        return 0;
+    r->ev.h.count += 1;
+    r->ev.io.size += f->size;
+    r->ev.io.ret += ret;
+    r->ev.io.latency_ns += latency;
+    return 1;
 }
 
-/* A completed read: extend this thread's run, or flush the slot's run and start a new one. */
+/* A completed read that did not extend the run (extend_run): flush the slot's run, and start a new
+ * run with this read when it is complete, else submit it alone. */
 static __always_inline void emit_read(struct rt_event *e)
 {
     u32 slot = slot_of(e->h.tid);
@@ -92,13 +110,6 @@ static __always_inline void emit_read(struct rt_event *e)
         return;
     }
     if (r->ev.h.count) {
-        if (full && extends(r, e)) {
-            r->ev.h.count += 1;
-            r->ev.io.size += e->io.size;
-            r->ev.io.ret += e->io.ret;
-            r->ev.io.latency_ns += e->io.latency_ns;
-            return;
-        }
         submit_event(&r->ev);
         r->ev.h.count = 0;
     }
@@ -112,13 +123,18 @@ static __always_inline void emit_read(struct rt_event *e)
 
 static __always_inline int io_exit(struct inflight *f, u32 tid, s64 ret)
 {
+    u64 latency = bpf_ktime_get_ns() - f->ts_ns;
     struct rt_event e = {};
+    if (f->kind <= RT_PREADV && extend_run(f, tid, ret, latency)) {
+        f->tid = 0;
+        return 0;
+    }
     e.h.ts_ns = f->ts_ns;
     e.h.pid = current_tgid();
     e.h.tid = tid;
     e.h.kind = f->kind;
     e.h.count = 1;
-    e.io.latency_ns = bpf_ktime_get_ns() - f->ts_ns;
+    e.io.latency_ns = latency;
     e.io.fd = f->fd;
     e.io.file = f->ofd;
     e.io.dev = f->dev;
@@ -132,6 +148,8 @@ static __always_inline int io_exit(struct inflight *f, u32 tid, s64 ret)
         emit_read(&e);
         return 0;
     }
+    if (e.h.kind == RT_CLOSE || e.h.kind == RT_DUP)
+        fd_table_changed();                   /* again at exit: a lookup during the call saw the old table */
     if (e.h.kind == RT_DUP) {                 /* fd = the new fd, arg = the old one */
         e.io.arg = e.io.fd;
         e.io.fd = ret;
@@ -175,11 +193,19 @@ static __always_inline int munmap_enter(u64 addr, u64 len)
     return 0;
 }
 
+/* An fd of the current process is about to be closed or replaced (close, close_range, dup2/dup3): its
+ * cached file is stale, and the thread's run is flushed, since the struct file may be freed and reused
+ * by the next open (a read of that file at the run's end offset would extend the old file's run). */
+static __always_inline void fd_closing(void)
+{
+    fd_table_changed();
+    flush_run(current_tid());
+}
+
 static __always_inline int close_enter(s32 fd)
 {
-    io_enter_at(RT_CLOSE, fd, -1, -1, 0, 0);
-    flush_run(current_tid());                 /* the struct file may be freed and reused once closed */
-    return 0;
+    fd_closing();
+    return io_enter_at(RT_CLOSE, fd, -1, -1, 0, 0);
 }
 
 /* open*: the path is read at sys_exit (the user string is still there), with the new file's identity. */

@@ -114,6 +114,49 @@ static __always_inline u64 fd_to_file(s32 fd)
     return read_ptr(table.fd + (u64)fd * 8);
 }
 
+/* The struct file of the fd a thread read last, so a read storm resolves fd -> file (3 kernel reads)
+ * once instead of per call. An entry is valid while its process's fd epoch is unchanged: close,
+ * close_range, dup2/dup3 (at entry and exit) and exec bump it. Epochs are SLOTS counters indexed by
+ * tgid: processes that share a counter only invalidate each other's entries more often. */
+struct fd_cache {
+    u32 tid;
+    u32 tgid;
+    u32 epoch;
+    s32 fd;
+    u64 file;
+};
+BPF_ARRAY(fd_cache, struct fd_cache, SLOTS);
+BPF_ARRAY(fd_epochs, u32, SLOTS);
+
+/* The fd table of process ``tgid`` changed (or is about to): every cached fd -> file of it is stale. */
+static __always_inline void fd_table_of_changed(u32 tgid)
+{
+    u32 slot = slot_of(tgid);
+    u32 *epoch = fd_epochs.lookup(&slot);
+    if (epoch)
+        __sync_fetch_and_add(epoch, 1);
+}
+
+static __always_inline void fd_table_changed(void) { fd_table_of_changed(current_tgid()); }
+
+static __always_inline u64 fd_to_file_cached(s32 fd)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tid = id, tgid = id >> 32, slot = slot_of(tid), eslot = slot_of(tgid);
+    u32 *epoch = fd_epochs.lookup(&eslot);
+    struct fd_cache *c = fd_cache.lookup(&slot);
+    if (!c || !epoch)
+        return fd_to_file(fd);
+    if (c->file && c->tid == tid && c->tgid == tgid && c->fd == fd && c->epoch == *epoch)
+        return c->file;
+    c->epoch = *epoch;                        /* before the lookup: a close racing with it invalidates */
+    c->file = fd_to_file(fd);
+    c->tid = tid;
+    c->tgid = tgid;
+    c->fd = fd;
+    return c->file;
+}
+
 /* dev (major<<20|minor, like the tracepoints) and ino of a struct file's inode. */
 static __always_inline void file_dev_ino(u64 file, u32 *dev, u64 *ino)
 {

@@ -37,6 +37,8 @@ TRACEPOINT_PROBE(task, task_newtask)
     if (!traced()) return 0;
     if (!thread && tgids.update(&child_tgid, &one))
         count_lost(1);                        /* pid beyond PID_LIMIT: cannot happen on Linux */
+    if (!thread)
+        fd_table_of_changed(child_tgid);      /* a reused pid: entries of the old process are stale */
     if (tids.update(&child, &child_tgid))
         count_lost(1);
     submit_task_event(thread ? RT_THREAD : RT_FORK, child, args->comm, 0);
@@ -46,6 +48,7 @@ TRACEPOINT_PROBE(task, task_newtask)
 TRACEPOINT_PROBE(sched, sched_process_exec)
 {
     if (!traced()) return 0;
+    fd_table_changed();                       /* close-on-exec fds are gone */
     submit_task_event(RT_EXEC, args->pid, 0, (u64)args + (args->data_loc_filename & 0xFFFF));
     return 0;
 }

@@ -30,7 +30,7 @@ static __always_inline int wanted_syscall(u64 id)
     switch (id) {
     case NR_READ: case NR_PREAD64: case NR_READV: case NR_PREADV: case NR_PREADV2:
     case NR_MMAP: case NR_MUNMAP: case NR_LSEEK: case NR_FADVISE64: case NR_READAHEAD:
-    case NR_CLOSE: case NR_DUP: case NR_DUP2: case NR_DUP3: case NR_FCNTL:
+    case NR_CLOSE: case NR_DUP: case NR_DUP2: case NR_DUP3: case NR_FCNTL: case NR_CLOSE_RANGE:
     case NR_OPEN: case NR_OPENAT: case NR_OPENAT2:
         return 1;
     }
@@ -73,7 +73,13 @@ RAW_TRACEPOINT_PROBE(sys_enter)
         return io_enter_at(RT_READAHEAD, ARG1, ARG2, ARG3, 0, 0);
     case NR_CLOSE:
         return close_enter(ARG1);
-    case NR_DUP: case NR_DUP2: case NR_DUP3:
+    case NR_CLOSE_RANGE:                      /* not recorded itself */
+        fd_closing();
+        return 0;
+    case NR_DUP2: case NR_DUP3:               /* may replace the new fd's file */
+        fd_closing();
+        return io_enter_at(RT_DUP, ARG1, -1, -1, 0, 0);
+    case NR_DUP:
         return io_enter_at(RT_DUP, ARG1, -1, -1, 0, 0);
     case NR_FCNTL:
         if (ARG2 != F_DUPFD_CMD && ARG2 != F_DUPFD_CLOEXEC_CMD)
