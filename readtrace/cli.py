@@ -10,9 +10,8 @@ import sys
 
 from readtrace import __version__
 from readtrace.commands import COMMANDS
-from readtrace.errors import ExitStatus, ReadtraceError, command_error
-from readtrace.escape import printable
-from readtrace.loader.errors import LoaderError
+from readtrace.commands.exits import HANDLED, fail
+from readtrace.errors import ExitStatus, ReadtraceError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,10 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with checked_stdout():
             return int(args.run(args) or 0)
-    except (ReadtraceError, LoaderError) as e:  # library errors become exit codes here, and only here
-        error = command_error(e)
-        print(f"readtrace: {printable(error)}", file=sys.stderr)
-        return error.exit_code
+    except HANDLED as e:  # library errors become exit codes here, and only here
+        return fail("readtrace", e)
     except FileNotFoundError:
         if _cwd_exists():
             raise

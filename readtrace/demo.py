@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from readtrace import runstate
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import ReadtraceError
 
 
 def run_demo(*, size_mib: int = 128, pattern: str = "mmap-threads", workers: int = 4, latency_ms: float = 20,
@@ -83,7 +83,7 @@ def _record_and_report(cmd: list[str], trace: Path, out: TextIO, say) -> None:
     result = record_command(cmd, str(trace), force=True, quiet=True)
     result.raise_if_interrupted()
     if result.exit_code != 0:
-        raise ReadtraceError(f"the demo load exited with {result.exit_code}", ExitStatus.ERROR)
+        raise ReadtraceError(f"the demo load exited with {result.exit_code}")
     say(f"   recorded {result.events:,} events in {result.wall_s:.1f} s -> {trace}")
     say("4. readtrace report")
     TerminalReport(analyze(load_trace(trace)), streams=6).render(out)

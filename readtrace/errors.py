@@ -1,10 +1,16 @@
-"""The one user-facing error type and the exit codes it carries."""
+"""readtrace's errors, typed by what went wrong (one home for every package), and the named exit codes.
+
+Library code raises these and knows nothing of flags or exit codes: a message that names one of the
+caller's options writes ``{option}``, which reads as the parameter (``ring_mib``) in Python and as the
+flag (``--ring-mib``) on the command line. ``readtrace.commands.exits`` is the one place that turns an
+error into a stderr line and an exit code. The loader's drop-in errors (``readtrace.loader.errors``)
+are ValueError/RuntimeError/OSError, the way ``safetensors.torch.load_file`` raises them."""
 
 from enum import IntEnum
 
 
 class ExitStatus(IntEnum):
-    """Exit codes of the readtrace command line."""
+    """Exit codes of the readtrace command line (also a recorded command's own status: 127, 130)."""
 
     OK = 0
     ERROR = 1
@@ -19,30 +25,45 @@ class ExitStatus(IntEnum):
 
 
 class ReadtraceError(Exception):
-    """An error the user can act on: one line on stderr and an exit code, no traceback."""
+    """An error the user can act on, said in one line (no traceback). Its subclasses say what kind."""
 
-    def __init__(self, message: str, exit_code: int = ExitStatus.ERROR):
-        super().__init__(message)
-        self.exit_code = int(exit_code)
+    def __init__(self, message: str, *, option: str | None = None):
+        self.template = message
+        self.option = option
+        super().__init__(self.worded(option))
+
+    def worded(self, spelling: str | None) -> str:
+        """The message with the option it names spelled ``spelling`` (a parameter, a flag)."""
+        return self.template.replace("{option}", spelling) if self.option and spelling else self.template
+
+    def with_note(self, note: str) -> "ReadtraceError":
+        """The same kind of error with ``note`` appended to its message."""
+        return type(self)(f"{self.template} {note}", option=self.option)
+
+
+class UsageError(ReadtraceError):
+    """A value the caller gave is out of range, unknown or contradicts another."""
+
+
+class PrerequisiteError(ReadtraceError):
+    """Something the machine must provide is missing: root, bcc, tracefs, /dev/fuse, strace, a GPU."""
 
 
 class TraceError(ReadtraceError):
-    """A trace that cannot be read: missing, corrupt, truncated or of an unknown version."""
-
-    def __init__(self, message: str):
-        super().__init__(message, ExitStatus.BAD_TRACE)
+    """A trace that cannot be read or used: missing, corrupt, truncated or of an unknown version."""
 
 
-def command_error(e: BaseException) -> ReadtraceError | None:
-    """A library's domain error as the command line reports it (None: not one it knows)."""
-    from readtrace.loader.errors import CheckpointFormatError, DeviceUnavailableError, LoaderError
+class InputError(ReadtraceError):
+    """An input that is not what it must be: a checkpoint, a mount point, a log, a file to read."""
 
-    if isinstance(e, ReadtraceError):
-        return e
-    if isinstance(e, CheckpointFormatError):
-        return ReadtraceError(str(e), ExitStatus.BAD_INPUT)
-    if isinstance(e, DeviceUnavailableError):
-        return ReadtraceError(str(e), ExitStatus.PREREQUISITE)
-    if isinstance(e, LoaderError):
-        return ReadtraceError(str(e), ExitStatus.ERROR)
-    return None
+
+class NoEvidenceError(ReadtraceError):
+    """Measured runs that cannot back a claim: nothing loaded, nothing evicted."""
+
+
+class CommandNotFoundError(ReadtraceError):
+    """The command to run does not exist."""
+
+
+class CommandNotExecutableError(ReadtraceError):
+    """The command exists but cannot be run (not executable, a directory)."""

@@ -49,10 +49,10 @@ def check_target(path: str | os.PathLike, *, force: bool, is_ours: Callable[[Pat
         raise ReadtraceError(f"{path} is a symlink; readtrace never writes through one (remove it or name "
                              "another path)")
     if not force:
-        raise ReadtraceError(f"{path} exists; use --force to overwrite it")
+        raise ReadtraceError(f"{path} exists; use {{option}} to overwrite it", option="force")
     if not is_ours(path):
-        raise ReadtraceError(f"{path} is not a readtrace {what}; --force only replaces a readtrace {what} "
-                             "(remove it yourself if you mean it)")
+        raise ReadtraceError(f"{path} is not a readtrace {what}; {{option}} only replaces a readtrace {what} "
+                             "(remove it yourself if you mean it)", option="force")
 
 
 def _sibling(path: Path, tag: str) -> Path:
@@ -132,7 +132,7 @@ def install_dir(staging: Path, path: str | os.PathLike, *, force: bool, is_ours:
     try:
         check_target(path, force=force, is_ours=is_ours, what=what)
     except ReadtraceError as e:
-        raise ReadtraceError(f"{e} (the new {what} is in {staging})", e.exit_code) from None
+        raise e.with_note(f"(the new {what} is in {staging})") from None
     old = _swap(staging, path)
     if is_ours(old):
         shutil.rmtree(old, ignore_errors=True)

@@ -12,7 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from readtrace.errors import ExitStatus, ReadtraceError, command_error
+from readtrace.commands.exits import exit_status
+from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.loader.errors import LoaderError
 from readtrace.workloads import PATTERNS, digest, load_checkpoint, make_checkpoint
 from readtrace.workloads.layout import read_layout, split_contiguous
@@ -113,7 +114,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path, ckpt):
     for paths, pattern, code in cases:
         with pytest.raises((ReadtraceError, LoaderError)) as err:  # the loader's own error for the junk file
             load_checkpoint(paths, pattern)
-        assert command_error(err.value).exit_code == code
+        assert exit_status(err.value) == code
     done = subprocess.run([sys.executable, "-m", "readtrace.workloads.load", "--pattern", "sequential", str(junk)],
                           capture_output=True, text=True)
     assert done.returncode == ExitStatus.BAD_INPUT and len(done.stderr.strip().splitlines()) == 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import UsageError
 from readtrace.validate import NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE_INT, Range
 
 MiB = 1 << 20
@@ -70,8 +70,7 @@ class Thresholds:
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not RANGES[f.name].holds(value) \
                     or value != value:
-                raise ReadtraceError(f"threshold {f.name}={value!r}: must be {RANGES[f.name].describe()}",
-                                     ExitStatus.USAGE)
+                raise UsageError(f"threshold {f.name}={value!r}: must be {RANGES[f.name].describe()}")
 
     @classmethod
     def names(cls) -> list[str]:
@@ -85,11 +84,10 @@ class Thresholds:
             name, sep, text = item.partition("=")
             name = name.strip()
             if not sep or name not in types:
-                raise ReadtraceError(
-                    f"--threshold {item!r}: expected NAME=VALUE with NAME one of {', '.join(types)}",
-                    ExitStatus.USAGE)
+                raise UsageError(
+                    f"{{option}} {item!r}: expected NAME=VALUE with NAME one of {', '.join(types)}", option="threshold")
             try:
                 changes[name] = RANGES[name].parse(text)
             except ValueError as e:
-                raise ReadtraceError(f"--threshold {item!r}: {e}", ExitStatus.USAGE) from None
+                raise UsageError(f"{{option}} {item!r}: {e}", option="threshold") from None
         return replace(self, **changes)

@@ -14,7 +14,7 @@ import json
 import sys
 
 from readtrace.commands.args import at_least_one
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import ExitStatus, PrerequisiteError, ReadtraceError
 from readtrace.inject.protocol import FIX_STRATEGIES
 
 PATTERNS = ("mmap-threads", "fork-shared-fd", "safetensors-default", "per-tensor-pread")
@@ -38,7 +38,7 @@ def run(args) -> int:
     at_least_one(args, "size_mib", "workers", "repeat")
     why = demo_available()
     if why:
-        raise ReadtraceError(why, ExitStatus.PREREQUISITE)
+        raise PrerequisiteError(why)
     result = run_demo(size_mib=args.size_mib, pattern=args.pattern, workers=args.workers,
                       latency_ms=args.latency_ms, strategy=args.strategy, repeat=args.repeat,
                       workdir=args.keep, record=not args.no_record,
@@ -47,5 +47,5 @@ def run(args) -> int:
         print(json.dumps(result, indent=2))
     if not result["tensors_identical"]:
         raise ReadtraceError("the fixed run loaded different tensors: "
-                             + ", ".join(result["differing_tensors"][:10]), ExitStatus.ERROR)
+                             + ", ".join(result["differing_tensors"][:10]))
     return ExitStatus.OK

@@ -23,7 +23,7 @@ import subprocess
 import sys
 
 from readtrace.commands.args import at_least_one
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import ExitStatus, NoEvidenceError, ReadtraceError, UsageError
 from readtrace.inject.protocol import FIX_STRATEGIES
 from readtrace.validate import directory, regular_file
 
@@ -71,9 +71,9 @@ def run(args) -> int:
     if not result.diff.all_identical:
         names = to_json(result)["differing_tensors"]
         raise ReadtraceError(f"the fixed run loaded different tensors: {', '.join(names[:10])}"
-                             + (f" and {len(names) - 10} more" if len(names) > 10 else ""), ExitStatus.ERROR)
+                             + (f" and {len(names) - 10} more" if len(names) > 10 else ""))
     if result.unproven:
-        raise ReadtraceError(f"nothing proven: {result.unproven[0]}", ExitStatus.NO_EVIDENCE)
+        raise NoEvidenceError(f"nothing proven: {result.unproven[0]}")
     return ExitStatus.OK
 
 
@@ -82,10 +82,10 @@ def _target(target: list[str]) -> tuple[list[str], str | None, list[str] | None]
     if target and target[0] == "--":
         target = target[1:]
         if not target:
-            raise ReadtraceError("nothing to run after --", ExitStatus.USAGE)
+            raise UsageError("nothing to run after --")
         return target, None, None
     if len(target) > 1:
-        raise ReadtraceError("give one trace, or a command after --", ExitStatus.USAGE)
+        raise UsageError("give one trace, or a command after --")
     from readtrace.fix.compare import command_from_trace
 
     if target:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import ExitStatus, PrerequisiteError, UsageError
 
 
 def _int(text: str):
@@ -57,11 +57,11 @@ def run(args: argparse.Namespace) -> int:
         try:
             print(build_source(with_fuse=fuse_supported(), coalesce=not args.no_coalesce))
         except BTFError as e:
-            raise ReadtraceError(f"kernel BTF: {e}", ExitStatus.PREREQUISITE) from e
+            raise PrerequisiteError(f"kernel BTF: {e}") from e
         return ExitStatus.OK
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
-        raise ReadtraceError("no command given: readtrace record -- CMD [ARGS...]", ExitStatus.USAGE)
+        raise UsageError("no command given: readtrace record -- CMD [ARGS...]")
     from readtrace.record.backend import choose_backend
 
     backend, notice = choose_backend(args.backend)
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         from readtrace.ptrace.recorder import record_ptrace
 
         if args.sample_ms < 0:
-            raise ReadtraceError("--sample-ms must be >= 0", ExitStatus.USAGE)
+            raise UsageError("--sample-ms must be >= 0")
         result = record_ptrace(cmd, args.output, force=args.force, quiet=args.quiet,
                                interval_s=args.sample_ms / 1000 or None)
     else:

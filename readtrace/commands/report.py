@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from readtrace.analyze.thresholds import Thresholds  # no pandas: `readtrace --help` needs only its names
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import ExitStatus, UsageError
 from readtrace.validate import NON_NEGATIVE_INT, arg
 
 
@@ -32,7 +32,7 @@ def trace_paths(paths: list[str]) -> list[Path]:
     if len(paths) == 1 and one.is_dir() and one.suffix != SUFFIX and not (one / "meta.json").exists():
         found = sorted(p for p in one.glob(f"*{SUFFIX}") if p.is_dir())
         if not found:
-            raise ReadtraceError(f"{paths[0]}: not a trace, and no {SUFFIX} trace in it", ExitStatus.USAGE)
+            raise UsageError(f"{paths[0]}: not a trace, and no {SUFFIX} trace in it")
         return found
     return [Path(p) for p in paths]
 
@@ -74,20 +74,20 @@ def what_if_profiles(args: argparse.Namespace, a) -> list:
     from readtrace.analyze import whatif
 
     if args.latency_ms is not None and args.latency_ms < 0 or args.bandwidth_mbps is not None and args.bandwidth_mbps <= 0:
-        raise ReadtraceError("--latency-ms must be >= 0 and --bandwidth-mbps > 0", ExitStatus.USAGE)
+        raise UsageError("--latency-ms must be >= 0 and --bandwidth-mbps > 0")
     out = []
     for name in (n.strip() for n in args.what_if.split(",") if n.strip()):
         if name == "mount":
             p = whatif.mount_profile(a)
             if p is None:
-                raise ReadtraceError("--what-if mount: no storage model for this trace's mount", ExitStatus.USAGE)
+                raise UsageError("--what-if mount: no storage model for this trace's mount")
             out.append(whatif.profile(p.name, args.latency_ms if args.latency_ms is not None else p.latency_ms,
                                       args.bandwidth_mbps, request_ms=p.request_ms))
             continue
         try:
             out.append(whatif.profile(name, args.latency_ms, args.bandwidth_mbps))
         except ValueError as e:
-            raise ReadtraceError(f"--what-if: {e}", ExitStatus.USAGE) from None
+            raise UsageError(f"--what-if: {e}") from None
     return out
 
 
@@ -124,10 +124,10 @@ def run(args: argparse.Namespace) -> int:
     paths = trace_paths(args.trace)
     if len(paths) > 1:
         if outputs:
-            raise ReadtraceError("--html/--perfetto report one trace; give one node's trace", ExitStatus.USAGE)
+            raise UsageError("--html/--perfetto report one trace; give one node's trace")
         return _report_job(paths, thresholds, args.json)
     if (args.latency_ms is not None or args.bandwidth_mbps is not None) and not args.what_if:
-        raise ReadtraceError("--latency-ms/--bandwidth-mbps go with --what-if", ExitStatus.USAGE)
+        raise UsageError("--latency-ms/--bandwidth-mbps go with --what-if")
     trace = load_trace(paths[0], lean=True)
     a = analyze(trace, thresholds)
     predictions = None

@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import ExitStatus, InputError, UsageError
 from readtrace.simfs.config import RANGES
 from readtrace.simfs.model import PROFILES
 from readtrace.validate import arg
@@ -49,7 +49,7 @@ def run(args) -> int:
     if args.unmount:
         return unmount(args.unmount)
     if not args.src or not args.mountpoint:
-        raise ReadtraceError("simfs needs SRC and MNT (or --unmount MNT)", ExitStatus.USAGE)
+        raise UsageError("simfs needs SRC and MNT (or --unmount MNT)")
     sim = mount(args.src, args.mountpoint, profile=args.profile, latency_ms=args.latency_ms,
                 bandwidth_mbps=args.bandwidth_mbps, max_read_kib=args.max_read_kib,
                 readahead_kib=args.readahead_kib, max_backend=args.max_backend, log=args.log,
@@ -84,7 +84,7 @@ def unmount(mountpoint: str) -> int:
     if entry is None or not entry.fstype.startswith("fuse.simfs-"):
         if any(item == f"mount {os.path.realpath(mountpoint)}" for item in cleaned):
             return ExitStatus.OK
-        raise ReadtraceError(f"not a simfs mount: {mountpoint}", ExitStatus.BAD_INPUT)
+        raise InputError(f"not a simfs mount: {mountpoint}")
     force_unmount(mountpoint)
     found = runstate.note_for_mount(mountpoint)
     if found:

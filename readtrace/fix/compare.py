@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import CommandNotFoundError, ReadtraceError, TraceError, UsageError
 from readtrace.fix.candidates import (
     LEAVE_ALONE,
     NO_HARM,
@@ -162,8 +162,7 @@ def compare(
     None runs it plainly. ``workdir`` keeps manifests, logs and traces. ``cold=False``: warm runs.
     """
     if strategy not in FIX_STRATEGIES:
-        raise ReadtraceError(f"unknown strategy {strategy!r} (choose from {', '.join(FIX_STRATEGIES)})",
-                             ExitStatus.USAGE)
+        raise UsageError(f"unknown strategy {strategy!r} (choose from {', '.join(FIX_STRATEGIES)})")
     if repeat < 1:
         raise ValueError("repeat must be at least 1")
     command = list(command)
@@ -343,8 +342,7 @@ def _identical(baseline: Run, other: Run) -> bool:
 
 def _must_succeed(run: Run) -> None:
     if run.exit_code != 0:
-        raise ReadtraceError(f"{run.side} run exited with {run.exit_code}" + (f": {run.log}" if run.log else ""),
-                             ExitStatus.ERROR)
+        raise ReadtraceError(f"{run.side} run exited with {run.exit_code}" + (f": {run.log}" if run.log else ""))
 
 
 def _cache_kept(path: str) -> bool:
@@ -385,7 +383,7 @@ def _run_plain(command, env, cwd, log_path: Path) -> tuple[int, float]:
             proc = subprocess.run(command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         except FileNotFoundError:
-            raise ReadtraceError(f"command not found: {command[0]}", ExitStatus.NOT_FOUND) from None
+            raise CommandNotFoundError(f"command not found: {command[0]}") from None
         if proc.returncode == -signal.SIGINT:  # Ctrl-C reached the run first: stop like the user asked
             raise KeyboardInterrupt
         return proc.returncode, time.perf_counter() - started
@@ -456,7 +454,7 @@ def command_from_trace(path: str | os.PathLike) -> tuple[list[str], str | None, 
     trace = load_trace(path)
     command = trace.meta.get("command")
     if not command:
-        raise ReadtraceError(f"{path}: the trace does not record its command; give it: -- CMD", ExitStatus.BAD_TRACE)
+        raise TraceError(f"{path}: the trace does not record its command; give it: -- CMD")
     skip = SYSTEM_PREFIXES + tuple({p.rstrip("/") + "/" for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
     files = sorted({p for p, size in zip(trace.files["path"], trace.files["size"], strict=True)
                     if isinstance(p, str) and size and size > 0 and not p.startswith(skip)

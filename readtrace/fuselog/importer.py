@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import InputError, UsageError
 from readtrace.fuselog.gcsfuse import GcsfuseLog, parse_lines
 from readtrace.trace import format as trace_format
 from readtrace.trace import views
@@ -44,11 +44,11 @@ def read_log(path: str | os.PathLike) -> GcsfuseLog:
         with open(path, encoding="utf-8", errors="replace") as f:
             log = parse_lines(f)
     except OSError as e:
-        raise ReadtraceError(f"{path}: cannot read the log: {e.strerror}", ExitStatus.BAD_INPUT) from e
+        raise InputError(f"{path}: cannot read the log: {e.strerror}") from e
     if len(log) == 0:
         bad = f", {log.malformed} malformed ReadFile line(s)" if log.malformed else ""
-        raise ReadtraceError(f"{path}: no gcsfuse ReadFile lines in {log.lines} line(s){bad} "
-                             "(was gcsfuse run with --log-severity=trace?)", ExitStatus.BAD_INPUT)
+        raise InputError(f"{path}: no gcsfuse ReadFile lines in {log.lines} line(s){bad} "
+                             "(was gcsfuse run with --log-severity=trace?)")
     return log
 
 
@@ -124,8 +124,8 @@ def import_gcsfuse(log_path: str | os.PathLike, output: str | os.PathLike, onto:
         return ImportResult(path, len(log), log.lines, log.malformed, False, note)
     app = trace_format.load_trace(onto)
     if len(app.fuse):
-        raise ReadtraceError(f"{onto} already has a FUSE view ({len(app.fuse)} requests); import onto a trace "
-                             "recorded without one", ExitStatus.USAGE)
+        raise UsageError(f"{onto} already has a FUSE view ({len(app.fuse)} requests); import onto a trace "
+                             "recorded without one")
     files, info = _join(fuse, log, app)
     meta = {k: v for k, v in app.meta.items() if k not in ("format", "version", "rows")}
     meta["missing_views"] = [v for v in views.missing_views(app.meta) if v != views.FUSE]

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import readtrace
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import UsageError
 from readtrace.inject import shim_sitecustomize
 from readtrace.inject.protocol import STRATEGIES, Rerun
 
@@ -33,8 +33,7 @@ def shim_environment(
     are other ``protocol.Rerun`` fields. Tuning already in ``base_env`` (READTRACE_CHUNK_MB ...) is kept.
     """
     if strategy not in STRATEGIES:
-        raise ReadtraceError(f"unknown fix strategy {strategy!r} (choose from {', '.join(STRATEGIES)})",
-                             ExitStatus.USAGE)
+        raise UsageError(f"unknown fix strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
     base = dict(os.environ if base_env is None else base_env)
     rerun = replace(Rerun.from_env(base), strategy=strategy, manifest=None if manifest is None else os.fspath(manifest),
                     device=device or None, prefetch_files=tuple(prefetch_files), prefetched=(),

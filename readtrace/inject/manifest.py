@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import ReadtraceError
 from readtrace.loader.fileio import tensor_bytes
 
 
@@ -126,7 +126,7 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
                 try:
                     record = json.loads(line)
                 except ValueError:
-                    raise ReadtraceError(f"{path}:{lineno}: corrupt manifest line", ExitStatus.ERROR) from None
+                    raise ReadtraceError(f"{path}:{lineno}: corrupt manifest line") from None
                 (tensors if record.get("event") == "tensor" else calls).append(record)
     except FileNotFoundError:
         pass

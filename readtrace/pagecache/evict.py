@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import InputError
 from readtrace.fs.knowledge import cold_cache_caveat
 from readtrace.fs.mounts import file_mount
 from readtrace.loader.fileio import open_fd
@@ -52,7 +52,7 @@ def _evict_one(path: str) -> Eviction:
         after, _ = cached_pages(path)
         mount = file_mount(path)
     except OSError as e:
-        raise ReadtraceError(f"cannot evict {path}: {e.strerror or e}", ExitStatus.BAD_INPUT) from None
+        raise InputError(f"cannot evict {path}: {e.strerror or e}") from None
     fstype = mount.fstype if mount else "unknown"
     note = cold_cache_caveat(fstype)
     if note is None and pages and after > pages // 100:

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import InputError, UsageError
 from readtrace.loader.fileio import MiB, open_fd, read_into
 from readtrace.loader.spans import Piece, split_pieces
 from readtrace.pagecache.pin import Pins, fits_in_memory
@@ -65,7 +65,7 @@ def prefetch(
     it before the loader uses it; call ``result.pins.release()`` (or ``.hold(s)``) when done.
     """
     if chunk_bytes <= 0 or threads <= 0:
-        raise ReadtraceError("chunk_bytes and threads must be positive", ExitStatus.USAGE)
+        raise UsageError("chunk_bytes and threads must be positive")
     pieces = [(os.fspath(p), 0, _size(p)) for p in paths]
     split = _dist_initialised() if distributed is None else distributed
     rank, world = local_rank_and_size() if split else (0, 1)
@@ -129,7 +129,7 @@ def _size(path: str | os.PathLike) -> int:
     try:
         return os.stat(path).st_size
     except OSError as e:
-        raise ReadtraceError(f"cannot prefetch {os.fspath(path)}: {e.strerror}", ExitStatus.BAD_INPUT) from None
+        raise InputError(f"cannot prefetch {os.fspath(path)}: {e.strerror}") from None
 
 
 def _dist_initialised() -> bool:

@@ -15,7 +15,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import ExitStatus, PrerequisiteError, ReadtraceError
 from readtrace.fs.mounts import kernel_dev, read_mounts
 from readtrace.ptrace.parse import StraceParser
 from readtrace.ptrace.sampler import ResidencySampler
@@ -35,8 +35,8 @@ DEFAULT_INTERVAL_S = 0.005
 def strace_path() -> str:
     path = shutil.which("strace")
     if path is None:
-        raise ReadtraceError("strace not found: the unprivileged backend runs the command under strace; "
-                             "fix: apt-get install -y strace (see: readtrace doctor)", ExitStatus.PREREQUISITE)
+        raise PrerequisiteError("strace not found: the unprivileged backend runs the command under strace; "
+                             "fix: apt-get install -y strace (see: readtrace doctor)")
     return path
 
 

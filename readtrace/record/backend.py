@@ -6,7 +6,7 @@ otherwise, with one notice saying why and what the trace will lack.
 
 from __future__ import annotations
 
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import ReadtraceError, UsageError
 from readtrace.trace import views
 
 CHOICES = ("auto", views.BACKEND_EBPF, views.BACKEND_PTRACE)
@@ -28,7 +28,7 @@ def first_missing_prerequisite() -> str | None:
 def choose_backend(requested: str) -> tuple[str, str | None]:
     """(backend, notice or None)."""
     if requested not in CHOICES:
-        raise ReadtraceError(f"--backend {requested!r}: expected one of {', '.join(CHOICES)}", ExitStatus.USAGE)
+        raise UsageError(f"{{option}} {requested!r}: expected one of {', '.join(CHOICES)}", option="backend")
     if requested != "auto":
         return requested, None
     missing = first_missing_prerequisite()

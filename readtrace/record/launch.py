@@ -22,7 +22,12 @@ import signal
 import stat
 from dataclasses import dataclass
 
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import (
+    CommandNotExecutableError,
+    CommandNotFoundError,
+    ExitStatus,
+    UsageError,
+)
 from readtrace.runstate import die_with_parent
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -42,8 +47,8 @@ def sudo_credentials() -> Credentials | None:
     if os.geteuid() != 0 or not uid or not gid:
         return None
     if not (uid.isdigit() and gid.isdigit()):
-        raise ReadtraceError(f"SUDO_UID/SUDO_GID are not numbers ({uid!r}, {gid!r}): unset them or run "
-                             "readtrace through sudo", ExitStatus.USAGE)
+        raise UsageError(f"SUDO_UID/SUDO_GID are not numbers ({uid!r}, {gid!r}): unset them or run "
+                             "readtrace through sudo")
     if int(uid) == 0:
         return None
     try:
@@ -86,7 +91,7 @@ def output_rights(creds: Credentials | None):
 def resolve_command(cmd: list[str], env: dict | None) -> str:
     """The executable ``cmd[0]`` names; like a shell: 127 when missing, 126 when it cannot be run."""
     if not cmd:
-        raise ReadtraceError("no command given: readtrace record -- CMD [ARGS...]", ExitStatus.USAGE)
+        raise UsageError("no command given: readtrace record -- CMD [ARGS...]")
     name = cmd[0]
     if os.sep in name:
         candidates = [name]
@@ -104,11 +109,11 @@ def resolve_command(cmd: list[str], env: dict | None) -> str:
         why = "Is a directory" if stat.S_ISDIR(st.st_mode) else (
             None if os.access(candidate, os.X_OK) else "Permission denied")
         if why:
-            raise ReadtraceError(f"{name}: cannot run: {why}", ExitStatus.CANNOT_EXECUTE)
+            raise CommandNotExecutableError(f"{name}: cannot run: {why}")
         return candidate
     if os.sep in name:
-        raise ReadtraceError(f"{name}: No such file or directory", ExitStatus.NOT_FOUND)
-    raise ReadtraceError(f"{name}: command not found", ExitStatus.NOT_FOUND)
+        raise CommandNotFoundError(f"{name}: No such file or directory")
+    raise CommandNotFoundError(f"{name}: command not found")
 
 
 class HeldChild:
@@ -155,7 +160,7 @@ class HeldChild:
         os._exit(ExitStatus.NOT_FOUND)
 
     def release(self) -> None:
-        """Let the child exec; raise ReadtraceError(NOT_FOUND) if the exec failed."""
+        """Let the child exec; raise CommandNotFoundError (or CommandNotExecutableError) if the exec failed."""
         os.write(self._go, b"g")
         os.close(self._go)
         self._go = None
@@ -167,8 +172,8 @@ class HeldChild:
             self._reap(os.waitpid(self.pid, 0)[1])
             code, _, why = b"".join(chunks).decode(errors="replace").partition(" ")
             missing = code == str(errno.ENOENT)  # like a shell: 127 missing (or its interpreter), else 126
-            raise ReadtraceError(f"{self.cmd0}: cannot run: {why}",
-                                 ExitStatus.NOT_FOUND if missing else ExitStatus.CANNOT_EXECUTE)
+            kind = CommandNotFoundError if missing else CommandNotExecutableError
+            raise kind(f"{self.cmd0}: cannot run: {why}")
 
     def abandon(self) -> None:
         """Never released (set-up failed): the child exits without running anything."""

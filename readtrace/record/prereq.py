@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import PrerequisiteError
 from readtrace.record.program import FUSE_SOURCE, SOURCES, probe_text
 
 TRACEFS = Path("/sys/kernel/tracing")
@@ -187,11 +187,10 @@ def all_checks() -> list[Check]:
 
 
 def require_prerequisites() -> None:
-    """Raise ReadtraceError(PREREQUISITE) with the doctor's line for the first missing requirement."""
+    """Raise PrerequisiteError with the doctor's line for the first missing requirement."""
     for check in all_checks():
         if check.required and not check.ok:
-            raise ReadtraceError(f"{check.name}: {check.detail}; fix: {check.fix} (see: readtrace doctor)",
-                                 ExitStatus.PREREQUISITE)
+            raise PrerequisiteError(f"{check.name}: {check.detail}; fix: {check.fix} (see: readtrace doctor)")
 
 
 def fuse_view_available() -> bool:

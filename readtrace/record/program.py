@@ -170,17 +170,17 @@ def fuse_supported() -> bool:
 def compile_program(source: str):
     """Compile + load + attach (bcc attaches TRACEPOINT_PROBE/RAW_TRACEPOINT_PROBE itself).
 
-    Raises ReadtraceError(PREREQUISITE) with one line when bcc cannot compile, load or attach.
+    Raises PrerequisiteError with one line when bcc cannot compile, load or attach.
     """
-    from readtrace.errors import ExitStatus, ReadtraceError
+    from readtrace.errors import PrerequisiteError
     from readtrace.record.bccload import load_bcc
 
     try:
         bcc = load_bcc()
         return bcc.BPF(text=source.encode(), cflags=["-Wno-unused-function", "-Wno-macro-redefined"])
     except Exception as e:  # BccImportError, and bcc raises bare Exception for compile/load/attach
-        raise ReadtraceError(f"cannot load the probes: {e} (check: readtrace doctor; "
-                             "the C is printed by: readtrace record --ebpf)", ExitStatus.PREREQUISITE) from e
+        raise PrerequisiteError(f"cannot load the probes: {e} (check: readtrace doctor; "
+                             "the C is printed by: readtrace record --ebpf)") from e
 
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import ExitStatus, PrerequisiteError, ReadtraceError, UsageError
 from readtrace.fs.mounts import fuse_connections, fuse_daemons, read_mounts
 from readtrace.record.btf import BTFError
 from readtrace.record.decode import Decoder
@@ -85,12 +85,11 @@ def _output_path(output, cmd: list[str], pid: int) -> Path:
 
 
 def check_ring_mib(ring_mib) -> int:
-    """The events ring size in MiB: a power of two in RING_MIB_RANGE, else ReadtraceError(USAGE)."""
+    """The events ring size in MiB: a power of two in RING_MIB_RANGE, else UsageError."""
     low, high = RING_MIB_RANGE
     if isinstance(ring_mib, bool) or not isinstance(ring_mib, int) or not low <= ring_mib <= high \
             or ring_mib & (ring_mib - 1):
-        raise ReadtraceError(f"--ring-mib must be a power of two from {low} to {high}, not {ring_mib!r}",
-                             ExitStatus.USAGE)
+        raise UsageError(f"{{option}} must be a power of two from {low} to {high}, not {ring_mib!r}", option="ring_mib")
     return ring_mib
 
 
@@ -115,7 +114,7 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
     try:
         source = build_source(with_fuse=bool(connections), coalesce=coalesce, ring_bytes=ring_mib << 20)
     except BTFError as e:
-        raise ReadtraceError(f"kernel BTF: {e}", ExitStatus.PREREQUISITE) from e
+        raise PrerequisiteError(f"kernel BTF: {e}") from e
     run_cwd = os.path.abspath(cwd or os.getcwd())
     child = HeldChild(exe, cmd, command_environment(env, creds), cwd, creds)
     path = _output_path(output, cmd, child.pid)

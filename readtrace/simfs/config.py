@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import UsageError
 from readtrace.simfs.model import PROFILES
 from readtrace.validate import NON_NEGATIVE, POSITIVE, POSITIVE_INT, Range
 
@@ -31,16 +31,14 @@ class SimConfig:
 
     def __post_init__(self):
         if self.profile not in PROFILES:
-            raise ReadtraceError(f"unknown simfs profile {self.profile!r} (choose from {', '.join(PROFILES)})",
-                                 ExitStatus.USAGE)
+            raise UsageError(f"unknown simfs profile {self.profile!r} (choose from {', '.join(PROFILES)})")
         for name, valid in RANGES.items():
             value = getattr(self, name)
             if value is not None:
                 try:
                     valid.parse(value)
                 except ValueError:
-                    raise ReadtraceError(f"simfs: {name} must be {valid.describe()} (got {value!r})",
-                                         ExitStatus.USAGE) from None
+                    raise UsageError(f"simfs: {name} must be {valid.describe()} (got {value!r})") from None
 
     @property
     def first_byte_s(self) -> float:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import InputError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,13 +58,13 @@ def read_records(path: str | Path) -> list[dict]:
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        raise ReadtraceError(f"simfs request log not found: {path}", ExitStatus.BAD_INPUT) from None
+        raise InputError(f"simfs request log not found: {path}") from None
     records = []
     for number, line in enumerate(lines, 1):
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError:
-            raise ReadtraceError(f"{path}:{number}: corrupt simfs log line", ExitStatus.BAD_INPUT) from None
+            raise InputError(f"{path}:{number}: corrupt simfs log line") from None
     return records
 
 

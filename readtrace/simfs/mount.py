@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from readtrace import runstate
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import InputError, PrerequisiteError, ReadtraceError
 from readtrace.fs.mounts import mount_at
 from readtrace.simfs.config import SimConfig
 from readtrace.simfs.log import count, read_records, requests_frame
@@ -28,23 +28,23 @@ READY_TIMEOUT_S = 20.0
 
 def check_prerequisites() -> None:
     if not os.path.exists("/dev/fuse"):
-        raise ReadtraceError("simfs needs /dev/fuse (modprobe fuse)", ExitStatus.PREREQUISITE)
+        raise PrerequisiteError("simfs needs /dev/fuse (modprobe fuse)")
     if shutil.which("fusermount3") is None:
-        raise ReadtraceError("simfs needs fusermount3 (apt-get install fuse3)", ExitStatus.PREREQUISITE)
+        raise PrerequisiteError("simfs needs fusermount3 (apt-get install fuse3)")
 
 
 def check_paths(src: str | Path, mountpoint: str | Path) -> None:
     """Refuse a missing SRC and a missing, non-directory, non-empty or mounted MNT: one line each."""
     if not os.path.isdir(src):
-        raise ReadtraceError(f"simfs source is not a directory: {src}", ExitStatus.BAD_INPUT)
+        raise InputError(f"simfs source is not a directory: {src}")
     if not os.path.isdir(mountpoint):
-        raise ReadtraceError(f"simfs mount point is not a directory: {mountpoint}", ExitStatus.BAD_INPUT)
+        raise InputError(f"simfs mount point is not a directory: {mountpoint}")
     if mount_at(mountpoint) is not None:
-        raise ReadtraceError(f"simfs mount point is already a mount: {mountpoint}", ExitStatus.BAD_INPUT)
+        raise InputError(f"simfs mount point is already a mount: {mountpoint}")
     if os.listdir(mountpoint):
-        raise ReadtraceError(f"simfs mount point is not empty: {mountpoint}", ExitStatus.BAD_INPUT)
+        raise InputError(f"simfs mount point is not empty: {mountpoint}")
     if os.path.realpath(mountpoint).startswith(os.path.realpath(src) + os.sep):
-        raise ReadtraceError(f"simfs mount point is inside the source: {mountpoint}", ExitStatus.BAD_INPUT)
+        raise InputError(f"simfs mount point is inside the source: {mountpoint}")
 
 
 def force_unmount(mountpoint: str | Path) -> bool:
@@ -55,7 +55,7 @@ def force_unmount(mountpoint: str | Path) -> bool:
         done = subprocess.run(["fusermount3", flags, str(mountpoint)], capture_output=True, text=True)
         if done.returncode == 0:
             return True
-    raise ReadtraceError(f"could not unmount {mountpoint}: {done.stderr.strip()}", ExitStatus.ERROR)
+    raise ReadtraceError(f"could not unmount {mountpoint}: {done.stderr.strip()}")
 
 
 class SimMount:
@@ -181,11 +181,11 @@ def _log_path(log: str | Path | None, overwrite: bool) -> tuple[str, str | None]
         return path, temp_dir
     path = os.path.abspath(log)
     if os.path.exists(path) and os.path.getsize(path) > 0 and not overwrite:
-        raise ReadtraceError(f"simfs log exists (use --force to overwrite): {path}", ExitStatus.BAD_INPUT)
+        raise InputError(f"simfs log exists (use {{option}} to overwrite): {path}", option="force")
     try:
         Path(path).write_text("")
     except OSError as e:
-        raise ReadtraceError(f"cannot write simfs log {path}: {e.strerror}", ExitStatus.BAD_INPUT) from None
+        raise InputError(f"cannot write simfs log {path}: {e.strerror}") from None
     return path, None
 
 
@@ -200,7 +200,7 @@ def _wait_ready(ready_r: int, process: subprocess.Popen, stderr_path: str) -> No
     process.poll()
     detail = Path(stderr_path).read_text(errors="replace").strip().splitlines()
     why = detail[-1] if detail else f"no answer within {READY_TIMEOUT_S:.0f} s"
-    raise ReadtraceError(f"simfs daemon did not start: {why}", ExitStatus.PREREQUISITE)
+    raise PrerequisiteError(f"simfs daemon did not start: {why}")
 
 
 def _set_readahead(mountpoint: str, readahead_kib: int | None) -> tuple[str | None, int | None]:

@@ -56,7 +56,7 @@ def _is(value, types: tuple[type, ...]) -> bool:
 
 
 def check_meta(meta: dict, where: str) -> None:
-    """TraceError (exit 4) naming the first known key whose value has the wrong type (null: unknown,
+    """TraceError naming the first known key whose value has the wrong type (null: unknown,
     allowed everywhere: importers and the ptrace backend leave what they cannot know as null)."""
     for key, (types, items) in META_TYPES.items():
         if meta.get(key) is None:

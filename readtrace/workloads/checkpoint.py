@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.commands.exits import HANDLED, fail
+from readtrace.errors import UsageError
 from readtrace.workloads.layout import CODES
 
 LAYERS = 8
@@ -82,12 +83,12 @@ def make_checkpoint(out: str | Path, size_mib: float, shards: int = 1, seed: int
     """Write a checkpoint of about ``size_mib`` MiB into directory ``out``: ``model.safetensors``, or
     ``model-0000i-of-0000K.safetensors`` + ``model.safetensors.index.json`` when sharded."""
     if size_mib <= 0 or shards < 1:
-        raise ReadtraceError("checkpoint size must be > 0 MiB and shards >= 1", ExitStatus.USAGE)
+        raise UsageError("checkpoint size must be > 0 MiB and shards >= 1")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tensors = plan_tensors(size_mib)
     if shards > len(tensors):
-        raise ReadtraceError(f"at most {len(tensors)} shards for this size", ExitStatus.USAGE)
+        raise UsageError(f"at most {len(tensors)} shards for this size")
     if shards == 1:
         path = out / "model.safetensors"
         write_safetensors(path, tensors, seed)
@@ -125,9 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         paths = make_checkpoint(args.out, args.size_mib, args.shards, args.seed)
-    except ReadtraceError as e:
-        print(f"make_checkpoint: {e}", file=sys.stderr)
-        return e.exit_code
+    except HANDLED as e:
+        return fail("make_checkpoint", e)
     for path in paths:
         print(f"{path}  {path.stat().st_size / MiB:.1f} MiB")
     return 0

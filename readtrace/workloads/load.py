@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from readtrace.errors import ExitStatus, ReadtraceError, command_error
-from readtrace.loader.errors import LoaderError
+from readtrace.commands.exits import HANDLED, fail
+from readtrace.errors import ExitStatus, InputError, PrerequisiteError, UsageError
 from readtrace.workloads.layout import TensorInfo, read_layout
 from readtrace.workloads.patterns import PATTERNS, Tensors
 
@@ -43,12 +43,12 @@ def checkpoint_files(paths: list[str | Path]) -> list[str]:
         if p.is_dir():
             found = sorted(p.glob("*.safetensors"))
             if not found:
-                raise ReadtraceError(f"no *.safetensors files in {p}", ExitStatus.BAD_INPUT)
+                raise InputError(f"no *.safetensors files in {p}")
             files += map(str, found)
         elif p.is_file():
             files.append(str(p))
         else:
-            raise ReadtraceError(f"no such checkpoint file: {p}", ExitStatus.BAD_INPUT)
+            raise InputError(f"no such checkpoint file: {p}")
     return files
 
 
@@ -67,7 +67,7 @@ def to_device(tensors: Tensors, device: str) -> Tensors:
     if device == "cpu":
         return tensors
     if not torch.cuda.is_available():
-        raise ReadtraceError("device cuda: no CUDA GPU is visible to torch", ExitStatus.PREREQUISITE)
+        raise PrerequisiteError("device cuda: no CUDA GPU is visible to torch")
     moved = {name: t.pin_memory().to(device, non_blocking=True) for name, t in tensors.items()}
     torch.cuda.synchronize()
     return moved
@@ -76,18 +76,18 @@ def to_device(tensors: Tensors, device: str) -> Tensors:
 def load(paths: list[str | Path], pattern: str, workers: int = 4, device: str = "cpu") -> tuple[LoadResult, Tensors]:
     """Run one pattern over the checkpoint; the time covers reading and the device copy."""
     if pattern not in PATTERNS:
-        raise ReadtraceError(f"unknown pattern {pattern!r} (choose from {', '.join(PATTERNS)})", ExitStatus.USAGE)
+        raise UsageError(f"unknown pattern {pattern!r} (choose from {', '.join(PATTERNS)})")
     if workers < 1:
-        raise ReadtraceError("workers must be at least 1", ExitStatus.USAGE)
+        raise UsageError("workers must be at least 1")
     if device not in ("cpu", "cuda"):
-        raise ReadtraceError(f"device must be cpu or cuda, not {device!r}", ExitStatus.USAGE)
+        raise UsageError(f"device must be cpu or cuda, not {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
-        raise ReadtraceError("device cuda: no CUDA GPU is visible to torch", ExitStatus.PREREQUISITE)
+        raise PrerequisiteError("device cuda: no CUDA GPU is visible to torch")
     files = checkpoint_files(paths)
     layout: list[TensorInfo] = [t for f in files for t in read_layout(f)]
     names = [t.name for t in layout]
     if len(set(names)) != len(names):
-        raise ReadtraceError("the same tensor name appears in two files", ExitStatus.BAD_INPUT)
+        raise InputError("the same tensor name appears in two files")
     t0 = time.perf_counter()
     tensors = to_device(PATTERNS[pattern](layout, workers), device)
     seconds = time.perf_counter() - t0
@@ -105,10 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         result, _ = load(args.paths, args.pattern, args.workers, args.device)
-    except (ReadtraceError, LoaderError) as e:
-        error = command_error(e)
-        print(f"load: {error}", file=sys.stderr)
-        return error.exit_code
+    except HANDLED as e:
+        return fail("load", e)
     except OSError as e:
         print(f"load: cannot read {e.filename}: {e.strerror}", file=sys.stderr)
         return ExitStatus.BAD_INPUT

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from safetensors.torch import load_file
 
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import InputError, ReadtraceError, UsageError
 from readtrace.inject.hook import recorded_call
 from readtrace.workloads.layout import TensorInfo, split_contiguous
 
@@ -38,7 +38,7 @@ def _pread_exact(fd: int, buf: memoryview, offset: int) -> None:
     while done < len(buf):
         n = os.preadv(fd, [buf[done:done + CHUNK]], offset + done)
         if n == 0:
-            raise ReadtraceError(f"file ended early at byte {offset + done}", ExitStatus.BAD_INPUT)
+            raise InputError(f"file ended early at byte {offset + done}")
         done += n
 
 
@@ -108,7 +108,7 @@ def _forked(layout: list[TensorInfo], workers: int, shared_fd: bool) -> Tensors:
                 os.close(gate_r)
             failed = [pid for pid in pids if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0]
             if failed:
-                raise ReadtraceError(f"{len(failed)} loader worker(s) failed reading {path}", ExitStatus.ERROR)
+                raise ReadtraceError(f"{len(failed)} loader worker(s) failed reading {path}")
             for t in tensors:
                 tensor = _empty(t)
                 _bytes_of(tensor)[:] = shared[t.start - base:t.end - base]
@@ -206,7 +206,7 @@ def sharded(layout: list[TensorInfo], workers: int) -> Tensors:
     through its own fd."""
     files = _by_file(layout)
     if len(files) < 2:
-        raise ReadtraceError("pattern sharded needs a checkpoint of >= 2 shard files", ExitStatus.USAGE)
+        raise UsageError("pattern sharded needs a checkpoint of >= 2 shard files")
     out: Tensors = {}
     with ThreadPoolExecutor(workers) as pool:
         for got in pool.map(lambda item: _read_sequential(*item), files.items()):

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file as reference_load
 from safetensors.torch import save_file
 
-from readtrace.errors import ExitStatus, command_error
+from readtrace.commands.exits import exit_status
+from readtrace.errors import ExitStatus
 from readtrace.inject.manifest import raw_bytes
 from readtrace.loader.errors import DeviceUnavailableError
 from readtrace.loader.header import DTYPES, CheckpointFormatError
@@ -146,7 +147,7 @@ def test_malformed_files_raise_a_clear_error(tmp_path, case):
     with pytest.raises(CheckpointFormatError) as err:
         load_file(path)
     assert isinstance(err.value, ValueError)  # a drop-in: callers catching ValueError keep working
-    assert command_error(err.value).exit_code == ExitStatus.BAD_INPUT  # what the command line makes of it
+    assert exit_status(err.value) == ExitStatus.BAD_INPUT  # what the command line makes of it
     assert message in str(err.value) and str(path) in str(err.value)
     with pytest.raises(Exception):  # noqa: B017 - safetensors refuses the same file (any error type)
         reference_load(path)
@@ -195,7 +196,7 @@ def test_no_cuda_is_a_prerequisite_error(tmp_path):
     save_file({"w": torch.ones(2)}, path)
     with pytest.raises(DeviceUnavailableError) as err:
         load_file(path, device="cuda")
-    assert isinstance(err.value, RuntimeError) and command_error(err.value).exit_code == ExitStatus.PREREQUISITE
+    assert isinstance(err.value, RuntimeError) and exit_status(err.value) == ExitStatus.PREREQUISITE
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.errors import InputError
 from readtrace.fs.knowledge import cold_cache_caveat, fs_profile
 from readtrace.fs.mounts import file_mount, parse_mountinfo, unescape
 from readtrace.loader.fileio import MiB, open_fd
@@ -129,9 +129,8 @@ def test_remote_table_is_one_table():
 
 def test_missing_file_is_bad_input(tmp_path):
     for call in (lambda: prefetch([tmp_path / "nope"]), lambda: evict([tmp_path / "nope"])):
-        with pytest.raises(ReadtraceError) as err:
+        with pytest.raises(InputError):
             call()
-        assert err.value.exit_code == ExitStatus.BAD_INPUT
 
 
 @pytest.mark.parametrize("length,parts", [(1, 4), (10 * MiB + 3, 3), (4 * MiB, 4), (5, 1), (3 * MiB, 8)])

@@ -5,7 +5,7 @@ import json
 import pandas as pd
 import pytest
 
-from readtrace.errors import TraceError
+from readtrace.errors import ReadtraceError, TraceError
 from readtrace.trace import (
     FORMAT_VERSION,
     TABLES,
@@ -75,7 +75,7 @@ def test_unknown_column_rejected():
 
 def test_no_silent_overwrite(tmp_path):
     path = write_trace(tmp_path / "t.rtrace", events=_events())
-    with pytest.raises(Exception, match="--force"):
+    with pytest.raises(ReadtraceError, match="exists; use force to overwrite"):  # the CLI says --force
         TraceWriter(path)
     write_trace(path, events=_events().iloc[:1], force=True)
     assert len(load_trace(path).events) == 1
