@@ -26,6 +26,8 @@ import atexit
 import os
 import threading
 import time
+from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from readtrace.errors import ReadtraceError
@@ -149,39 +151,63 @@ def strategy_for(path: str, device) -> str:
     return "own-fd" if str(device).startswith("cuda") or isinstance(device, int) else "none"
 
 
+@dataclass
+class _Call:
+    """One patched loader call on a checkpoint path, as ``_routed`` runs and records it."""
+
+    mode: str = "none"
+    populate: bool = False  # this call prefetched the file: a mapping of it is populated too
+    result: object = None
+    fallback: str | None = None
+    error: str | None = None
+    seconds: float = 0.0
+
+
+@contextmanager
+def _routed(path: str, device, record: Callable[[_Call], None]):
+    """Around one patched call on ``path``: picks the strategy, waits for the start-up prefetch,
+    prefetches once where the strategy does, and records the call (its error too) when it ends."""
+    call, started = _Call(), time.perf_counter()
+    call.mode = strategy_for(path, device)
+    try:
+        with _Inside():
+            wait_prefetched(path)
+            call.populate = prefetches(call.mode) and _prefetch_once(path)
+            yield call
+    except Exception as e:
+        call.error = f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        call.seconds = time.perf_counter() - started
+        record(call)
+        _flush()
+
+
 def load_file(filename, device="cpu", *args, **kwargs):
     """``safetensors.torch.load_file`` routed through the configured strategy."""
     original = _STATE.originals["load_file"]
     path = os.path.abspath(os.fspath(filename))
     device = _STATE.config.device or device
-    started = time.perf_counter()
-    mode, fallback, tensors, error = strategy_for(path, device), None, {}, None
     nested = getattr(_STATE.local, "inside", False)  # called by a recorded loader: route, do not record
-    try:
-        with _Inside():
-            wait_prefetched(path)
-            populate = prefetches(mode) and _prefetch_once(path)
-            if routes(mode) and not args and set(kwargs) <= {"backend"}:
-                try:
-                    tensors = loader.load_file(path, device, chunk_bytes=_STATE.config.chunk_bytes,
+
+    def record(call: _Call) -> None:
+        records = [] if nested else [(n, t, None) for n, t in (call.result or {}).items()]  # the caller records them
+        _record("load_file", path, call.mode, call.seconds, call.fallback, records, call.error, nested=nested)
+
+    with _routed(path, device, record) as call:
+        if routes(call.mode) and not args and set(kwargs) <= {"backend"}:
+            try:
+                call.result = loader.load_file(path, device, chunk_bytes=_STATE.config.chunk_bytes,
                                                threads=_STATE.config.threads)
-                    release_pin(path)
-                except _REFUSED as e:
-                    fallback = str(e)
-                    tensors = original(filename, device, *args, **kwargs)
-            else:
-                tensors = original(filename, device, *args, **_lever_kwargs(kwargs))
-                if populate:
-                    _populate_mapping(path)
-    except Exception as e:
-        error = f"{type(e).__name__}: {e}"
-        raise
-    finally:
-        seconds = time.perf_counter() - started
-        records = [] if nested else [(n, t, None) for n, t in tensors.items()]  # the caller records them
-        _record("load_file", path, mode, seconds, fallback, records, error, nested=nested)
-        _flush()
-    return tensors
+                release_pin(path)
+            except _REFUSED as e:
+                call.fallback = str(e)
+                call.result = original(filename, device, *args, **kwargs)
+        else:
+            call.result = original(filename, device, *args, **_lever_kwargs(kwargs))
+            if call.populate:
+                _populate_mapping(path)
+    return call.result
 
 
 def _lever_kwargs(kwargs: dict) -> dict:
@@ -224,32 +250,24 @@ def torch_load(f, *args, **kwargs):
     if getattr(_STATE.local, "inside", False) or not isinstance(f, str | os.PathLike):
         return original(f, *args, **kwargs)
     path = os.path.abspath(os.fspath(f))
-    started = time.perf_counter()
-    mode = strategy_for(path, kwargs.get("map_location") or (args[0] if args else "cpu"))
-    result, error, asked_mmap = None, None, bool(kwargs.get("mmap"))
-    try:
-        with _Inside():
-            wait_prefetched(path)
-            populate = prefetches(mode) and _prefetch_once(path)
-            if routes(mode):
-                result = loaded.torch_from_memory(original, _read_own_fd(path), args, kwargs)
-            else:
-                if _STATE.config.lever == "torch-load-no-mmap":
-                    kwargs = {**kwargs, "mmap": False}
-                result = original(f, *args, **kwargs)
-                if populate and asked_mmap:
-                    _populate_mapping(path)
-    except Exception as e:
-        error = f"{type(e).__name__}: {e}"
-        raise
-    finally:
-        seconds = time.perf_counter() - started
-        records = [(n, t, None) for n, t in loaded.flatten(result)] if result is not None else []
-        _record("torch.load", path, mode, seconds, None, records, error,
+    asked_mmap = bool(kwargs.get("mmap"))
+
+    def record(call: _Call) -> None:
+        records = [(n, t, None) for n, t in loaded.flatten(call.result)] if call.result is not None else []
+        _record("torch.load", path, call.mode, call.seconds, None, records, call.error,
                 parse=lambda data: loaded.first_tensor_names(loaded.flatten(loaded.torch_from_bytes(data, kwargs))),
                 extra={"mmap": asked_mmap})
-        _flush()
-    return result
+
+    with _routed(path, kwargs.get("map_location") or (args[0] if args else "cpu"), record) as call:
+        if routes(call.mode):
+            call.result = loaded.torch_from_memory(original, _read_own_fd(path), args, kwargs)
+        else:
+            if _STATE.config.lever == "torch-load-no-mmap":
+                kwargs = {**kwargs, "mmap": False}
+            call.result = original(f, *args, **kwargs)
+            if call.populate and asked_mmap:
+                _populate_mapping(path)
+    return call.result
 
 
 def _read_own_fd(path: str) -> bytearray:
