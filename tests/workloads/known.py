@@ -1,12 +1,71 @@
-"""Checks of a trace against the workloads' known answers, shared by every recorder's tests (eBPF:
-test_record.py, strace: test_record_ptrace.py): the same facts, whichever backend recorded them."""
+"""The workloads with known answers, recorded once per backend, and the checks of a trace against
+them, shared by every recorder's tests (eBPF: record/test_record.py, strace: ptrace/test_record_ptrace.py):
+the same facts, whichever backend recorded them."""
 
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from workloads import make_data_file, shell_cmd, workload_cmd
+
+MIB = 1 << 20
 READ_OPS = ["read", "pread", "readv", "preadv"]
+NAMES = ("pread_threads", "fork_shared", "dup_lseek", "vectored", "mmap_threads")
+SIZES = {"mmap_threads": 64 * MIB}
+SAME_FACTS = ("fork_shared", "dup_lseek", "vectored", "mmap_range", "files_table")  # what every backend records alike
+
+
+def record_known(tmp: Path, record: Callable[[list[str], Path], object]):
+    """(result, trace, truth, files): every workload in one ``sh -c``, recorded by ``record(cmd, out)``."""
+    from readtrace.trace import load_trace
+
+    cmds, files = [], {}
+    for name in NAMES:
+        files[name] = make_data_file(tmp / f"{name}.bin", SIZES.get(name, 4 * MIB))
+        cmds.append(workload_cmd(name, files[name], tmp / f"{name}.json"))
+    result = record(shell_cmd(cmds), tmp / "t.rtrace")
+    truth = {name: json.loads((tmp / f"{name}.json").read_text()) for name in NAMES}
+    return result, load_trace(result.trace_path), truth, files
+
+
+def check_same_fact(recorded, fact: str) -> None:
+    """One of SAME_FACTS in a ``record_known`` recording."""
+    _result, trace, truth, files = recorded
+    if fact == "files_table":
+        check_files_table(trace, files)
+    elif fact == "mmap_range":
+        e = trace.events
+        mmaps = e[(e.path == str(files["mmap_threads"])) & (e.op == "mmap")]
+        assert len(mmaps) == 1 and mmaps.iloc[0]["size"] == 64 * MIB and mmaps.iloc[0].offset == 0
+    else:
+        {"fork_shared": check_fork_shared, "dup_lseek": check_dup_lseek,
+         "vectored": check_vectored}[fact](trace, truth[fact], files[fact])
 
 
 def reads_of(trace, path):
     e = trace.events
     return e[(e.path == str(path)) & e.op.isin(READ_OPS)]
+
+
+def check_pread_threads(trace, t, path, *, merged_run: bool):
+    """Two threads pread through one shared fd, the main thread through its own fd too: one open file
+    description each, every call at its offset. ``merged_run``: the recorder merges the 4 consecutive
+    4 KiB preads of ``run`` into one row of count 4 (eBPF, in the kernel); else each is its own row."""
+    reads = reads_of(trace, path)
+    assert set(reads.pid) == {t["pid"]} and t["thread_tid"] != t["main_tid"]
+
+    def calls(g):
+        return sorted(zip(g.offset, g["size"], g["count"] if merged_run else [1] * len(g), strict=True))
+
+    by_tid = {tid: calls(g) for tid, g in reads.groupby("tid")}
+    run = [(t["run"][0][0], 4 * 4096, 4)] if merged_run else [(o, s, 1) for o, s in t["run"]]
+    assert by_tid[t["thread_tid"]] == sorted((o, s, 1) for o, s in t["thread_reads"])
+    assert by_tid[t["main_tid"]] == sorted([(o, s, 1) for o, s in t["main_reads"] + t["fd2_reads"]] + run)
+    assert (reads.ret == reads["size"]).all() and (reads.latency_ns > 0).all()
+    shared, own = reads[reads.fd == t["fd"]], reads[reads.fd == t["fd2"]]
+    assert shared.ofd.nunique() == 1 and own.ofd.nunique() == 1 and shared.ofd.iloc[0] != own.ofd.iloc[0]
+    assert set(shared.tid) == {t["main_tid"], t["thread_tid"]}
+    return shared
 
 
 def check_fork_shared(trace, t, path):
