@@ -27,6 +27,9 @@ from pathlib import Path
 from readtrace.fix.compare import compare
 from readtrace.pagecache.prefetch import prefetch
 
+sys.path.insert(0, str(Path(__file__).parent))
+from compat_matrix import dd_seconds  # noqa: E402  (one cold dd baseline for both matrices)
+
 SCRIPTS = {
     "load_file": """
 import sys
@@ -107,16 +110,6 @@ def files_of(path: Path) -> list[str]:
     return [str(path)]
 
 
-def dd_s(files: list[str]) -> float:
-    from readtrace.pagecache.evict import evict
-
-    evict(files)
-    started = time.perf_counter()
-    for f in files:
-        subprocess.run(["dd", f"if={f}", "of=/dev/null", "bs=16M"], check=True, capture_output=True)
-    return time.perf_counter() - started
-
-
 def warm_local_s(cmd: list[str], files: list[str]) -> float:
     prefetch(files, progress=False)
     started = time.perf_counter()
@@ -149,7 +142,7 @@ def cell(kind: str, loader: str, size_mib: int, latency_ms: float, root: Path) -
     local_warm = warm_local_s(local_cmd, files_of(src / target))
     with mounted(kind, src, root, latency_ms) as where:
         files = files_of(where / target)
-        dd = dd_s(files)
+        dd = dd_seconds(files)
         cmd = command(loader, root, str(where / target))
         result = compare(cmd, files=files, log=lambda line: print(f"    {line}", file=sys.stderr))
         size = sum(os.path.getsize(f) for f in files)
