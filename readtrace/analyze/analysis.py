@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze import fronts, interleave, pagecache, ranks, timesplit, whatif
+from readtrace.analyze import attribution, fronts, interleave, pagecache, ranks, timesplit, whatif
 from readtrace.analyze.accesses import SOURCE_READ, Accesses, fault_accesses, fuse_accesses, read_accesses
 from readtrace.analyze.fileindex import FileIndex
 from readtrace.analyze.finding import Finding
@@ -270,6 +270,7 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
                               page_view=len(trace.pages) > 0, sampled=sampled)
     done = completeness(trace.meta, per_row)
     summary = _summary(trace, file_table, streams, app, fuse, pages, done)
+    summary["reads_from"] = attribution.reads_from(trace.python_calls, app, pages, file_table, trace.meta)
     split, tasks, file_wait = timesplit.time_split(trace.others, waits, files, {**trace.meta, **summary})
     summary.update(split)
     a = Analysis(files=file_table, streams=streams, findings=[], summary=summary, meta=trace.meta,

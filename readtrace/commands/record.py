@@ -1,8 +1,10 @@
 """Run a command under eBPF probes and record how it reads files.
 
-Follows the whole process tree (threads, forks, execs) and records three joinable views: syscalls
+Follows the whole process tree (threads, forks, execs) and records joinable views: syscalls
 (open, read/pread/readv/preadv, mmap, lseek, dup, close, ...), the page cache (faults, lookups,
-misses, readahead) and, for files on FUSE mounts, every FUSE request (handle, thread, offset, size).
+misses, readahead), for files on FUSE mounts every FUSE request (handle, thread, offset, size), and
+for Python commands the loader calls that issued the reads (safetensors, torch.load, transformers,
+diffusers; --no-python-calls: off).
 Needs root (or CAP_BPF+CAP_PERFMON); `readtrace doctor` checks the rest. Without them (a pod, a
 shared node) it records with strace instead (--backend ptrace, chosen automatically with a notice):
 syscalls with threads, fds and offsets, plus the page cache's residency sampled every --sample-ms;
@@ -44,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ring-mib", type=_int, default=None, metavar="N",
                         help="events ring buffer in MiB, a power of two (default 64); "
                              "raise it when the report says LOST_EVENTS")
+    parser.add_argument("--no-python-calls", dest="python_calls", action="store_false",
+                        help="do not record which Python loader calls (safetensors, torch.load, transformers, "
+                             "diffusers) issued the reads (default: recorded for Python commands)")
     parser.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]",
                         help="the command to run and trace")
@@ -73,10 +78,11 @@ def run(args: argparse.Namespace) -> int:
         if args.sample_ms < 0:
             raise UsageError("--sample-ms must be >= 0")
         result = record_ptrace(cmd, args.output, force=args.force, quiet=args.quiet,
-                               interval_s=args.sample_ms / 1000 or None)
+                               interval_s=args.sample_ms / 1000 or None, python_calls=args.python_calls)
     else:
         from readtrace.record import record_command
 
         result = record_command(cmd, args.output, force=args.force, quiet=args.quiet,
-                                coalesce=not args.no_coalesce, ring_mib=args.ring_mib)
+                                coalesce=not args.no_coalesce, ring_mib=args.ring_mib,
+                                python_calls=args.python_calls)
     return result.exit_code

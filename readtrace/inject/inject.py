@@ -39,6 +39,7 @@ def shim_environment(
                     device=device or None, prefetch_files=tuple(prefetch_files), prefetched=(),
                     readtrace_path=str(Path(readtrace.__file__).resolve().parent.parent), **settings)
     with tempfile.TemporaryDirectory(prefix="readtrace-shim-") as shim_dir:
+        os.chmod(shim_dir, 0o755)  # noqa: S103 - a command recorded under sudo runs as the invoking user
         shutil.copyfile(shim_sitecustomize.__file__, os.path.join(shim_dir, "sitecustomize.py"))
         env = rerun.to_env(base)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (shim_dir, base.get("PYTHONPATH")) if p)

@@ -51,6 +51,7 @@ class Rerun:
     readtrace_path: str | None = None  # where readtrace is importable from (appended to sys.path)
     files: tuple[str, ...] = ()  # the checkpoint files of the comparison (names a load from bytes)
     lever: str | None = None  # apply this loader lever (readtrace.fix.levers) instead of a strategy
+    calls_log: str | None = None  # record loader entry-point calls here (readtrace record; inject/calls.py)
 
     @property
     def active(self) -> bool:
@@ -118,6 +119,7 @@ _VARIABLES = {
     "readtrace_path": "READTRACE_PYTHONPATH",  # also read by shim_sitecustomize, before readtrace imports
     "files": "READTRACE_FILES",
     "lever": "READTRACE_LEVER",
+    "calls_log": "READTRACE_CALLS",  # also read by inject/calls.py (standard library only)
 }
 _NAMES = frozenset(_VARIABLES.values())
 _NUMBERS = {"chunk_mib": float, "threads": int, "prefetch_threads": int, "prefetch_pin_s": float}

@@ -2,10 +2,12 @@
 
 Standard library only and cheap: it reads the rerun's settings (readtrace.inject.protocol, standard
 library only), installs an import hook that patches ``safetensors`` and ``safetensors.torch`` as they
-are imported (nothing else is imported until then), prefetches the rerun's start-up files if any,
-then runs the ``sitecustomize`` this one shadows, if any.
+are imported (nothing else is imported until then) and, under ``readtrace record``, wraps the
+loaders' entry points to record which call issued the reads (readtrace.inject.calls), prefetches the
+rerun's start-up files if any, then runs the ``sitecustomize`` this one shadows, if any.
 """
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -15,35 +17,58 @@ import sys
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _PATCHED = ("safetensors", "safetensors.torch", "torch", "transformers.modeling_utils",
             "diffusers.models.modeling_utils")
+_RECORDED = _PATCHED + ("transformers.models.auto.auto_factory", "diffusers.models.model_loading_utils",
+                        "diffusers.pipelines.pipeline_utils", "diffusers.loaders.single_file_model",
+                        "diffusers.loaders.single_file")  # inject/calls.py ENTRY_POINTS
 
 
 class _SafetensorsHook(importlib.abc.MetaPathFinder):
-    """Finds safetensors modules through the other finders and patches each right after it runs."""
+    """Finds the loaders' modules through the other finders and patches each right after it runs:
+    the shim's routing (``patch``) and/or the entry-point recording (``record``)."""
+
+    def __init__(self, patch, record):
+        self.names = (_PATCHED if patch else ()) + (_RECORDED if record else ())
+        self.patch, self.record = patch, record
 
     def find_spec(self, name, path=None, target=None):
-        if name not in _PATCHED:
+        if name not in self.names:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(name, path, target)
             if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                _patch_after_exec(spec.loader, name)
+                _patch_after_exec(spec.loader, name, self.patch and name in _PATCHED, self.record)
                 return spec
         return None
 
 
-def _patch_after_exec(loader, name):
+def _patch_after_exec(loader, name, patch, record):
     run_module = loader.exec_module
 
     def exec_module(module):
         run_module(module)
-        shim = sys.modules.get("readtrace.inject.shim")
-        if shim is not None and not getattr(shim, "READY", False):
-            return  # imported by the shim itself (torch): it patches what it finds once it is ready
-        _shim().patch(name, module)
+        if patch:
+            _patch(name, module)
+        if record:
+            with contextlib.suppress(Exception):  # recording must never break the user's import
+                _calls().wrap(name, module)  # after the shim: the recorded call is the outermost
 
     loader.exec_module = exec_module
+
+
+def _patch(name, module):
+    shim = sys.modules.get("readtrace.inject.shim")
+    if shim is not None and not getattr(shim, "READY", False):
+        return  # imported by the shim itself (torch): it patches what it finds once it is ready
+    _shim().patch(name, module)
+
+
+def _calls():
+    _readtrace_importable()
+    from readtrace.inject import calls
+
+    return calls
 
 
 def _readtrace_importable():
@@ -81,8 +106,8 @@ def _rerun():
 
 
 _RERUN = _rerun()
-if _RERUN.active:
-    sys.meta_path.insert(0, _SafetensorsHook())
+if _RERUN.active or _RERUN.calls_log:
+    sys.meta_path.insert(0, _SafetensorsHook(_RERUN.active, bool(_RERUN.calls_log)))
 if _RERUN.start_prefetch():
     _prefetch_at_start()
 del _RERUN

@@ -6,6 +6,7 @@ misses or readahead (only residency, sampled), no FUSE requests.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import shutil
@@ -19,6 +20,7 @@ from readtrace.errors import ExitStatus, PrerequisiteError, ReadtraceError
 from readtrace.fs.mounts import kernel_dev, read_mounts
 from readtrace.ptrace.parse import StraceParser
 from readtrace.ptrace.sampler import ResidencySampler
+from readtrace.record import pycalls
 from readtrace.record.decode import FileInfo, files_table
 from readtrace.record.launch import HeldChild, resolve_command
 from readtrace.record.recorder import RecordResult, _output_path, _print_summary, _StopSignals
@@ -94,9 +96,10 @@ def ptrace_meta(sampler: ResidencySampler | None, interval_s: float) -> dict:
 
 
 def record_ptrace(cmd: list[str], output: str | Path | None = None, *, force: bool = False, env: dict | None = None,
-                  cwd: str | None = None, quiet: bool = False, interval_s: float | None = DEFAULT_INTERVAL_S
-                  ) -> RecordResult:
-    """Run ``cmd`` under strace (and the residency sampler unless ``interval_s`` is None); write the trace."""
+                  cwd: str | None = None, quiet: bool = False, interval_s: float | None = DEFAULT_INTERVAL_S,
+                  python_calls: bool = True) -> RecordResult:
+    """Run ``cmd`` under strace (and the residency sampler unless ``interval_s`` is None); write the trace.
+    ``python_calls``: record which Python loader calls issued the reads (record/pycalls.py)."""
     strace = strace_path()
     resolve_command(cmd, env)
     if output is not None:
@@ -104,48 +107,52 @@ def record_ptrace(cmd: list[str], output: str | Path | None = None, *, force: bo
     mounts = read_mounts()
     run_cwd = os.path.abspath(cwd or os.getcwd())
     writer = TraceWriter(_output_path(output, cmd, os.getpid()), force=force)
-    spool = writer.dir / SPOOL
-    child = HeldChild(strace, strace_argv(strace, spool, cmd), env, cwd, None)
-    sampler = ResidencySampler(str(spool), interval_s) if interval_s else None
-    try:
-        with _StopSignals() as stop:
-            start_wall, t0_ns = datetime.now(UTC), time.monotonic_ns()
-            clock_offset = time.monotonic_ns() - time.time_ns()
-            child.release()
+    with contextlib.ExitStack() as cleanup:  # the hook's directory and log outlive the command
+        calls = cleanup.enter_context(pycalls.python_calls(env, None)) if python_calls else None
+        spool = writer.dir / SPOOL
+        child = HeldChild(strace, strace_argv(strace, spool, cmd), calls.env if calls else env, cwd, None)
+        sampler = ResidencySampler(str(spool), interval_s) if interval_s else None
+        try:
+            with _StopSignals() as stop:
+                start_wall, t0_ns = datetime.now(UTC), time.monotonic_ns()
+                clock_offset = time.monotonic_ns() - time.time_ns()
+                child.release()
+                if sampler:
+                    sampler.start()
+                while (code := child.poll()) is None:
+                    if stop.received is not None:
+                        code = child.stop()
+                        break
+                    time.sleep(0.02)
+                end_ns = time.monotonic_ns()
+                if sampler:
+                    sampler.stop()
+            if sampler and sampler.error:
+                raise ReadtraceError(f"residency sampler failed: {sampler.error}")
+            parser = parse_into(spool, writer, clock_offset)
+            spool.unlink()
             if sampler:
-                sampler.start()
-            while (code := child.poll()) is None:
-                if stop.received is not None:
-                    code = child.stop()
-                    break
-                time.sleep(0.02)
-            end_ns = time.monotonic_ns()
-            if sampler:
-                sampler.stop()
-        if sampler and sampler.error:
-            raise ReadtraceError(f"residency sampler failed: {sampler.error}")
-        parser = parse_into(spool, writer, clock_offset)
-        spool.unlink()
-        if sampler:
-            writer.append("pages", sampler.pages_frame())
-        writer.append("files", files_table(_files(parser.paths | set(sampler._seen if sampler else ())), mounts))
-        meta = {
-            "command": list(cmd), "exit_code": code, "interrupted": stop.received is not None,
-            "start_time": start_wall.isoformat(), "end_time": datetime.now(UTC).isoformat(),
-            "t0_ns": t0_ns, "end_ns": end_ns, "wall_s": (end_ns - t0_ns) / 1e9,
-            "hostname": socket.gethostname(), "kernel": platform.release(), "pid": None, "cwd": run_cwd,
-            "lost_events": 0, "records": parser.lines, "calls": writer.rows["events"],
-            "strace": {"version": strace_version(strace), "lines": parser.lines, "unparsed_lines": parser.unparsed},
-            "page_size": os.sysconf("SC_PAGE_SIZE"), **ptrace_meta(sampler, interval_s or 0),
-        }
-        writer.close(meta)
-    except BaseException:
-        child.abandon()
-        if child.poll() is None:
-            child.stop()
-        if not writer.closed:
-            writer.abort()  # the unfinished trace only: a previous one at the path stays
-        raise
+                writer.append("pages", sampler.pages_frame())
+            calls_meta = pycalls.write_calls(calls, writer)
+            writer.append("files", files_table(_files(parser.paths | set(sampler._seen if sampler else ())), mounts))
+            meta = {
+                "command": list(cmd), "exit_code": code, "interrupted": stop.received is not None,
+                "start_time": start_wall.isoformat(), "end_time": datetime.now(UTC).isoformat(),
+                "t0_ns": t0_ns, "end_ns": end_ns, "wall_s": (end_ns - t0_ns) / 1e9,
+                "hostname": socket.gethostname(), "kernel": platform.release(), "pid": None, "cwd": run_cwd,
+                "lost_events": 0, "records": parser.lines, "calls": writer.rows["events"],
+                "strace": {"version": strace_version(strace), "lines": parser.lines, "unparsed_lines": parser.unparsed},
+                "page_size": os.sysconf("SC_PAGE_SIZE"), **ptrace_meta(sampler, interval_s or 0),
+                **calls_meta,
+            }
+            writer.close(meta)
+        except BaseException:
+            child.abandon()
+            if child.poll() is None:
+                child.stop()
+            if not writer.closed:
+                writer.abort()  # the unfinished trace only: a previous one at the path stays
+            raise
     result = RecordResult(exit_code=ExitStatus.INTERRUPTED if stop.received else code, trace_path=writer.path,
                           lost_events=0, wall_s=meta["wall_s"], events=writer.rows["events"])
     if not quiet:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from readtrace.errors import ExitStatus, PrerequisiteError, ReadtraceError, UsageError
 from readtrace.fs.mounts import fuse_connections, fuse_daemons, read_mounts
+from readtrace.record import pycalls
 from readtrace.record.btf import BTFError
 from readtrace.record.decode import Decoder
 from readtrace.record.launch import (
@@ -95,12 +96,13 @@ def check_ring_mib(ring_mib) -> int:
 
 def record_command(cmd: list[str], output: str | Path | None = None, *, force: bool = False,
                    env: dict | None = None, cwd: str | None = None, quiet: bool = False,
-                   coalesce: bool = True, ring_mib: int | None = None) -> RecordResult:
+                   coalesce: bool = True, ring_mib: int | None = None, python_calls: bool = True) -> RecordResult:
     """Run ``cmd`` with the probes attached to its whole process tree; write the trace.
 
     Raises ReadtraceError: PREREQUISITE (with the doctor's line), NOT_FOUND (no such command).
     The command's own exit code is in the result (130 when interrupted by SIGINT/SIGTERM).
     ``coalesce=False``: one row per read call. ``ring_mib``: events ring size (a power of two).
+    ``python_calls``: record which Python loader calls issued the reads (record/pycalls.py).
     """
     ring_mib = check_ring_mib(EVENTS_RING_BYTES >> 20 if ring_mib is None else ring_mib)
     require_prerequisites()
@@ -116,65 +118,69 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
     except BTFError as e:
         raise PrerequisiteError(f"kernel BTF: {e}") from e
     run_cwd = os.path.abspath(cwd or os.getcwd())
-    child = HeldChild(exe, cmd, command_environment(env, creds), cwd, creds)
-    path = _output_path(output, cmd, child.pid)
-    writer = bpf = detaching = None
-    try:
-        with output_rights(creds):
-            writer = TraceWriter(path, force=force)
-        bpf = compile_program(source)
-        with output_rights(creds):
-            session = Session(bpf, writer, Decoder(root_pid=child.pid, cwd=run_cwd), ring_bytes=ring_mib << 20)
-        session.trace_pid(child.pid)
-        if connections:
-            session.watch_fuse(connections, fuse_daemons())
-        with _StopSignals() as stop, _Priority():
-            start_wall, t0_ns = datetime.now(UTC), time.monotonic_ns()
-            child.release()
-            code = _run_until_exit(child, session, stop)
-            end_ns = time.monotonic_ns()
-            survivors = session.survivors(child.pid)
-            lost = session.stop()
-            detaching = detach_in_background(bpf)
+    with contextlib.ExitStack() as cleanup:  # the hook's directory and log outlive the command
+        calls = cleanup.enter_context(pycalls.python_calls(env, creds)) if python_calls else None
+        child = HeldChild(exe, cmd, command_environment(calls.env if calls else env, creds), cwd, creds)
+        path = _output_path(output, cmd, child.pid)
+        writer = bpf = detaching = None
+        try:
             with output_rights(creds):
-                session.write(read_mounts(child.pid) if _alive(child.pid) else mounts)
-        meta = {
-            "command": list(cmd), "exit_code": code, "interrupted": stop.received is not None,
-            "start_time": start_wall.isoformat(), "end_time": datetime.now(UTC).isoformat(),
-            "t0_ns": t0_ns, "end_ns": end_ns, "wall_s": (end_ns - t0_ns) / 1e9,
-            "hostname": socket.gethostname(), "kernel": platform.release(), "backend": BACKEND,
-            "missing_views": [] if connections else ["fuse"],
-            "pid": child.pid, "cwd": run_cwd, "lost_events": sum(lost.values()), "lost_detail": lost,
-            "records": session.records, "calls": session.calls, "coalesce": coalesce,
-            "max_drain_gap_s": round(session.max_drain_gap_s, 4), "ring_mib": ring_mib,
-            "strs_ring_mib": strs_ring_bytes(ring_mib << 20) >> 20,
-            "fuse_connections": sorted(connections), "page_size": os.sysconf("SC_PAGE_SIZE"),
-            **partial_fields(session.problems, session.dropped),
-            "ranks": {str(pid): rank for pid, rank in sorted(session.decoder.ranks.items())},
-            "sched": session.sched,
-            "survivors": survivors, "truncated_paths": session.decoder.truncated_paths,
-        }
-        with output_rights(creds):
-            writer.close(meta)
-    except BaseException as e:
-        _outlive_our_failure(child, e)
-        if writer is None or writer.closed:
+                writer = TraceWriter(path, force=force)
+            bpf = compile_program(source)
+            with output_rights(creds):
+                session = Session(bpf, writer, Decoder(root_pid=child.pid, cwd=run_cwd), ring_bytes=ring_mib << 20)
+            session.trace_pid(child.pid)
+            if connections:
+                session.watch_fuse(connections, fuse_daemons())
+            with _StopSignals() as stop, _Priority():
+                start_wall, t0_ns = datetime.now(UTC), time.monotonic_ns()
+                child.release()
+                code = _run_until_exit(child, session, stop)
+                end_ns = time.monotonic_ns()
+                survivors = session.survivors(child.pid)
+                lost = session.stop()
+                detaching = detach_in_background(bpf)
+                with output_rights(creds):
+                    session.write(read_mounts(child.pid) if _alive(child.pid) else mounts)
+                    calls_meta = pycalls.write_calls(calls, writer)
+            meta = {
+                "command": list(cmd), "exit_code": code, "interrupted": stop.received is not None,
+                "start_time": start_wall.isoformat(), "end_time": datetime.now(UTC).isoformat(),
+                "t0_ns": t0_ns, "end_ns": end_ns, "wall_s": (end_ns - t0_ns) / 1e9,
+                "hostname": socket.gethostname(), "kernel": platform.release(), "backend": BACKEND,
+                "missing_views": [] if connections else ["fuse"],
+                "pid": child.pid, "cwd": run_cwd, "lost_events": sum(lost.values()), "lost_detail": lost,
+                "records": session.records, "calls": session.calls, "coalesce": coalesce,
+                "max_drain_gap_s": round(session.max_drain_gap_s, 4), "ring_mib": ring_mib,
+                "strs_ring_mib": strs_ring_bytes(ring_mib << 20) >> 20,
+                "fuse_connections": sorted(connections), "page_size": os.sysconf("SC_PAGE_SIZE"),
+                **partial_fields(session.problems, session.dropped),
+                "ranks": {str(pid): rank for pid, rank in sorted(session.decoder.ranks.items())},
+                "sched": session.sched,
+                "survivors": survivors, "truncated_paths": session.decoder.truncated_paths,
+                **calls_meta,
+            }
+            with output_rights(creds):
+                writer.close(meta)
+        except BaseException as e:
+            _outlive_our_failure(child, e)
+            if writer is None or writer.closed:
+                raise
+            if isinstance(e, OSError):  # e.g. no space even for meta.json: keep what was written
+                raise ReadtraceError(f"could not finish the trace ({e.strerror}); what was written is in "
+                                     f"{writer.dir}") from None
+            writer.abort()
             raise
-        if isinstance(e, OSError):  # e.g. no space even for meta.json: keep what was written
-            raise ReadtraceError(f"could not finish the trace ({e.strerror}); what was written is in "
-                                 f"{writer.dir}") from None
-        writer.abort()
-        raise
-    finally:
-        if bpf is not None:
-            detach(bpf, detaching)
-    result = RecordResult(exit_code=ExitStatus.INTERRUPTED if stop.received else code, trace_path=path,
-                          lost_events=meta["lost_events"], wall_s=meta["wall_s"], events=session.records,
-                          interrupted=stop.received is not None)
-    if not quiet:
-        with contextlib.suppress(OSError):  # stderr gone (SIGHUP, closed): the trace is written anyway
-            _print_summary(result, meta)
-    return result
+        finally:
+            if bpf is not None:
+                detach(bpf, detaching)
+        result = RecordResult(exit_code=ExitStatus.INTERRUPTED if stop.received else code, trace_path=path,
+                              lost_events=meta["lost_events"], wall_s=meta["wall_s"], events=session.records,
+                              interrupted=stop.received is not None)
+        if not quiet:
+            with contextlib.suppress(OSError):  # stderr gone (SIGHUP, closed): the trace is written anyway
+                _print_summary(result, meta)
+        return result
 
 
 def partial_fields(problems: list[str], dropped: int) -> dict:

@@ -233,3 +233,25 @@ def what_if_lines(predictions: list) -> list[str]:
             f"~{fmt_seconds(p.predicted_fixed_s):>8}  {fmt_count(p.backend_requests):>9} backend requests "
             f"({fmt_count(p.fixed_backend_requests)} fixed), {fmt_bytes(p.bytes_fetched)} fetched"
             for p in predictions]
+
+
+def reads_from_lines(summary: dict) -> list[str]:
+    """Which Python loader calls issued the reads, and their library's own lever (python_calls view):
+    "reads came from diffusers... -> safetensors.torch.load_file, 4 threads: 64 MiB (98% of data-file reads)"."""
+    r = summary.get("reads_from")
+    if not r:
+        return []
+    if not r["chain"]:
+        return [f"no data-file read inside a recorded Python loader call ({fmt_count(r['calls'])} calls recorded)"]
+    n = r["threads"]
+    line = (f"reads came from {r['chain']}, {n} thread{'s' if n != 1 else ''}: {fmt_bytes(r['bytes'])} "
+            f"({fmt_pct(r['fraction'])} of data-file reads")
+    if r["chain_after_return_bytes"]:
+        line += f", {fmt_bytes(r['chain_after_return_bytes'])} of it when its lazy tensors were used after it returned"
+    if r["attributed_fraction"] is not None and r["attributed_fraction"] > r["fraction"] + 0.005:
+        line += f"; {fmt_pct(r['attributed_fraction'])} attributed to loader calls in all"
+    lines = [line + ")"]
+    for lever in r["levers"][:2]:
+        lines.append(f"library lever: {lever['change']} ({lever['library']} {lever['version']} accepts "
+                     f"{lever['keyword']})")
+    return lines

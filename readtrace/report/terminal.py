@@ -17,7 +17,7 @@ from rich.text import Text
 from readtrace.analyze import Analysis
 from readtrace.escape import printable
 from readtrace.report.fit import Column, fitted_table
-from readtrace.report.prose import fixed_line, render, time_line, what_if_lines
+from readtrace.report.prose import fixed_line, reads_from_lines, render, time_line, what_if_lines
 from readtrace.report.units import fmt_bytes, fmt_count, fmt_pct
 
 SEVERITY_STYLE = {"high": "bold red", "warn": "yellow", "info": "cyan"}
@@ -71,6 +71,8 @@ class TerminalReport:
         fixed = fixed_line(s)
         if fixed:
             t.append(fixed + "\n", style="bold green")
+        for line in reads_from_lines(s):
+            t.append(printable(line) + "\n", style="bold")
         t.append("readtrace report", style="bold")
         t.append(f"  {printable(self.a.trace_path or '(in memory)')}\n")
         wall = "-" if s["wall_s"] is None else f"{s['wall_s']:.3g} s"

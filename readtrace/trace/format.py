@@ -7,6 +7,7 @@ Layout of ``NAME.rtrace/``::
     pages.parquet    page-cache view       (schema.PAGES)
     fuse.parquet     FUSE requests         (schema.FUSE)
     files.parquet    files and their mounts (schema.FILES)
+    python_calls.parquet  which Python loader call issued the reads (schema.PYTHON_CALLS; optional)
 
 ``meta.json`` is written last. The trace is written into a marked directory beside NAME.rtrace and
 renamed into place at the end (readtrace.replace): a failed recording leaves the previous trace intact,
@@ -32,7 +33,7 @@ from readtrace import replace
 from readtrace.errors import ReadtraceError, TraceError
 from readtrace.trace.meta import check_meta
 from readtrace.trace.runs import calls_per_row, expand_coalesced
-from readtrace.trace.schema import READ_COLUMNS, READ_OPS, TABLES, default_for
+from readtrace.trace.schema import OPTIONAL_TABLES, READ_COLUMNS, READ_OPS, TABLES, default_for
 
 FORMAT_NAME = "readtrace-trace"
 FORMAT_VERSION = 2
@@ -89,6 +90,7 @@ class Trace:
     pages: pd.DataFrame
     fuse: pd.DataFrame
     files: pd.DataFrame
+    python_calls: pd.DataFrame = field(default_factory=lambda: empty_frame("python_calls"))
     path: Path | None = field(default=None)
     lean: bool = False
     _events: pd.DataFrame | None = field(default=None, repr=False)
@@ -253,19 +255,22 @@ class TraceWriter:
 
 
 def write_trace(path, *, meta: dict | None = None, events=None, pages=None, fuse=None, files=None,
-                force: bool = False) -> Path:
+                python_calls=None, force: bool = False) -> Path:
     """Write a whole trace at once (synthetic traces, tests, converters)."""
     writer = TraceWriter(path, force=force)
-    for name, data in (("events", events), ("pages", pages), ("fuse", fuse), ("files", files)):
+    for name, data in (("events", events), ("pages", pages), ("fuse", fuse), ("files", files),
+                       ("python_calls", python_calls)):
         if data is not None:
             writer.append(name, data)
     return writer.close(dict(meta or {}))
 
 
-def make_trace(*, meta: dict | None = None, events=None, pages=None, fuse=None, files=None) -> Trace:
+def make_trace(*, meta: dict | None = None, events=None, pages=None, fuse=None, files=None,
+               python_calls=None) -> Trace:
     """Build an in-memory Trace with the exact on-disk dtypes (for analysis tests)."""
     frames = {}
-    for name, data in (("events", events), ("pages", pages), ("fuse", fuse), ("files", files)):
+    for name, data in (("events", events), ("pages", pages), ("fuse", fuse), ("files", files),
+                       ("python_calls", python_calls)):
         frames[name] = empty_frame(name) if data is None else _to_table(name, data).to_pandas()
     everything = frames.pop("events")
     reads, others = _split_frame(everything)
@@ -393,6 +398,8 @@ def _gather(parquet: pq.ParquetFile, picks: list[tuple[int, np.ndarray | None]],
 
 
 def _load_table(path: Path, name: str, expected_rows: int | None, lean: bool) -> pd.DataFrame:
+    if name in OPTIONAL_TABLES and expected_rows is None and not (path / f"{name}.parquet").exists():
+        return empty_frame(name)  # a trace from before the table
     parquet = _open_table(path, name, expected_rows, lean)
     schema = _target_schema(name, lean=lean)
     return _frame(_read_all(path, name, parquet.read, schema.names), schema)

@@ -40,6 +40,7 @@ META_TYPES: dict[str, tuple[tuple[type, ...], tuple[type, ...] | None]] = {
     "inferred": ((dict,), None),
     "missing_views": ((list,), TEXT),
     "fuse_view": ((dict,), None),
+    "python_calls": ((dict,), None),
 }
 
 

@@ -1,4 +1,4 @@
-"""Column schemas of the four trace tables. One place: writer, reader and tests use these.
+"""Column schemas of the trace tables. One place: writer, reader and tests use these.
 
 Conventions shared by every table:
 - ``ts_ns``: CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns); ``meta["t0_ns"]`` is the recording start.
@@ -23,10 +23,11 @@ and a lean load (lean: text as categoricals, ``reads`` with READ_COLUMNS only):
   readahead, fork, thread, exec, exit), one row each.
 - ``trace.events``: reads and others together in recorded order, all columns (a lean load reads the
   table again on first use).
-- ``trace.pages``, ``trace.fuse``, ``trace.files``: the other three tables as stored.
+- ``trace.pages``, ``trace.fuse``, ``trace.files``, ``trace.python_calls``: the other tables as stored.
 
 Format versions (meta.json ``version``): v2 stores the kernel's ids as uint64 (above); v1 traces are
-refused by number with "record it again" (their signed ids used -1 for unknown).
+refused by number with "record it again" (their signed ids used -1 for unknown). Tables in
+OPTIONAL_TABLES came later within v2: a trace without one loads it empty.
 """
 
 import pyarrow as pa
@@ -129,7 +130,32 @@ FILES = pa.schema([
     ("mountpoint", pa.string()),
 ])
 
-TABLES = {"events": EVENTS, "pages": PAGES, "fuse": FUSE, "files": FILES}
+# python_calls: which Python loader call issued the reads (record of a Python command; inject/calls.py).
+#   One row per call of a loader entry point (safetensors safe_open / get_tensor(s) / load_file,
+#   torch.load, transformers and diffusers from_pretrained / from_single_file / load_state_dict),
+#   written when the call returned (a call still running at the end is not in the table).
+#   ts_ns / end_ns: the call's start and end, CLOCK_MONOTONIC ns (time.monotonic_ns: the probes'
+#        clock, so a read of thread tid at ts is inside the call when ts_ns <= ts <= end_ns).
+#   pid / tid: os.getpid() and the kernel thread id (threading.get_native_id): they join with
+#        every other table's pid / tid.
+#   call: the entry point ("safetensors.torch.load_file"); chain: the entry points this thread was
+#        inside, outermost first, joined by " -> " (ends with call); depth: their number minus one.
+#   path: the file or directory argument when it was one, else null. ok: 0 when it raised.
+#   What each entry point's installed version accepts (its levers) is in meta["python_calls"].
+PYTHON_CALLS = pa.schema([
+    ("ts_ns", pa.int64()),
+    ("end_ns", pa.int64()),
+    ("pid", pa.int32()),
+    ("tid", pa.int32()),
+    ("depth", pa.int32()),
+    ("call", pa.string()),
+    ("chain", pa.string()),
+    ("path", pa.string()),
+    ("ok", pa.int8()),
+])
+
+TABLES = {"events": EVENTS, "pages": PAGES, "fuse": FUSE, "files": FILES, "python_calls": PYTHON_CALLS}
+OPTIONAL_TABLES = frozenset({"python_calls"})  # added within v2: absent in older traces
 
 FUSE_OPCODES = {
     1: "LOOKUP", 3: "GETATTR", 14: "OPEN", 15: "READ", 18: "RELEASE", 25: "FLUSH",

@@ -1,0 +1,258 @@
+"""Which Python loader call issued the reads: wraps the loaders' entry points in a recorded command.
+
+Runs inside the user's process (``readtrace record`` sets ``Rerun.calls_log``; the sitecustomize hook
+calls ``wrap`` as each module below is imported). Every call of an entry point appends one JSON line
+to the log when it returns: pid, kernel thread id (``threading.get_native_id``, the tid the probes
+see), start and end on CLOCK_MONOTONIC (``time.monotonic_ns``, the clock of ``bpf_ktime_get_ns``),
+its depth and the chain of entry points the thread is inside. The first call of each entry point
+also records the library's version and which of its own levers the installed version accepts
+(read from its signature, so the report never names a keyword the library does not have).
+
+Fail open: a wrapper that cannot be installed, or a record that cannot be written, is counted
+(``wrap_failed`` lines, ``failures`` at exit) and the user's call runs as it would without us.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import os
+import sys
+import threading
+import time
+
+# module -> (attribute path, entry-point name, lever keywords to look for in the installed version)
+ENTRY_POINTS = {
+    "safetensors": (("safe_open", "safetensors.safe_open", ("backend",)),),
+    "safetensors.torch": (("load_file", "safetensors.torch.load_file", ("backend",)),
+                          ("safe_open", "safetensors.safe_open", ("backend",))),  # imported before the hook
+    "torch": (("load", "torch.load", ("mmap",)),),
+    "transformers.modeling_utils": (
+        ("PreTrainedModel.from_pretrained", "transformers.PreTrainedModel.from_pretrained", ("disable_mmap",)),
+        ("load_state_dict", "transformers.load_state_dict", ("disable_mmap",)),
+    ),
+    "transformers.models.auto.auto_factory": (
+        ("_BaseAutoModelClass.from_pretrained", "transformers.AutoModel.from_pretrained", ("disable_mmap",)),
+    ),
+    "diffusers.models.modeling_utils": (
+        ("ModelMixin.from_pretrained", "diffusers.ModelMixin.from_pretrained", ("disable_mmap",)),
+    ),
+    "diffusers.models.model_loading_utils": (
+        ("load_state_dict", "diffusers.load_state_dict", ("disable_mmap",)),
+    ),
+    "diffusers.pipelines.pipeline_utils": (
+        ("DiffusionPipeline.from_pretrained", "diffusers.DiffusionPipeline.from_pretrained", ("disable_mmap",)),
+    ),
+    "diffusers.loaders.single_file_model": (
+        ("FromOriginalModelMixin.from_single_file", "diffusers.from_single_file", ("disable_mmap",)),
+    ),
+    "diffusers.loaders.single_file": (
+        ("FromSingleFileMixin.from_single_file", "diffusers.DiffusionPipeline.from_single_file", ("disable_mmap",)),
+    ),
+}
+TENSOR_METHODS = ("get_tensor", "get_tensors")  # methods of an open safetensors file that read tensor bytes
+PATH_KEYWORDS = ("filename", "f", "checkpoint_file", "pretrained_model_name_or_path", "pretrained_model_link_or_path")
+SEP = " -> "
+
+
+class _State:
+    def __init__(self):
+        self.log = os.environ.get("READTRACE_CALLS") or None  # protocol.Rerun.calls_log
+        self.fd = None
+        self.fd_pid = None
+        self.lock = threading.Lock()
+        self.local = threading.local()  # .stack: the entry points this thread is inside
+        self.described = set()
+        self.failures = 0
+
+
+_STATE = _State()
+
+
+def wrap(module_name: str, module) -> None:
+    """Wrap ``module``'s entry points (called by the import hook right after the module ran)."""
+    for attr, name, levers in ENTRY_POINTS.get(module_name, ()):
+        try:
+            _wrap_one(module, attr, name, levers)
+        except Exception as e:  # noqa: BLE001 - never break the import: count it
+            _write({"k": "wrap_failed", "call": name, "error": f"{type(e).__name__}: {e}"})
+
+
+def _wrap_one(module, attr: str, name: str, levers: tuple[str, ...]) -> None:
+    owner_name, _, leaf = attr.rpartition(".")
+    owner = getattr(module, owner_name) if owner_name else module
+    raw = owner.__dict__.get(leaf) if isinstance(owner, type) else getattr(owner, leaf)
+    if raw is None:
+        raise AttributeError(f"{attr} not found")
+    if getattr(raw, "__readtrace_call__", None) or getattr(getattr(raw, "__func__", None), "__readtrace_call__", None):
+        return
+    if isinstance(raw, classmethod):
+        setattr(owner, leaf, classmethod(_recorded(raw.__func__, name, levers)))
+    elif name == "safetensors.safe_open":
+        setattr(owner, leaf, _recorded(raw, name, levers, result=_OpenFile))
+    else:
+        setattr(owner, leaf, _recorded(raw, name, levers))
+
+
+def _recorded(fn, name: str, levers: tuple[str, ...], result=None):
+    """``fn`` recorded as entry point ``name``; ``result`` wraps what it returns (an open file)."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        frame = _enter(name, fn, levers, args, kwargs)
+        ok = False
+        try:
+            out = fn(*args, **kwargs)
+            ok = True
+        finally:
+            _leave(frame, ok)
+        if result is not None and frame is not None:
+            try:
+                return result(out, frame["path"])
+            except Exception:  # noqa: BLE001
+                _STATE.failures += 1
+        return out
+
+    call.__readtrace_call__ = name
+    return call
+
+
+class _OpenFile:
+    """An open safetensors file whose tensor reads are recorded (``with safe_open(...) as f``)."""
+
+    def __init__(self, inner, path):
+        self._inner, self._path = inner, path
+
+    def __enter__(self):
+        self._inner.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._inner.__exit__(*exc)
+
+    def __getattr__(self, attr):
+        value = getattr(self._inner, attr)
+        if attr in TENSOR_METHODS and callable(value):
+            return _recorded_method(value, f"safetensors.safe_open.{attr}", self._path)
+        return value
+
+    def __iter__(self):
+        return iter(self._inner)
+
+
+def _recorded_method(method, name: str, path):
+    def call(*args, **kwargs):
+        frame = _enter(name, None, (), (), {}, path)
+        ok = False
+        try:
+            out = method(*args, **kwargs)
+            ok = True
+        finally:
+            _leave(frame, ok)
+        return out
+
+    return call
+
+
+def _enter(name, fn, levers, args, kwargs, path=None):
+    try:
+        stack = getattr(_STATE.local, "stack", None)
+        if stack is None:
+            stack = _STATE.local.stack = []
+        if fn is not None and name not in _STATE.described:
+            _describe(name, fn, levers)
+        frame = {"call": name, "ts": time.monotonic_ns(), "depth": len(stack),
+                 "path": path if path is not None else _path_of(args, kwargs),
+                 "kw": {k: kwargs[k] for k in levers if isinstance(kwargs.get(k), bool | str)}}
+        stack.append(name)
+        frame["chain"] = SEP.join(stack)
+        return frame
+    except Exception:  # noqa: BLE001
+        _STATE.failures += 1
+        return None
+
+
+def _leave(frame, ok: bool) -> None:
+    if frame is None:
+        return
+    try:
+        end = time.monotonic_ns()
+        stack = _STATE.local.stack
+        if stack and stack[-1] == frame["call"]:
+            stack.pop()
+        _write({"k": "call", "call": frame["call"], "chain": frame["chain"], "depth": frame["depth"],
+                "pid": os.getpid(), "tid": threading.get_native_id(), "ts": frame["ts"], "end": end,
+                "path": frame["path"], "ok": ok, "kw": frame["kw"]})
+    except Exception:  # noqa: BLE001
+        _STATE.failures += 1
+
+
+def _path_of(args, kwargs):
+    candidates = [kwargs.get(k) for k in PATH_KEYWORDS] + [a for a in args[:2] if not isinstance(a, type)]
+    for value in candidates:
+        if isinstance(value, str | os.PathLike):
+            try:
+                return os.fspath(value)
+            except TypeError:
+                continue
+        name = getattr(value, "name", None)  # an open file (torch.load(f))
+        if isinstance(name, str):
+            return name
+    return None
+
+
+def _describe(name: str, fn, levers: tuple[str, ...]) -> None:
+    """The entry point's library, version and the lever keywords the installed version accepts."""
+    _STATE.described.add(name)
+    library = name.split(".")[0]
+    module = sys.modules.get(library)
+    accepted = [k for k in levers if _accepts(fn, k)]
+    values = {}
+    if "backend" in accepted:  # safetensors documents the values on load_file (safe_open may not)
+        documented = getattr(sys.modules.get("safetensors.torch"), "load_file", None)
+        doc = (getattr(fn, "__doc__", None) or "") + (getattr(documented, "__doc__", None) or "")
+        values["backend"] = [v for v in ("pread", "mmap") if f'"{v}"' in doc or f"'{v}'" in doc]
+    _write({"k": "entry", "call": name, "library": library, "version": str(getattr(module, "__version__", "")),
+            "accepts": accepted, "values": values})
+
+
+def _accepts(fn, keyword: str) -> bool:
+    """Whether ``fn`` takes ``keyword``: a parameter, or read from ``**kwargs`` by name (diffusers'
+    ``kwargs.pop("disable_mmap", False)``: the name is one of the function's own constants)."""
+    import inspect
+
+    target = inspect.unwrap(fn)
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return False
+    if keyword in params:
+        return True
+    takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    code = getattr(target, "__code__", None)
+    return takes_kwargs and code is not None and keyword in code.co_consts
+
+
+def _write(record: dict) -> None:
+    """One JSON line on the log, in one write (O_APPEND: processes and threads may share the log)."""
+    if _STATE.log is None:
+        return
+    data = (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode()
+    try:
+        with _STATE.lock:
+            if _STATE.fd is None or _STATE.fd_pid != os.getpid():  # a forked child opens its own
+                _STATE.fd = os.open(_STATE.log, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+                _STATE.fd_pid = os.getpid()
+            os.write(_STATE.fd, data)
+    except OSError:
+        _STATE.failures += 1
+
+
+def _at_exit() -> None:
+    if _STATE.failures:
+        _write({"k": "failures", "n": _STATE.failures, "pid": os.getpid()})
+
+
+atexit.register(_at_exit)
