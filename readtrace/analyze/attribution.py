@@ -167,8 +167,8 @@ def levers(chain: str, entries: dict) -> list[dict]:
     library documents that value."""
     out = []
     backends = {v for e in entries.values() for v in (e.get("values") or {}).get("backend", [])}
-    for call in dict.fromkeys(chain.split(SEP)):
-        entry = entries.get(call)
+    for call in dict.fromkeys(c if c in entries else c.rsplit(".", 1)[0] for c in chain.split(SEP)):
+        entry = entries.get(call)  # get_tensor's lever is its safe_open's
         if not entry:
             continue
         for keyword in entry.get("accepts", []):

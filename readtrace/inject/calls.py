@@ -210,12 +210,27 @@ def _describe(name: str, fn, levers: tuple[str, ...]) -> None:
     module = sys.modules.get(library)
     accepted = [k for k in levers if _accepts(fn, k)]
     values = {}
-    if "backend" in accepted:  # safetensors documents the values on load_file (safe_open may not)
-        documented = getattr(sys.modules.get("safetensors.torch"), "load_file", None)
-        doc = (getattr(fn, "__doc__", None) or "") + (getattr(documented, "__doc__", None) or "")
+    if "backend" in accepted:  # safetensors documents the values on load_file (safe_open does not)
+        doc = (getattr(fn, "__doc__", None) or "") + _load_file_doc()
         values["backend"] = [v for v in ("pread", "mmap") if f'"{v}"' in doc or f"'{v}'" in doc]
     _write({"k": "entry", "call": name, "library": library, "version": str(getattr(module, "__version__", "")),
             "accepts": accepted, "values": values})
+
+
+def _load_file_doc() -> str:
+    """safetensors.torch.load_file's source, where the backend values are documented (read, not
+    imported: safetensors.torch imports torch)."""
+    module = sys.modules.get("safetensors.torch")
+    if module is not None:
+        return getattr(module.load_file, "__doc__", None) or ""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("safetensors.torch")
+        with open(spec.origin, encoding="utf-8") as f:
+            return f.read(1 << 20)
+    except (ImportError, AttributeError, TypeError, ValueError, OSError):
+        return ""
 
 
 def _accepts(fn, keyword: str) -> bool:
