@@ -102,12 +102,7 @@ def _recorded(fn, name: str, levers: tuple[str, ...], result=None):
     @functools.wraps(fn)
     def call(*args, **kwargs):
         frame = _enter(name, fn, levers, args, kwargs)
-        ok = False
-        try:
-            out = fn(*args, **kwargs)
-            ok = True
-        finally:
-            _leave(frame, ok)
+        out = _run(frame, fn, args, kwargs)
         if result is not None and frame is not None:
             try:
                 return result(out, frame["path"])
@@ -144,16 +139,20 @@ class _OpenFile:
 
 def _recorded_method(method, name: str, path):
     def call(*args, **kwargs):
-        frame = _enter(name, None, (), (), {}, path)
-        ok = False
-        try:
-            out = method(*args, **kwargs)
-            ok = True
-        finally:
-            _leave(frame, ok)
-        return out
+        return _run(_enter(name, None, (), (), {}, path), method, args, kwargs)
 
     return call
+
+
+def _run(frame, fn, args, kwargs):
+    """``fn(*args, **kwargs)``, its record written when it returns or raises."""
+    ok = False
+    try:
+        out = fn(*args, **kwargs)
+        ok = True
+        return out
+    finally:
+        _leave(frame, ok)
 
 
 def _enter(name, fn, levers, args, kwargs, path=None):
