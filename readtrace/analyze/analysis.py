@@ -286,9 +286,11 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
         if job_ranks else 0
     a.findings = find_all(a)
     by_path = pd.Series(file_wait.to_numpy(), index=files["path"].reindex(file_wait.index).to_numpy())
+    file_levers = (summary["reads_from"] or {}).get("file_levers", {})
     for f in a.findings:
         if f.file in by_path.index:
             f.wait_s = float(by_path[f.file])
+        f.library_levers = file_levers.get(f.file, []) if f.severity != "info" else []
     _predict_fixed_here(a)
     return a
 

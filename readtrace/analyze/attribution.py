@@ -133,13 +133,13 @@ def reads_from(calls: pd.DataFrame, app: Accesses, pages: pd.DataFrame, files: p
            "by_process_bytes": int(nbytes[other][inside[other]].sum()),
            "after_return_bytes": int(nbytes[after].sum()),
            "attributed_fraction": float(nbytes[got].sum() / data_bytes) if data_bytes else None,
-           "chain": None, "call": None, "bytes": 0, "chain_after_return_bytes": 0, "fraction": None, "threads": 0, "chains": [],
+           "file_levers": {}, "chain": None, "call": None, "bytes": 0, "chain_after_return_bytes": 0, "fraction": None, "threads": 0, "chains": [],
            "levers": [], "entry_points": sorted((info.get("entry_points") or {}).keys()),
            "wrap_failed": len(info.get("wrap_failed") or []), "record_failures": int(info.get("record_failures") or 0)}
     if not got.any():
         return out
     per = pd.DataFrame({"chain": calls["chain"].astype(object).to_numpy()[owner[got]], "tid": tid[got],
-                        "bytes": nbytes[got], "after": np.where(after[got], nbytes[got], 0)})
+                        "bytes": nbytes[got], "after": np.where(after[got], nbytes[got], 0), "file": file[got]})
     by_chain = per.groupby("chain", sort=False).agg(bytes=("bytes", "sum"), after=("after", "sum"),
                                                     threads=("tid", "nunique"))
     by_chain = by_chain.sort_values("bytes", ascending=False, kind="stable")
@@ -150,6 +150,12 @@ def reads_from(calls: pd.DataFrame, app: Accesses, pages: pd.DataFrame, files: p
     out.update(chain=top["chain"], call=top["chain"].rsplit(SEP, 1)[-1], bytes=top["bytes"],
                chain_after_return_bytes=top["after_return_bytes"], fraction=top["fraction"],
                threads=top["threads"], levers=levers(top["chain"], info.get("entry_points") or {}))
+    # per data file: the levers of the chain that read most of it (findings name them)
+    per_file = per.groupby(["file", "chain"], sort=False)["bytes"].sum().reset_index()
+    per_file = per_file.sort_values("bytes", ascending=False, kind="stable").drop_duplicates("file")
+    out["file_levers"] = {str(files.at[f, "path"]): found for f, chain in zip(per_file["file"], per_file["chain"],
+                                                                          strict=True)
+                          if (found := levers(chain, info.get("entry_points") or {}))}
     return out
 
 
@@ -162,9 +168,9 @@ _CHANGES = {
 
 
 def levers(chain: str, entries: dict) -> list[dict]:
-    """The levers of the chain's entry points (outermost first: the user's own call) that the
-    installed version accepts, as the child recorded them; ``backend="pread"`` only where the
-    library documents that value."""
+    """The levers of the outermost entry point of the chain that has any (the user's own call:
+    diffusers' from_pretrained, not the load_file it calls inside) that the installed version
+    accepts, as the child recorded them; ``backend="pread"`` only where the library documents it."""
     out = []
     backends = {v for e in entries.values() for v in (e.get("values") or {}).get("backend", [])}
     for call in dict.fromkeys(c if c in entries else c.rsplit(".", 1)[0] for c in chain.split(SEP)):
@@ -179,4 +185,6 @@ def levers(chain: str, entries: dict) -> list[dict]:
                 continue
             out.append({"call": call, "keyword": keyword, "change": change.format(call=call),
                         "library": entry.get("library"), "version": entry.get("version")})
+        if out:
+            return out
     return out

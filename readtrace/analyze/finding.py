@@ -31,6 +31,9 @@ class Finding:
     evidence: list[dict] = field(default_factory=list)  # structured rows (their keys: per code)
     inferred: bool = False  # rests on a view that was inferred, not seen (see ``basis``)
     basis: str = ""  # the view the finding rests on and how it was obtained (trace/views.py)
+    # the loader's own levers for this file in this program, checked against the installed version
+    # (python_calls view, analyze/attribution.py): {"call", "keyword", "change", "library", "version"}
+    library_levers: list[dict] = field(default_factory=list)
 
     @property
     def code(self) -> str:

@@ -189,7 +189,14 @@ def render(f: Finding) -> Prose:
     message = f"{p.message}; {timing}" if timing else p.message
     if f.inferred:
         message += f" [inferred: {f.basis}]"
-    return Prose(message, p.evidence, p.recommendation)
+    recommendation = p.recommendation
+    if f.library_levers:
+        recommendation += "; in this program: " + " or ".join(_lever(lv) for lv in f.library_levers)
+    return Prose(message, p.evidence, recommendation)
+
+
+def _lever(lever: dict) -> str:
+    return f"{lever['change']} ({lever['library']} {lever['version']} accepts {lever['keyword']})"
 
 
 def time_line(summary: dict) -> str:
@@ -251,7 +258,5 @@ def reads_from_lines(summary: dict) -> list[str]:
     if r["attributed_fraction"] is not None and r["attributed_fraction"] > r["fraction"] + 0.005:
         line += f"; {fmt_pct(r['attributed_fraction'])} attributed to loader calls in all"
     lines = [line + ")"]
-    for lever in r["levers"][:2]:
-        lines.append(f"library lever: {lever['change']} ({lever['library']} {lever['version']} accepts "
-                     f"{lever['keyword']})")
+    lines += [f"library lever: {_lever(lever)}" for lever in r["levers"][:2]]
     return lines

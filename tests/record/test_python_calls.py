@@ -161,6 +161,15 @@ def test_threads_on_the_lab_mount_and_the_report_line(tmp_path):
     import safetensors.torch
     has_backend = "backend" in inspect.signature(safetensors.torch.load_file).parameters
     assert any(lv["keyword"] == "backend" for lv in r["levers"]) is has_backend
+    # the findings on the checkpoint (a fresh lab mount: cold at least) name the same lever
+    from readtrace.report.prose import render
+
+    a = analyze(trace)
+    on_model = [f for f in a.findings if f.file and f.file.endswith("model.safetensors") and f.severity != "info"]
+    assert on_model and all(bool(f.library_levers) is has_backend for f in on_model)
+    if has_backend:
+        assert all('in this program: safetensors.safe_open(path, backend="pread") (safetensors '
+                   in render(f).recommendation for f in on_model)
     from readtrace.report.jsonreport import report_json
     from readtrace.report.terminal import TerminalReport
 
