@@ -12,7 +12,8 @@ Modes (per repeat every workload runs once in each mode, modes interleaved):
   strace          `strace -f -o /dev/null -e trace=<the syscalls readtrace records> WORKLOAD`
 Workloads (each times only its own I/O section, wall and CPU time, so the probe compile and Python
 start-up are not counted; the recorder's CPU use during the run is, since it shares the machine):
-  safetensors  load_file() of a 1 GiB safetensors file + touch every page, warm   target <= 1.05x
+  safetensors  load_file() of a 1 GiB safetensors file + touch every page, warm, 10 times in a row
+                                                                                 target <= 1.05x
   seq_1m       1 MiB sequential readv() of a 1 GiB file, warm                     target <= 1.05x
   pread_4k     4 KiB os.pread() storm over a warm 1 GiB file (262,144 calls)     target <= 1.30x
   preadv_4k    the same with os.preadv() into one reused buffer (the probe also reads the iovec)
@@ -24,7 +25,7 @@ start-up are not counted; the recorder's CPU use during the run is, since it sha
                                                                                  target <= 1.05x
 Targets apply to the readtrace column; bpftrace and strace are the comparison. strace costs a bystander
 nothing (ptrace stops only its tracee): no strace bystander rows. Ratios are medians over the repeats
-of traced / untraced; "cpu" is the workload's own CPU time (less disturbed by other jobs on a shared
+of traced / untraced of the same repeat (run back to back); "cpu" is the workload's own CPU time (less disturbed by other jobs on a shared
 machine than wall time). Run as root. Files live in /tmp/readtrace-bench (kept for reruns).
 """
 
@@ -44,6 +45,7 @@ from pathlib import Path
 GIB = 1 << 30
 DATA_DIR = Path("/tmp/readtrace-bench")
 PREAD_CALLS = GIB // 4096
+SAFETENSORS_LOADS = 10
 TARGETS = {"safetensors": 1.05, "seq_1m": 1.05, "pread_4k": 1.30, "bystander_pread_4k": 1.05,
            "bystander_syscalls": 1.05}
 EVENTS_TARGET = 3_000_000
@@ -68,10 +70,13 @@ def run_safetensors(path: str) -> dict:
 
     warm(path)
     t0, c0 = time.perf_counter(), time.process_time()
-    tensors = load_file(path)
-    touched = sum(int(t.reshape(-1).view(torch.uint8)[::4096].sum()) for t in tensors.values())  # every page
-    return {**_timed(t0, c0), "bytes": sum(t.numel() * t.element_size() for t in tensors.values()),
-            "checksum": touched}
+    touched = loaded = 0
+    for _ in range(SAFETENSORS_LOADS):  # one warm load maps 1 GiB in ~10 ms here: too short to time alone
+        tensors = load_file(path)
+        touched += sum(int(t.reshape(-1).view(torch.uint8)[::4096].sum()) for t in tensors.values())  # every page
+        loaded += sum(t.numel() * t.element_size() for t in tensors.values())
+        del tensors
+    return {**_timed(t0, c0), "bytes": loaded, "checksum": touched}
 
 
 def run_seq_1m(path: str) -> dict:
@@ -322,9 +327,8 @@ def summarize(name: str, runs: dict) -> dict:
     for mode in runs:
         if mode == "untraced":
             continue
-        wall, cpu = median(mode, "seconds"), median(mode, "cpu_s")
-        out["modes"][mode] = {"s": wall, "ratio": wall / base,
-                              "cpu_ratio": cpu / base_cpu if cpu is not None and base_cpu else None,
+        out["modes"][mode] = {"s": median(mode, "seconds"), "ratio": paired_ratio(runs, mode, "seconds"),
+                              "cpu_ratio": paired_ratio(runs, mode, "cpu_s"),
                               "lost": max(r["lost"] for r in runs[mode])}
     rt = out["modes"].get("readtrace")
     if name == "events" and rt:
@@ -337,6 +341,13 @@ def summarize(name: str, runs: dict) -> dict:
     return out
 
 
+def paired_ratio(runs: dict, mode: str, key: str) -> float | None:
+    """Median over the repeats of (mode's run / the untraced run of the same repeat): each pair ran
+    back to back, so the machine's drift between repeats cancels."""
+    pairs = [t[key] / u[key] for t, u in zip(runs[mode], runs["untraced"], strict=True) if key in t and u.get(key)]
+    return statistics.median(pairs) if pairs else None
+
+
 def machine() -> dict:
     return {"kernel": platform.release(), "cpus": os.cpu_count(),
             "mem_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB, 1)}
@@ -346,7 +357,7 @@ def print_table(results: dict, load: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"recorder cost: median traced/untraced, wall (cpu) - load avg {load['min']:.1f}-{load['max']:.1f} "
+    table = Table(title=f"recorder cost: median of paired traced/untraced, wall (cpu) - load avg {load['min']:.1f}-{load['max']:.1f} "
                         f"on {os.cpu_count()} CPUs")
     for col in ("workload", "untraced s", *(m for m in MODES if m != "untraced"), "target (readtrace)", "lost", "ok"):
         table.add_column(col)
