@@ -91,7 +91,7 @@ def output_rights(creds: Credentials | None):
 def resolve_command(cmd: list[str], env: dict | None) -> str:
     """The executable ``cmd[0]`` names; like a shell: 127 when missing, 126 when it cannot be run."""
     if not cmd:
-        raise UsageError("no command given: readtrace record -- CMD [ARGS...]")
+        raise UsageError("no command given")  # the command line says how to give one
     name = cmd[0]
     if os.sep in name:
         candidates = [name]
