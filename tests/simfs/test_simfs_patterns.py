@@ -82,7 +82,11 @@ def test_shared_handle_patterns_are_slower_by_the_modelled_latency(gcs_runs):
         reads = gcs_runs[slow][1]
         # One handle: its new streams are paid one after the other.
         assert seconds[slow] >= 0.8 * reads["new_request"].sum() * LATENCY_MS / 1000
-        assert seconds[slow] >= 3 * max(seconds["sequential"], seconds["fork-own-fd"])
+        # ... and the gap to the fast patterns is their extra first-byte waits (a difference, not a
+        # ratio: on a busy machine every pattern's CPU part stretches, the waits do not shrink)
+        for fast in ("sequential", "fork-own-fd"):
+            extra = reads["new_request"].sum() - gcs_runs[fast][1]["new_request"].sum()
+            assert seconds[slow] - seconds[fast] >= 0.5 * extra * LATENCY_MS / 1000, (slow, fast, seconds)
 
 
 def test_forked_shared_fd_is_consecutive_per_worker_random_merged(gcs_runs, checkpoint):
