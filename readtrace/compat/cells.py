@@ -34,7 +34,7 @@ class CellResult:
     lost_events: int | None
     findings: list[dict]  # report --json findings (code, severity, ...)
     fix: dict | None  # fix --compare --json, None when it failed
-    fix_rc: int
+    fix_rc: int | None  # None: fix --compare was not run
     fix_stderr: str
     digests: list[dict] = field(default_factory=list)  # one line per run of the script (record, baseline, fixed)
     record_s: float = 0.0
@@ -55,8 +55,8 @@ def checkpoint_files(directory: Path) -> list[str]:
 
 
 def run_cell(loader: Loader, checkpoint_dir: Path, work: Path, *, repeat: int = 1,
-             strategy: str | None = None, timeout: float = 900) -> CellResult:
-    """record -> report -> fix --compare of ``loader`` reading ``checkpoint_dir`` (on the mount)."""
+             strategy: str | None = None, timeout: float = 900, fix: bool = True) -> CellResult:
+    """record -> report -> fix --compare (unless not ``fix``) of ``loader`` reading ``checkpoint_dir``."""
     work.mkdir(parents=True, exist_ok=True)
     digests, trace = work / "digests.jsonl", work / "load.rtrace"
     digests.unlink(missing_ok=True)
@@ -81,6 +81,16 @@ def run_cell(loader: Loader, checkpoint_dir: Path, work: Path, *, repeat: int = 
                        and (s.get("bytes") or 0) >= 1 << 20]
         else:
             rec = subprocess.CompletedProcess(rec.args, rep.returncode, "", f"report failed: {rep.stderr}")
+    fixed, fix_rc, fix_stderr = _fix(cli, checkpoint_dir, work, command, repeat, strategy, timeout) \
+        if fix else (None, None, "")
+    lines = [json.loads(x) for x in digests.read_text().splitlines()] if digests.exists() else []
+    return CellResult(rec.returncode, rec.stderr[-2000:], lost, findings, fixed, fix_rc, fix_stderr, lines,
+                      record_s, streams)
+
+
+def _fix(cli: list[str], checkpoint_dir: Path, work: Path, command: list[str], repeat: int,
+         strategy: str | None, timeout: float) -> tuple[dict | None, int, str]:
+    """``fix --compare --json`` of the cell's command: (its JSON when measured, exit code, stderr tail)."""
     fix_args = [*cli, "fix", "--compare", "--no-record", "--json", "--repeat", str(repeat),
                 "--keep", str(work / "fix"), "--files", *checkpoint_files(checkpoint_dir)]
     if strategy:
@@ -91,9 +101,7 @@ def run_cell(loader: Loader, checkpoint_dir: Path, work: Path, *, repeat: int = 
     # NO_EVIDENCE: measured and printed, but the shim saw no tensors to compare (a raw-read loader)
     measured = fix.returncode in (ExitStatus.OK, ExitStatus.NO_EVIDENCE)
     fixed = json.loads(fix.stdout) if measured and fix.stdout.strip() else None
-    lines = [json.loads(x) for x in digests.read_text().splitlines()] if digests.exists() else []
-    return CellResult(rec.returncode, rec.stderr[-2000:], lost, findings, fixed, fix.returncode,
-                      fix.stderr[-2000:], lines, record_s, streams)
+    return fixed, fix.returncode, fix.stderr[-2000:]
 
 
 def _lost(report: dict) -> int | None:

@@ -26,6 +26,7 @@ class Cell:
     latency_ms: float = 0.0
     slow: bool = False  # the baseline is slow on reads here: the fix must gain (>= MIN_GAIN)
     no_harm_xfail: str | None = None  # why the >= 0.97x assertion is expected to fail today
+    fix: bool = True  # run fix --compare in CI (False: record and report only; the matrix runs it)
 
     @property
     def id(self) -> str:
@@ -46,9 +47,9 @@ CELLS = (
             no_harm_xfail="rclone drops the page cache on open and the workers' raw preads cannot be routed: "
                           "the start-up prefetch is wasted (issue 10, helper fixer: not landed)")]
     + [Cell("sshfs", "load_file")]
-    + [Cell("httpdirfs", "load_file", slow=True,
-            no_harm_xfail="httpdirfs serves one Range request per FUSE READ, one at a time: only a larger "
-                          "read_ahead_kb (fixer's levers) can gain, prefetch threads cannot")]
+    # httpdirfs serves one Range request per FUSE READ, one at a time: no candidate gains there yet, and
+    # auto's cold candidates take ~10 min at 64 MiB, so CI records and reports it; fix: compat_matrix.py
+    + [Cell("httpdirfs", "load_file", slow=True, fix=False)]
     + [Cell("bindfs", "fork_pool"), Cell("local", "load_file")]
 )
 
@@ -67,7 +68,7 @@ def results(checkpoints, mounts, tmp_path_factory):
             mount = mounts(cell.client, cell.latency_ms)
             loader = LOADERS[cell.loader]
             checkpoint = mount.mountpoint / built[loader.checkpoint].name
-            done[cell.id] = (mount, run_cell(loader, checkpoint, tmp_path_factory.mktemp(cell.id)))
+            done[cell.id] = (mount, run_cell(loader, checkpoint, tmp_path_factory.mktemp(cell.id), fix=cell.fix))
         return done[cell.id]
 
     return result
@@ -105,7 +106,10 @@ def test_findings_follow_the_file_system(results, cell):
         assert all(f["fs_family"] == profile.family for f in shared)
 
 
-@by_id(CELLS)
+FIX_CELLS = [cell for cell in CELLS if cell.fix]
+
+
+@by_id(FIX_CELLS)
 def test_fix_loads_identical_tensors(results, cell):
     _, r = results(cell)
     assert r.fix is not None, r.fix_stderr
@@ -122,7 +126,7 @@ def test_fix_loads_identical_tensors(results, cell):
 
 def _speed_cells():
     out = []
-    for cell in CELLS:
+    for cell in FIX_CELLS:
         marks = [pytest.mark.xfail(reason=cell.no_harm_xfail, strict=False)] if cell.no_harm_xfail else []
         out.append(pytest.param(cell, id=cell.id, marks=marks))
     return out
