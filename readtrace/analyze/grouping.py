@@ -103,7 +103,7 @@ def running_max_in_group(sorted_codes: np.ndarray, values: np.ndarray) -> np.nda
         return np.maximum.accumulate(values)
     sorted_codes = sorted_codes.astype(np.int64, copy=False)
     lo = values.min()
-    span = int(values.max() - lo) + 1
+    span = int(values.max()) - int(lo) + 1  # Python ints: the difference of int64 extremes overflows
     if span < (1 << _OFFSET_BITS) and int(sorted_codes[-1]) < (1 << (62 - _OFFSET_BITS)):
         packed = (sorted_codes << _OFFSET_BITS) + (values - lo)
         return np.maximum.accumulate(packed) - (sorted_codes << _OFFSET_BITS) + lo

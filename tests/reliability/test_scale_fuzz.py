@@ -7,6 +7,7 @@ import json
 import tempfile
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -39,7 +40,15 @@ def values_for(table: str, column: str) -> st.SearchStrategy[int]:
 
 
 def _frames() -> dict:
-    return load_case("shared", workers=2, chunks=4, chunk=64 * 1024, cold=True)
+    frames = load_case("shared", workers=2, chunks=4, chunk=64 * 1024, cold=True)
+    ev = frames["events"]
+    # one loader call around the reads (the Python call view), so its columns are fuzzed on a real row
+    frames["python_calls"] = pd.DataFrame({
+        "ts_ns": [int(ev["ts_ns"].min()) - 1], "end_ns": [int(ev["ts_ns"].max()) + 1],
+        "pid": [int(ev["pid"].iloc[0])], "tid": [int(ev["tid"].iloc[0])], "depth": [0],
+        "call": ["safetensors.torch.load_file"], "chain": ["safetensors.torch.load_file"],
+        "path": [frames["files"]["path"].iloc[0]], "ok": [1]})
+    return frames
 
 
 @st.composite
