@@ -46,8 +46,10 @@ def innermost_calls(calls: pd.DataFrame, key: str, keys: np.ndarray, ts: np.ndar
 def _timeline(group: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """A thread's calls as a step function: from times[i] on, the innermost open call is owners[i]
     (-1: none). Calls of one thread nest (a stack); an end closes the call wherever it is."""
+    group = group[group["end_ns"] >= group["ts_ns"]]  # a corrupt row (ends before it starts) holds nothing
     rows = group.index.to_numpy()
-    starts, ends = group["ts_ns"].to_numpy(), group["end_ns"].to_numpy()
+    starts = group["ts_ns"].to_numpy(np.int64)
+    ends = np.minimum(group["end_ns"].to_numpy(np.int64), np.iinfo(np.int64).max - 1)
     # ends sort after starts at the same ns (a read at a call's last ns is inside it)
     events = sorted([(int(s), 0, -int(e), int(r)) for s, e, r in zip(starts, ends, rows, strict=True)]
                     + [(int(e) + 1, 1, 0, int(r)) for e, r in zip(ends, rows, strict=True)])
