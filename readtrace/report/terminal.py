@@ -67,7 +67,8 @@ class TerminalReport:
         s = self.a.summary
         cmd = " ".join(shlex.quote(str(c)) for c in s["command"]) if isinstance(s.get("command"), list) else "-"
         t = Text()
-        t.append(printable(time_line(s)) + "\n", style="bold")
+        for line in time_line(s).split("\n"):  # its second line (CPU time): a line of its own, not "\\n"
+            t.append(printable(line) + "\n", style="bold")
         fixed = fixed_line(s)
         if fixed:
             t.append(fixed + "\n", style="bold green")
