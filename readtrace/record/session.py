@@ -2,9 +2,9 @@
 
 While the command runs, the fast ring is only copied to a spool file next to the trace (a memcpy
 per drain: the recorder takes almost no CPU from the workload); of the few open/fork/exec records
-only what needs /proc of live processes is done live (absolute paths, exec'd images). After the
-command exits they become rows, then the spool is decoded in chunks of CHUNK_RECORDS and appended to
-the trace: memory stays bounded.
+only what needs /proc of live processes is done live (absolute paths, exec'd images); they become rows
+every STRS_HELD_RECORDS and after the command exits, then the spool is decoded in chunks of
+CHUNK_RECORDS and appended to the trace: memory stays bounded.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ SLOTS = CONSTANTS["SLOTS"]
 MERGED_PAGE_KINDS = merged_page_kinds()  # probes/pages.bpf.c: RT_FAULT .. RT_MISS keep a run per thread
 FLUSH_ROWS = 200_000  # rows buffered per table before they go to disk (bounded memory)
 CHUNK_RECORDS = 500_000  # spooled records decoded at a time
+# open/fork/exec records (352 bytes each, with their path) held before they become rows: a long run
+# of short loads opens millions of files, and holding them all until the end grew the recorder's RSS
+STRS_HELD_RECORDS = 50_000
 SPOOL_NAME = "events.spool"
 FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 1, 2
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -48,7 +51,8 @@ class Session:
         self.records = 0
         self.calls = 0
         self.max_drain_gap_s = 0.0
-        self._strs_seen: list[tuple[np.ndarray, list[str]]] = []  # decoded into rows after the run
+        self._strs_seen: list[tuple[np.ndarray, list[str]]] = []  # noted, not yet rows
+        self._strs_held = 0
         self._spool_path = writer.dir / SPOOL_NAME
         self._spool = os.open(self._spool_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         self._spool_bytes = 0
@@ -78,6 +82,9 @@ class Session:
         strs = self.strs.drain()
         if len(strs):
             self._strs_seen.append((strs, self.decoder.note_strs(strs)))
+            self._strs_held += len(strs)
+            if self._strs_held >= STRS_HELD_RECORDS:
+                self._decode_strs()  # noted already (live /proc work done): rows now, bounded memory
         return len(events) + len(strs)
 
     def _spool_write(self, events: np.ndarray) -> None:
@@ -126,7 +133,7 @@ class Session:
         for rec, paths in self._strs_seen:
             self.records += len(rec)
             self._buffer("events", self.decoder.strs_frame(rec, paths))
-        self._strs_seen = []
+        self._strs_seen, self._strs_held = [], 0
 
     def _buffer(self, name: str, frame: pd.DataFrame) -> None:
         if not len(frame):
