@@ -67,7 +67,9 @@ class TerminalReport:
         s = self.a.summary
         cmd = " ".join(shlex.quote(str(c)) for c in s["command"]) if isinstance(s.get("command"), list) else "-"
         t = Text()
-        for line in time_line(s).split("\n"):  # its second line (CPU time): a line of its own, not "\\n"
+        # its CPU line is a line of its own; split at the last separator only (a file name may hold one)
+        head, sep, cpu = time_line(s).rpartition("\non CPU ")
+        for line in ([head, "on CPU " + cpu] if sep else [cpu]):
             t.append(printable(line) + "\n", style="bold")
         fixed = fixed_line(s)
         if fixed:
