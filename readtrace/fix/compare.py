@@ -286,8 +286,9 @@ def _choose(session: _Session, seen: set[str], keeps_cache: bool, repeat: int, n
     else:
         found, why_not = candidates(seen or {"load_file"}, keeps_cache)
         notes.extend(why_not)
-        trials, best = _trials(session, baseline, found, notes)
-        identical = [t.label for t in trials if t.side == "trial" and t.exit_code == 0 and _identical(baseline, t)]
+        trials, ok = _trials(session, baseline, found, notes)
+        identical = [t.label for t in ok]
+        best = min(ok, key=lambda t: t.wall_s, default=None)
         if best is None or best.wall_s > NO_HARM * baseline.wall_s:
             why = "no candidate was at least 3 % faster than the baseline" + (
                 f" (best: {best.label}, {best.wall_s:.2f} s vs {baseline.wall_s:.2f} s)" if best else "")
@@ -311,19 +312,21 @@ def _choose(session: _Session, seen: set[str], keeps_cache: bool, repeat: int, n
     return choice, _repeats(session, runs, LEAVE_ALONE, repeat)
 
 
-def _trials(session: _Session, baseline: Run, found: list[Candidate], notes: list[str]) -> tuple[list[Run], Run | None]:
-    """Each candidate once, cold: (the runs, the fastest that loaded the baseline's tensors)."""
-    trials = []
+def _trials(session: _Session, baseline: Run, found: list[Candidate], notes: list[str]) -> tuple[list[Run], list[Run]]:
+    """Each candidate once, cold: (the runs, those that succeeded and loaded the baseline's tensors)."""
+    trials, ok, differing = [], [], []
     for cand in found:
         trial = session.run("trial", 0, cand)
         trials.append(trial)
         if trial.exit_code != 0:
             notes.append(f"{cand.label}: the command failed with it (exit {trial.exit_code}): {trial.log}")
-    ok = [t for t in trials if t.exit_code == 0 and _identical(baseline, t)]
-    differing = [t.label for t in trials if t.exit_code == 0 and not _identical(baseline, t)]
+        elif _identical(baseline, trial):
+            ok.append(trial)
+        else:
+            differing.append(trial.label)
     if differing:
         notes.append("not considered, loaded different tensors: " + ", ".join(differing))
-    return trials, min(ok, key=lambda t: t.wall_s, default=None)
+    return trials, ok
 
 
 def _repeats(session: _Session, runs: list[Run], chosen: Candidate, repeat: int) -> list[Run]:

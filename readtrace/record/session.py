@@ -26,8 +26,8 @@ SLOTS = CONSTANTS["SLOTS"]
 MERGED_PAGE_KINDS = merged_page_kinds()  # probes/pages.bpf.c: RT_FAULT .. RT_MISS keep a run per thread
 FLUSH_ROWS = 200_000  # rows buffered per table before they go to disk (bounded memory)
 CHUNK_RECORDS = 500_000  # spooled records decoded at a time
-# open/fork/exec records (352 bytes each, with their path) held before they become rows: a long run
-# of short loads opens millions of files, and holding them all until the end grew the recorder's RSS
+# open/fork/exec records (352 bytes each, with their path) held before they become rows: held until
+# the end, a loop of `import torch` runs grew the recorder's Python heap by ~17 MB a minute
 STRS_HELD_RECORDS = 50_000
 SPOOL_NAME = "events.spool"
 FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 1, 2
@@ -52,7 +52,6 @@ class Session:
         self.calls = 0
         self.max_drain_gap_s = 0.0
         self._strs_seen: list[tuple[np.ndarray, list[str]]] = []  # noted, not yet rows
-        self._strs_held = 0
         self._spool_path = writer.dir / SPOOL_NAME
         self._spool = os.open(self._spool_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         self._spool_bytes = 0
@@ -82,8 +81,7 @@ class Session:
         strs = self.strs.drain()
         if len(strs):
             self._strs_seen.append((strs, self.decoder.note_strs(strs)))
-            self._strs_held += len(strs)
-            if self._strs_held >= STRS_HELD_RECORDS:
+            if sum(len(rec) for rec, _ in self._strs_seen) >= STRS_HELD_RECORDS:
                 self._decode_strs()  # noted already (live /proc work done): rows now, bounded memory
         return len(events) + len(strs)
 
@@ -133,7 +131,7 @@ class Session:
         for rec, paths in self._strs_seen:
             self.records += len(rec)
             self._buffer("events", self.decoder.strs_frame(rec, paths))
-        self._strs_seen, self._strs_held = [], 0
+        self._strs_seen = []
 
     def _buffer(self, name: str, frame: pd.DataFrame) -> None:
         if not len(frame):

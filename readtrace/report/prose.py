@@ -199,13 +199,13 @@ def _lever(lever: dict) -> str:
     return f"{lever['change']} ({lever['library']} {lever['version']} accepts {lever['keyword']})"
 
 
-def time_line(summary: dict) -> str:
+def time_lines(summary: dict) -> list[str]:
     """The report's first line: "44.9 s wall; 41.8 s (93 %) waiting on FUSE reads of model.safetensors
-    by 4 threads" (plus CPU and run-queue time where the scheduler view was recorded)."""
+    by 4 threads", and a second with CPU and run-queue time where the scheduler view was recorded."""
     wall, io = summary.get("wall_s"), summary.get("io_wait_s")
     head = f"{fmt_seconds(wall)} wall" if wall else "wall time unknown"
     if io is None:
-        return head
+        return [head]
     if not io or not summary.get("wait_file"):
         line = f"{head}; no wait on file reads recorded"
     else:
@@ -218,11 +218,11 @@ def time_line(summary: dict) -> str:
         line = (f"{head}; {fmt_seconds(io)}{share} waiting on {fuse}{what} of {name}{others} by {n} "
                 f"thread{'s' if n != 1 else ''}")
     if summary.get("cpu_s") is not None:
-        line += f"\non CPU {fmt_seconds(summary['cpu_s'])}, waiting for a CPU {fmt_seconds(summary['runq_s'])} " \
-                "(thread-seconds, all tasks)"
-    elif summary.get("time_split_source") == "syscalls":
+        return [line, f"on CPU {fmt_seconds(summary['cpu_s'])}, waiting for a CPU {fmt_seconds(summary['runq_s'])} "
+                "(thread-seconds, all tasks)"]
+    if summary.get("time_split_source") == "syscalls":
         line += " (from syscall and FUSE latency: no scheduler view recorded)"
-    return line
+    return [line]
 
 
 def fixed_line(summary: dict) -> str | None:

@@ -17,7 +17,7 @@ from rich.text import Text
 from readtrace.analyze import Analysis
 from readtrace.escape import printable
 from readtrace.report.fit import Column, fitted_table
-from readtrace.report.prose import fixed_line, reads_from_lines, render, time_line, what_if_lines
+from readtrace.report.prose import fixed_line, reads_from_lines, render, time_lines, what_if_lines
 from readtrace.report.units import fmt_bytes, fmt_count, fmt_pct
 
 SEVERITY_STYLE = {"high": "bold red", "warn": "yellow", "info": "cyan"}
@@ -67,9 +67,7 @@ class TerminalReport:
         s = self.a.summary
         cmd = " ".join(shlex.quote(str(c)) for c in s["command"]) if isinstance(s.get("command"), list) else "-"
         t = Text()
-        # its CPU line is a line of its own; split at the last separator only (a file name may hold one)
-        head, sep, cpu = time_line(s).rpartition("\non CPU ")
-        for line in ([head, "on CPU " + cpu] if sep else [cpu]):
+        for line in time_lines(s):  # each escaped on its own: a file name may hold a newline
             t.append(printable(line) + "\n", style="bold")
         fixed = fixed_line(s)
         if fixed:
