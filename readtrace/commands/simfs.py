@@ -10,6 +10,8 @@ examples:
   readtrace simfs /data/ckpt /mnt/lab --latency-ms 20        # foreground; Ctrl-C unmounts
   readtrace simfs /data/ckpt /mnt/lab --daemon --log reads.jsonl
   readtrace simfs --unmount /mnt/lab
+  readtrace simfs /bucket /mnt/n0 --daemon --bandwidth-mbps 100 --shared-bandwidth lab   # two "nodes",
+  readtrace simfs /bucket /mnt/n1 --daemon --bandwidth-mbps 100 --shared-bandwidth lab   # one 100 MB/s link
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--readahead-kib", type=arg(RANGES["readahead_kib"]), default=None,
                         help="set the mount's read_ahead_kb (root only); default: the kernel's 128")
     parser.add_argument("--max-backend", type=arg(RANGES["max_backend"]), default=64, help="concurrent backend requests")
+    parser.add_argument("--shared-bandwidth", metavar="NAME", default=None,
+                        help="share --bandwidth-mbps with every lab mount given the same NAME (one file system "
+                             "seen by several nodes)")
     parser.add_argument("--keep-cache", action="store_true", help="keep the page cache across opens")
     parser.add_argument("--log", help="request log (JSON lines); default a new file in /tmp")
     parser.add_argument("--force", action="store_true", help="overwrite an existing --log file")
@@ -53,7 +58,7 @@ def run(args) -> int:
     sim = mount(args.src, args.mountpoint, profile=args.profile, latency_ms=args.latency_ms,
                 bandwidth_mbps=args.bandwidth_mbps, max_read_kib=args.max_read_kib,
                 readahead_kib=args.readahead_kib, max_backend=args.max_backend, log=args.log,
-                keep_cache=args.keep_cache, overwrite_log=args.force)
+                keep_cache=args.keep_cache, overwrite_log=args.force, shared_link=args.shared_bandwidth)
     print(f"simfs: {sim.config.src} on {sim.mountpoint} (profile {args.profile}, first byte "
           f"{sim.config.first_byte_s * 1000:g} ms, read_ahead_kb {sim.readahead_kib}); daemon pid "
           f"{sim.daemon_pid}; log {sim.log_path}", file=sys.stderr)

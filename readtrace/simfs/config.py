@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from readtrace.errors import UsageError
+from readtrace.simfs.link import check_name
 from readtrace.simfs.model import PROFILES
 from readtrace.validate import NON_NEGATIVE, POSITIVE, POSITIVE_INT, Range
 
@@ -28,6 +29,7 @@ class SimConfig:
     readahead_kib: int | None = None  # /sys/class/bdi/<dev>/read_ahead_kb (root only); None: kernel default (128)
     max_backend: int = 64  # concurrent backend requests (a semaphore)
     keep_cache: bool = False  # keep the kernel page cache across opens (FOPEN_KEEP_CACHE)
+    shared_link: str | None = None  # share bandwidth_mbps with every lab mount of this name (simfs/link.py)
 
     def __post_init__(self):
         if self.profile not in PROFILES:
@@ -39,6 +41,11 @@ class SimConfig:
                     valid.parse(value)
                 except ValueError:
                     raise UsageError(f"simfs: {name} must be {valid.describe()} (got {value!r})") from None
+        if self.shared_link is not None:
+            if self.bandwidth_mbps is None or not PROFILES[self.profile].has_latency:
+                raise UsageError("simfs: a shared link needs a bandwidth (--bandwidth-mbps) and a profile "
+                                 "with a backend (gcsfuse or nfs)")
+            check_name(self.shared_link)
 
     @property
     def first_byte_s(self) -> float:

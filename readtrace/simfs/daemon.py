@@ -32,13 +32,14 @@ def serve(config: SimConfig, ready_fd: int | None = None) -> None:
                "subtype": f"simfs-{config.profile}", "default_permissions": True}
     if os.geteuid() == 0:  # other users may read through it, never more than they could read in SRC
         options["allow_other"] = True
+    fs = SimFS(config, log, on_ready=signal_ready)
     try:
-        ZeroCopyFUSE(SimFS(config, log, on_ready=signal_ready), config.mountpoint, raw_fi=True,
-                     foreground=True, **options)
+        ZeroCopyFUSE(fs, config.mountpoint, raw_fi=True, foreground=True, **options)
     except RuntimeError as e:
         if e.args != (EXIT_ON_SIGNAL,):
             raise
     finally:
+        fs.backend.close()  # a shared link's last user removes its file
         log.close()
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from readtrace.simfs._fuse3 import mfusepy
 from readtrace.simfs.config import SimConfig
+from readtrace.simfs.link import Link, SharedLink
 from readtrace.simfs.log import RequestLog
 from readtrace.simfs.model import PROFILES, HandleReader, Plan, stateless_plan
 
@@ -45,32 +46,37 @@ class Handle:
 
 
 class Backend:
-    """The modelled remote store: first-byte latency, a shared link of finite bandwidth and a limit
-    on concurrent backend requests. ``serve`` sleeps the modelled time and returns it."""
+    """The modelled remote store: first-byte latency, a link of finite bandwidth (this mount's own, or
+    one shared with other lab mounts: readtrace.simfs.link) and a limit on concurrent backend
+    requests. ``serve`` sleeps the modelled time and returns it."""
 
     def __init__(self, config: SimConfig):
         self.first_byte_s = config.first_byte_s
         self.bytes_per_s = config.bytes_per_s
         self.slots = threading.BoundedSemaphore(config.max_backend)
-        self._link_lock = threading.Lock()
-        self._link_free_at = 0.0
+        self.link = None
+        if self.bytes_per_s is not None:
+            self.link = SharedLink(config.shared_link, self.bytes_per_s) if config.shared_link \
+                else Link(self.bytes_per_s)
 
     @property
     def free(self) -> bool:
         return self.first_byte_s == 0 and self.bytes_per_s is None
 
     def serve(self, plan: Plan) -> float:
-        if self.free or (not plan.new_request and self.bytes_per_s is None):
+        if self.free or (not plan.new_request and self.link is None):
             return 0.0
         with self.slots:
             now = time.monotonic()
             ready = now + (self.first_byte_s if plan.new_request else 0.0)
-            if self.bytes_per_s is not None:
-                with self._link_lock:
-                    start = max(ready, self._link_free_at)
-                    self._link_free_at = ready = start + plan.transfer_bytes / self.bytes_per_s
+            if self.link is not None:
+                ready = self.link.reserve(ready, plan.transfer_bytes)
             time.sleep(max(0.0, ready - now))
             return ready - now
+
+    def close(self) -> None:
+        if self.link is not None:
+            self.link.close()
 
 
 class SimFS(mfusepy.Operations):

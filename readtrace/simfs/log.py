@@ -95,3 +95,16 @@ def totals(reads: pd.DataFrame, opens: int) -> dict:
         "opens": int(opens),
         "random_handles": int(reads.loc[reads["mode"] == "random", "fh"].nunique()) if len(reads) else 0,
     }
+
+
+def aggregate_rate(frames: list[pd.DataFrame]) -> tuple[int, float]:
+    """(bytes, seconds) that one or more mounts' READs moved together: their returned bytes, from the
+    first READ's arrival (logged end minus its wait) to the last READ's end. Bytes / seconds is the
+    rate a shared link (simfs/link.py) must keep below its limit."""
+    reads = [f for f in frames if len(f)]
+    if not reads:
+        return 0, 0.0
+    total = sum(int(f["returned"].sum()) for f in reads)
+    start = min(float((f["ts_ns"] / 1e9 - f["wait_s"]).min()) for f in reads)
+    end = max(float(f["ts_ns"].max()) / 1e9 for f in reads)
+    return total, end - start

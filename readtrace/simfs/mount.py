@@ -18,6 +18,7 @@ from readtrace import runstate
 from readtrace.errors import InputError, PrerequisiteError, ReadtraceError
 from readtrace.fs.mounts import mount_at
 from readtrace.simfs.config import SimConfig
+from readtrace.simfs.link import check_rate
 from readtrace.simfs.log import count, read_records, requests_frame
 
 if TYPE_CHECKING:
@@ -143,15 +144,18 @@ def _reap(process: subprocess.Popen, timeout: float) -> None:
 def mount(src: str | Path, mountpoint: str | Path, *, profile: str = "gcsfuse", latency_ms: float = 20.0,
           bandwidth_mbps: float | None = None, max_read_kib: int = 1024, readahead_kib: int | None = None,
           max_backend: int = 64, log: str | Path | None = None, keep_cache: bool = False,
-          overwrite_log: bool = False) -> SimMount:
-    """Mount ``src`` read-only at ``mountpoint`` behind the modelled store; returns once it serves."""
+          overwrite_log: bool = False, shared_link: str | None = None) -> SimMount:
+    """Mount ``src`` read-only at ``mountpoint`` behind the modelled store; returns once it serves.
+    ``shared_link``: the bandwidth is one link shared with every lab mount given the same name."""
     check_prerequisites()
     check_paths(src, mountpoint)
     log_path, temp_dir = _log_path(log, overwrite_log)
     config = SimConfig(src=os.path.realpath(src), mountpoint=os.path.realpath(mountpoint), log=log_path,
                        profile=profile, latency_ms=float(latency_ms), bandwidth_mbps=bandwidth_mbps,
                        max_read_kib=int(max_read_kib), readahead_kib=readahead_kib,
-                       max_backend=int(max_backend), keep_cache=bool(keep_cache))
+                       max_backend=int(max_backend), keep_cache=bool(keep_cache), shared_link=shared_link)
+    if shared_link is not None:
+        check_rate(shared_link, config.bytes_per_s)
     stderr_path = log_path + ".stderr"  # beside the log; in the temp dir when there is no --log
     ready_r, ready_w = os.pipe()
     with open(stderr_path, "w") as err:

@@ -1,7 +1,8 @@
 """Jobs of several ranks and nodes: rank labels from the environment, traces of several nodes joined.
 
 The lab: two "nodes" as two torchrun launches (--nnodes 2, gloo on CPU, rendezvous on 127.0.0.1),
-each under its own ``readtrace record``, each reading the same checkpoint through its own lab mount.
+each under its own ``readtrace record``, each reading the same checkpoint through its own lab mount,
+both mounts on one shared bandwidth limit (the shared file system).
 Known answers: 4 ranks (0-1 on node 0, 2-3 on node 1), each reading the whole file; both nodes
 fetched it from the mount (REPLICATED_READS, about 2x the file).
 """
@@ -22,8 +23,10 @@ from conftest import fuse_available, require
 
 from readtrace.analyze.job import analyze_job
 from readtrace.record.ranks import parse_environ
+from readtrace.simfs.log import aggregate_rate
 from readtrace.trace import make_trace
 
+SHARED_MBPS = 100.0  # the lab's shared file system: one bandwidth for both nodes' mounts
 WORKLOAD = Path(__file__).resolve().parents[1] / "workloads" / "rank_load.py"
 
 
@@ -98,8 +101,10 @@ def test_two_nodes_two_ranks_each_recorded_merged_and_reported(tmp_path):
         mnt.mkdir()
     procs = []
     try:
-        with mount(ckpt.parent, mounts[0], profile="gcsfuse", latency_ms=0.0), \
-                mount(ckpt.parent, mounts[1], profile="gcsfuse", latency_ms=0.0):
+        # one shared file system: both nodes' mounts draw on one link of SHARED_MBPS
+        link = {"profile": "gcsfuse", "latency_ms": 0.0, "bandwidth_mbps": SHARED_MBPS,
+                "shared_link": f"job-{os.getpid()}"}
+        with mount(ckpt.parent, mounts[0], **link) as m0, mount(ckpt.parent, mounts[1], **link) as m1:
             for n, mnt in enumerate(mounts):
                 cmd = [sys.executable, "-m", "readtrace", "record", "-o", str(tmp_path / f"node{n}.rtrace"), "--",
                        sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(n),
@@ -118,6 +123,9 @@ def test_two_nodes_two_ranks_each_recorded_merged_and_reported(tmp_path):
     for p, out in zip(procs, outputs, strict=True):
         assert p.returncode == 0, out
     assert sum(out.count("same on every rank: True") for out in outputs) == 4, outputs
+    moved, seconds = aggregate_rate([m0.requests(), m1.requests()])
+    assert moved >= 1.8 * ckpt.stat().st_size  # each node fetched the file through its own mount
+    assert moved / seconds <= 1.1 * SHARED_MBPS * 1e6, (moved, seconds)  # together, within the one limit
 
     report = subprocess.run([sys.executable, "-m", "readtrace", "report", str(tmp_path / "node0.rtrace"),
                              str(tmp_path / "node1.rtrace"), "--json"], capture_output=True, text=True, timeout=300)

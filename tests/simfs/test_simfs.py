@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from readtrace.errors import ExitStatus, InputError
+from readtrace.errors import ExitStatus, InputError, UsageError
 from readtrace.simfs import force_unmount, mount, mount_at
 
 pytestmark = pytest.mark.fuse
@@ -165,6 +165,38 @@ def test_bandwidth_is_slept(lab):
         elapsed = time.monotonic() - t0
     assert elapsed >= 8 * MiB / 40e6 * 0.95
     assert m.counters()["modelled_wait_s"] == pytest.approx(8 * MiB / 40e6, rel=0.05)
+
+
+def test_a_shared_link_limits_two_mounts_together(lab, tmp_path):
+    """Two mounts of one shared link, read at once: together they stay within its bandwidth (each on
+    a link of its own would move twice as much), and the link's file goes with its last user."""
+    from readtrace.simfs.link import link_path
+    from readtrace.simfs.log import aggregate_rate
+
+    src, mnt = lab
+    other = tmp_path / "mnt-b"
+    other.mkdir()
+    write_random(src / "f.bin", 8 * MiB)
+    name, rate = f"test-{os.getpid()}", 32e6
+    try:
+        with mount(src, mnt, latency_ms=0, bandwidth_mbps=rate / 1e6, shared_link=name) as a, \
+                mount(src, other, latency_ms=0, bandwidth_mbps=rate / 1e6, shared_link=name) as b:
+            assert link_path(name).exists()
+            (tmp_path / "mnt-c").mkdir()
+            with pytest.raises(UsageError, match="runs at 32 MB/s, not 64 MB/s"):
+                mount(src, tmp_path / "mnt-c", latency_ms=0, bandwidth_mbps=64, shared_link=name)
+            readers = [threading.Thread(target=direct_preads, args=(m / "f.bin", range(8))) for m in (mnt, other)]
+            for r in readers:
+                r.start()
+            for r in readers:
+                r.join()
+            moved, seconds = aggregate_rate([a.requests(), b.requests()])
+    finally:
+        force_unmount(other)
+    assert moved == 16 * MiB
+    assert moved / seconds <= 1.1 * rate, (moved, seconds)
+    assert seconds >= 0.9 * moved / rate
+    assert not link_path(name).exists()
 
 
 def test_max_backend_limits_concurrent_requests(lab):
