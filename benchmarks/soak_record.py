@@ -35,14 +35,21 @@ print(f"loads: {n}", flush=True)
 """
 
 
-def rss_kib(pid: int) -> int | None:
+MEMORY_FIELDS = ("Rss", "Anonymous", "Shared_Clean", "Shared_Dirty")  # smaps_rollup: the ring mappings are shared
+
+
+def memory_kib(pid: int) -> dict[str, int] | None:
+    """The recorder's resident memory by kind (kB), from /proc/PID/smaps_rollup."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
+        lines = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
     except OSError:
         return None
-    return None
+    found = {}
+    for line in lines:
+        key, _, rest = line.partition(":")
+        if key in MEMORY_FIELDS:
+            found[key] = int(rest.split()[0])
+    return found if "Rss" in found else None
 
 
 def main() -> int:
@@ -71,12 +78,12 @@ def main() -> int:
                    sys.executable, str(base / "loop.py"), str(mnt / ckpt.name), str(duration)]
             started = time.monotonic()
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            samples: list[tuple[float, int]] = []
+            samples: list[tuple[float, dict[str, int]]] = []
             spool_peak = 0
             while proc.poll() is None:
-                rss = rss_kib(proc.pid)
-                if rss is not None:
-                    samples.append((time.monotonic() - started, rss))
+                memory = memory_kib(proc.pid)
+                if memory is not None:
+                    samples.append((time.monotonic() - started, memory))
                 spool_peak = max([spool_peak] + [p.stat().st_size for p in base.glob(".soak.rtrace.partial-*/*")
                                                  if p.exists()])
                 time.sleep(1.0)
@@ -88,17 +95,22 @@ def main() -> int:
         report_s = time.monotonic() - report_started
         meta = json.loads((trace / "meta.json").read_text()) if (trace / "meta.json").exists() else {}
         trace_bytes = sum(p.stat().st_size for p in trace.glob("*")) if trace.exists() else 0
-    loop_time = [s for s in samples if s[0] < duration]
-    fifths = [max((r for t, r in loop_time if k * duration / 5 <= t < (k + 1) * duration / 5), default=0)
-              for k in range(5)]
+    def per_fifth(kind: str) -> list[float]:
+        """Peak of one memory kind in each fifth of the loop (MiB): growth shows as a rising row."""
+        return [round(max((m.get(kind, 0) for t, m in samples if k * duration / 5 <= t < (k + 1) * duration / 5),
+                          default=0) / 1024, 1) for k in range(5)]
+
     result = {
         "machine": f"{os.cpu_count()} vCPU, {os.uname().release}", "minutes": args.minutes,
         "checkpoint_mib": args.size_mib, "latency_ms": args.latency_ms, "record_exit": proc.returncode,
         "loads": out.strip(), "wall_s": round(wall, 1), "records": meta.get("records"),
         "calls": meta.get("calls"), "lost_events": meta.get("lost_events"), "partial": meta.get("partial"),
-        "rss_peak_mib": round(max((r for _, r in samples), default=0) / 1024, 1),
-        "rss_peak_per_fifth_mib": [round(f / 1024, 1) for f in fifths],
-        "rss_after_loop_peak_mib": round(max((r for t, r in samples if t >= duration), default=0) / 1024, 1),
+        "rss_peak_mib": round(max((m["Rss"] for _, m in samples), default=0) / 1024, 1),
+        "rss_peak_per_fifth_mib": per_fifth("Rss"),
+        "anon_peak_per_fifth_mib": per_fifth("Anonymous"),
+        "shared_peak_per_fifth_mib": [round(a + b, 1) for a, b in zip(per_fifth("Shared_Clean"),
+                                                                       per_fifth("Shared_Dirty"), strict=True)],
+        "rss_after_loop_peak_mib": round(max((m["Rss"] for t, m in samples if t >= duration), default=0) / 1024, 1),
         "spool_peak_mib": round(spool_peak / 2**20, 1), "trace_mib": round(trace_bytes / 2**20, 1),
         "report_exit": report.returncode, "report_s": round(report_s, 1),
         "recorder_stderr_tail": err.strip().splitlines()[-3:],

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import tempfile
@@ -31,9 +30,8 @@ def run_demo(*, size_mib: int = 128, pattern: str = "mmap-threads", workers: int
         raise ValueError("size_mib must be at least 1")
     recorder, why_not = default_recorder() if record else (None, "recording off (--no-record)")
     say = _printer(out)
-    for item in runstate.clean_stale():
-        say(f"cleaned up after a killed run: {item}")
-    with tempfile.TemporaryDirectory(prefix=f"{runstate.PREFIX}demo-") as tmp, _noted(tmp):
+    runstate.sweep(say)
+    with tempfile.TemporaryDirectory(prefix=f"{runstate.PREFIX}demo-") as tmp, runstate.noted("demo", tmp):
         base = Path(workdir) if workdir else Path(tmp)
         src, mnt = base / "bucket", base / "mnt"
         for d in (src, mnt):
@@ -63,15 +61,6 @@ def run_demo(*, size_mib: int = 128, pattern: str = "mmap-threads", workers: int
         say("6. unmounted" + (f"; artefacts kept in {base}" if workdir else ""))
         return to_json(result)
 
-
-@contextlib.contextmanager
-def _noted(tmp: str):
-    """The demo's temp dir, noted so the next demo removes it if this one is killed."""
-    note = runstate.register("demo", temp_paths=[tmp])
-    try:
-        yield
-    finally:
-        runstate.unregister(note)
 
 
 def _record_and_report(cmd: list[str], trace: Path, out: TextIO, say) -> None:

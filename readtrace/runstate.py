@@ -84,6 +84,17 @@ def register(kind: str, *, owner_pid: int | None = None, **fields) -> Path | Non
     return note
 
 
+@contextlib.contextmanager
+def noted(kind: str, *temp_paths: str | os.PathLike):
+    """Note this run's temp paths while the block runs, so a later run removes them if this one is
+    killed (SIGKILL leaves no chance to clean up)."""
+    note = register(kind, temp_paths=[os.fspath(p) for p in temp_paths])
+    try:
+        yield
+    finally:
+        unregister(note)
+
+
 def update(note: Path | None, **fields) -> None:
     """Change a note (e.g. a ``--daemon`` mount is handed to its daemon as the new owner)."""
     if note is None:
@@ -167,6 +178,14 @@ def clean_stale() -> list[str]:
     for note, data in stale:
         done += _remove_temp(data)
         unregister(note)
+    return done
+
+
+def sweep(say) -> list[str]:
+    """``clean_stale``, each item told through ``say`` (a command starts with it)."""
+    done = clean_stale()
+    for item in done:
+        say(f"cleaned up after a killed run: {item}")
     return done
 
 

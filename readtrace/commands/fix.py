@@ -46,11 +46,13 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from readtrace import runstate
     from readtrace.fix.compare import compare, default_recorder  # imports torch: only when running
     from readtrace.fix.compare_report import render_table, to_json
     from readtrace.inject.inject import shim_environment
 
     at_least_one(args, "repeat")
+    runstate.sweep(lambda line: print(f"readtrace: {line}", file=sys.stderr))
     command, cwd, files = _target(args.target)
     if not args.compare:
         files = args.files or files

@@ -67,8 +67,13 @@ def run(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise UsageError("no command given: readtrace record -- CMD [ARGS...]")
+    from readtrace import runstate
     from readtrace.record.backend import choose_backend
 
+    if not args.quiet:
+        runstate.sweep(lambda line: print(f"readtrace: {line}", file=sys.stderr))
+    else:
+        runstate.clean_stale()
     backend, notice = choose_backend(args.backend)
     if notice and not args.quiet:
         print(notice, file=sys.stderr)

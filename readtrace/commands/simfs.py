@@ -82,9 +82,7 @@ def unmount(mountpoint: str) -> int:
     from readtrace import runstate
     from readtrace.simfs import force_unmount, mount_at
 
-    cleaned = runstate.clean_stale()
-    for item in cleaned:
-        print(f"simfs: cleaned up after a killed run: {item}", file=sys.stderr)
+    cleaned = runstate.sweep(lambda line: print(f"simfs: {line}", file=sys.stderr))
     entry = mount_at(mountpoint)
     if entry is None or not entry.fstype.startswith("fuse.simfs-"):
         if any(item == f"mount {os.path.realpath(mountpoint)}" for item in cleaned):

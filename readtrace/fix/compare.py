@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from readtrace import runstate
 from readtrace.errors import CommandNotFoundError, ReadtraceError, TraceError, UsageError
 from readtrace.fix.candidates import (
     LEAVE_ALONE,
@@ -52,7 +53,6 @@ from readtrace.inject.protocol import FIX_STRATEGIES
 from readtrace.pagecache.evict import Eviction, evict
 from readtrace.pagecache.prefetch import prefetch
 from readtrace.pagecache.residency import cache_survives_open
-from readtrace.runstate import die_with_parent
 
 # A recorder runs ``cmd`` with ``env`` in ``cwd`` writing ``trace``; returns (exit code, wall s, summary).
 Recorder = Callable[[list[str], dict, str | None, Path], tuple[int, float, dict | None]]
@@ -384,7 +384,7 @@ def _run_plain(command, env, cwd, log_path: Path) -> tuple[int, float]:
         started = time.perf_counter()
         try:
             proc = subprocess.run(command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+                                  stdin=subprocess.DEVNULL, preexec_fn=runstate.die_with_parent)
         except FileNotFoundError:
             raise CommandNotFoundError(f"command not found: {command[0]}") from None
         if proc.returncode == -signal.SIGINT:  # Ctrl-C reached the run first: stop like the user asked
@@ -443,7 +443,7 @@ def _workdir(path) -> Iterator[Path]:
         Path(path).mkdir(parents=True, exist_ok=True)
         yield Path(path)
         return
-    with tempfile.TemporaryDirectory(prefix="readtrace-fix-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{runstate.PREFIX}fix-") as tmp, runstate.noted("fix", tmp):
         yield Path(tmp)
 
 

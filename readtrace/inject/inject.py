@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import readtrace
+from readtrace import runstate
 from readtrace.errors import UsageError
 from readtrace.inject import shim_sitecustomize
 from readtrace.inject.protocol import STRATEGIES, Rerun
@@ -38,7 +39,7 @@ def shim_environment(
     rerun = replace(Rerun.from_env(base), strategy=strategy, manifest=None if manifest is None else os.fspath(manifest),
                     device=device or None, prefetch_files=tuple(prefetch_files), prefetched=(),
                     readtrace_path=str(Path(readtrace.__file__).resolve().parent.parent), **settings)
-    with tempfile.TemporaryDirectory(prefix="readtrace-shim-") as shim_dir:
+    with tempfile.TemporaryDirectory(prefix=f"{runstate.PREFIX}shim-") as shim_dir, runstate.noted("shim", shim_dir):
         os.chmod(shim_dir, 0o755)  # noqa: S103 - a command recorded under sudo runs as the invoking user
         shutil.copyfile(shim_sitecustomize.__file__, os.path.join(shim_dir, "sitecustomize.py"))
         env = rerun.to_env(base)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
+from readtrace import runstate
 from readtrace.inject.protocol import Rerun
 from readtrace.record.launch import Credentials
 
@@ -81,17 +82,18 @@ def python_calls(env: dict | None, creds: Credentials | None) -> Iterator[Python
     from readtrace.inject.inject import shim_environment
 
     base = dict(os.environ if env is None else env)
-    fd, log = tempfile.mkstemp(prefix="readtrace-calls-", suffix=".jsonl")
+    fd, log = tempfile.mkstemp(prefix=f"{runstate.PREFIX}calls-", suffix=".jsonl")
     try:
         if creds is not None:  # the command runs as the sudo user: the log must be theirs to append to
             os.fchown(fd, creds.uid, creds.gid)
         os.close(fd)
         rerun = Rerun.from_env(base)
-        if rerun.readtrace_path:  # the hook is on PYTHONPATH already
-            yield PythonCalls(replace(rerun, calls_log=log).to_env(base), log)
-        else:
-            with shim_environment("none", None, base_env=base, calls_log=log) as shimmed:
-                yield PythonCalls(shimmed, log)
+        with runstate.noted("calls", log):
+            if rerun.readtrace_path:  # the hook is on PYTHONPATH already
+                yield PythonCalls(replace(rerun, calls_log=log).to_env(base), log)
+            else:
+                with shim_environment("none", None, base_env=base, calls_log=log) as shimmed:
+                    yield PythonCalls(shimmed, log)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(log)

@@ -107,20 +107,26 @@ def test_sigint_and_sigterm_still_write_the_trace(tmp_path, leftovers, sig):
     assert _gone(child, 5) and load_trace(out).meta["interrupted"] is True
 
 
-def test_a_killed_recorder_takes_its_command_down_and_its_leftover_is_cleaned(tmp_path, leftovers):
-    out = tmp_path / "k.rtrace"
+def test_a_killed_recorder_takes_its_command_down_and_its_leftovers_are_cleaned(tmp_path, leftovers):
+    out, temp = tmp_path / "k.rtrace", tmp_path / "tmp"
+    temp.mkdir()
+    env = {**leftovers.env, "TMPDIR": str(temp)}  # where the Python-calls hook and its log go
     write_trace(out, meta={"command": ["previous"]})
     before = fingerprint(out)
-    proc, child = _start_sleeper(tmp_path, leftovers.env, out, "-f")
+    proc, child = _start_sleeper(tmp_path, env, out, "-f")
     proc.kill()
     proc.wait(timeout=10)
     assert _gone(child, 5), "the traced command outlived a SIGKILLed recorder"
     assert fingerprint(out) == before  # the previous trace is intact
     staged = [p for p in tmp_path.iterdir() if p.name.startswith(".k.rtrace.partial-")]
     assert len(staged) == 1 and (staged[0] / ".readtrace-unfinished").exists()
-    p = readtrace(["record", "-q", "-f", "-o", out, "--", "true"], cwd=tmp_path, env=leftovers.env)
+    hook = sorted(p.name.split("-")[1] for p in temp.iterdir())
+    assert hook == ["calls", "shim"], hook  # SIGKILL leaves no chance to remove them
+    p = readtrace(["record", "-f", "-o", out, "--", "true"], cwd=tmp_path, env=env)
     assert p.returncode == 0, p.stderr
     assert not staged[0].exists()  # the dead run's unfinished trace was removed
+    assert not list(temp.iterdir())  # and its hook directory and calls log
+    assert p.stderr.count("cleaned up after a killed run: temp ") == 2, p.stderr
     assert load_trace(out).meta["command"] == ["true"]
 
 
