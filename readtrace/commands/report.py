@@ -40,9 +40,8 @@ def trace_paths(paths: list[str]) -> list[Path]:
 def _report_job(paths: list[Path], thresholds: Thresholds, as_json: bool) -> int:
     from readtrace.analyze.job import analyze_job
     from readtrace.report.jobreport import render_job, write_job_json
-    from readtrace.trace import load_trace
 
-    job = analyze_job([lambda p=p: load_trace(p, lean=True) for p in paths], thresholds)
+    job = analyze_job(paths, thresholds)  # paths: analysed by worker processes, as memory allows
     (write_job_json if as_json else render_job)(job, sys.stdout)
     return ExitStatus.OK
 

@@ -21,10 +21,12 @@ import pandas as pd
 import pytest
 from conftest import fuse_available, require
 
-from readtrace.analyze.job import analyze_job
+from readtrace.analyze.job import analyze_job, node_workers
+from readtrace.errors import TraceError
 from readtrace.record.ranks import parse_environ
+from readtrace.report.jobreport import job_json
 from readtrace.simfs.log import aggregate_rate
-from readtrace.trace import make_trace
+from readtrace.trace import load_trace, make_trace, write_trace
 
 SHARED_MBPS = 100.0  # the lab's shared file system: one bandwidth for both nodes' mounts
 WORKLOAD = Path(__file__).resolve().parents[1] / "workloads" / "rank_load.py"
@@ -77,6 +79,53 @@ def test_nodes_on_local_disks_replicate_nothing():
     for t in (a, b):
         t.files["fstype"] = "ext4"
     assert not [f for f in analyze_job([a, b]).findings if f.code == "REPLICATED_READS"]
+
+
+def _written(trace, path: Path) -> Path:
+    """The in-memory trace written to disk."""
+    return write_trace(path, meta=trace.meta, events=trace.events, files=trace.files)
+
+
+def _same_json(job) -> dict:
+    return json.loads(json.dumps(job_json(job)))
+
+
+def test_node_traces_analysed_in_workers_give_the_same_job(tmp_path):
+    """Paths go to worker processes: the job is the one of the same traces analysed here, in order."""
+    size = 8 << 20
+    traces = [_node_trace(f"n{i}", f"2026-12-01T10:00:0{i}+00:00", {100 + i: i}, 10.0 + 10 * i,
+                          "/mnt/a/model.safetensors", size) for i in range(3)]
+    paths = [_written(t, tmp_path / f"node{i}.rtrace") for i, t in enumerate(traces)]
+    here = _same_json(analyze_job([load_trace(p, lean=True) for p in paths]))
+    assert node_workers(paths) == min(3, os.cpu_count())  # three small traces fit in memory
+    parallel = _same_json(analyze_job(paths, workers=2))
+    assert parallel == here == _same_json(analyze_job(paths, workers=1))
+    assert [Path(n["trace"]).name for n in parallel["nodes"]] == ["node0.rtrace", "node1.rtrace", "node2.rtrace"]
+    assert {f["code"] for f in parallel["findings"]} == {"REPLICATED_READS", "LOAD_SKEW"}
+
+
+def test_a_node_trace_too_big_for_memory_is_analysed_alone(tmp_path):
+    small = _written(_node_trace("n0", "2026-12-01T10:00:00+00:00", {100: 0}, 5.0, "/data/m", 1 << 20),
+                     tmp_path / "a.rtrace")
+    huge = tmp_path / "b.rtrace"
+    huge.mkdir()
+    (huge / "meta.json").write_text(json.dumps({"rows": {"events": 10**13}}))  # ~2 PB of analysis
+    assert node_workers([small, huge]) == 1
+    assert node_workers([small]) == 1
+
+
+def test_a_broken_node_trace_in_a_worker_is_one_error_line(tmp_path):
+    good = _written(_node_trace("n0", "2026-12-01T10:00:00+00:00", {100: 0}, 5.0, "/data/m", 1 << 20),
+                    tmp_path / "a.rtrace")
+    bad = _written(_node_trace("n1", "2026-12-01T10:00:00+00:00", {200: 1}, 5.0, "/data/m", 1 << 20),
+                   tmp_path / "b.rtrace")
+    (bad / "events.parquet").write_bytes(b"not parquet")
+    with pytest.raises(TraceError, match="b.rtrace: corrupt trace: events.parquet"):
+        analyze_job([good, bad], workers=2)
+    report = subprocess.run([sys.executable, "-m", "readtrace", "report", str(good), str(bad), "--json"],
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 4 and report.stdout == "", report
+    assert len(report.stderr.strip().splitlines()) == 1 and "b.rtrace" in report.stderr
 
 
 def _free_port() -> int:
@@ -145,6 +194,8 @@ def test_two_nodes_two_ranks_each_recorded_merged_and_reported(tmp_path):
     rep = [f for f in data["findings"] if f["code"] == "REPLICATED_READS"]
     assert len(rep) == 1 and rep[0]["nodes"] == 2 and rep[0]["file"].endswith(ckpt.name)
     assert rep[0]["aggregate_bytes"] >= 1.8 * size
+    # the report analysed the two nodes in two worker processes: the same job as one after the other here
+    assert data == _same_json(analyze_job([tmp_path / "node0.rtrace", tmp_path / "node1.rtrace"], workers=1))
 
     text = subprocess.run([sys.executable, "-m", "readtrace", "report", str(tmp_path)], capture_output=True,
                           text=True, timeout=300)
