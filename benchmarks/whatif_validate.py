@@ -11,7 +11,14 @@ predict a run from its own trace; ``cross`` rows predict L from the recording at
 (the real test: the model has to carry the pattern to a latency it never saw). The fixed rows
 predict the shared patterns fixed (``predicted_fixed``) against the measured ``sequential`` load.
 
+``--fix``: instead, run ``readtrace fix --compare --json --keep DIR`` of each pattern at each latency
+and compare the report's ``predicted_fixed_s`` of the recorded baseline (its first cold run) with
+the measured wall of the fixed run(s) (what ``auto`` chose), and the ``predicted_s`` of the fixed
+run's own trace with its wall. ``--from DIR``: recompute those rows from a kept run (no new runs).
+
     .venv/bin/python benchmarks/whatif_validate.py [--size-mib 128] [--patterns a,b] [--out bench-results]
+    .venv/bin/python benchmarks/whatif_validate.py --fix [--keep DIR] [--latencies 0,5,20]
+    .venv/bin/python benchmarks/whatif_validate.py --fix --from DIR
 
 Needs root (eBPF) and FUSE. Prints a table and saves JSON under --out.
 """
@@ -53,16 +60,125 @@ def model(trace: Path, latency_ms: float) -> dict:
             "measured_latency_ms": mount.latency_ms if mount else None}
 
 
+def fix_compare(mnt: Path, ckpt: str, pattern: str, keep: Path) -> dict:
+    """``readtrace fix --compare --json`` of one pattern, its runs kept in ``keep``."""
+    cmd = [sys.executable, "-m", "readtrace", "fix", "--compare", "--json", "--keep", str(keep), "--",
+           sys.executable, "-m", "readtrace.workloads.load", "--pattern", pattern, str(mnt / ckpt)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if res.returncode not in (0,):
+        raise RuntimeError(f"fix --compare {pattern}: exit {res.returncode}: {res.stderr.strip()[-400:]}")
+    (keep / "compare.json").write_text(res.stdout)
+    return json.loads(res.stdout)
+
+
+def report_summary(trace: Path) -> dict:
+    from readtrace.analyze import analyze
+    from readtrace.analyze.whatif import mount_profile, what_if
+    from readtrace.trace import load_trace
+
+    a = analyze(load_trace(trace, lean=True))
+    mount = mount_profile(a)
+    p = what_if(a, [mount])[0] if mount else None
+    return {"wall_s": a.summary.get("wall_s"), "data_wait_s": a.summary.get("data_wait_s"),
+            "predicted_fixed_s": a.summary.get("predicted_fixed_s"),
+            "fixed_strategy": a.summary.get("fixed_strategy"),
+            "predicted_s": p.predicted_s if p else None, "mount_latency_ms": a.summary.get("mount_latency_ms"),
+            "mount_request_ms": a.summary.get("mount_request_ms")}
+
+
+def fix_rows(keep: Path) -> list[dict]:
+    """One row per (pattern, latency) kept under ``keep``/PATTERN-LATENCY: the baseline's fixed
+    prediction and the fixed run's own prediction against the fixed run's measured wall."""
+    rows = []
+    for cell in sorted(p for p in keep.iterdir() if (p / "compare.json").is_file()):
+        pattern, latency = cell.name.rsplit("-", 1)
+        data = json.loads((cell / "compare.json").read_text())
+        base_trace = sorted(cell.glob("*-baseline.rtrace"))[0]
+        fixed_traces = sorted(cell.glob("*-fixed.rtrace"))
+        base = report_summary(base_trace)
+        fixed_wall = data["fixed"]["wall_s"]
+        fixed = [report_summary(t) for t in fixed_traces]
+        fixed_pred = [f["predicted_s"] for f in fixed if f["predicted_s"] is not None]
+        row = {"pattern": pattern, "latency_ms": float(latency), "chosen": data["choice"]["chosen"]
+               if data.get("choice") else data["strategy"], "baseline_wall_s": data["baseline"]["wall_s"],
+               "baseline_trace_wall_s": base["wall_s"], "fixed_wall_s": fixed_wall,
+               "predicted_fixed_s": base["predicted_fixed_s"], "model_strategy": base["fixed_strategy"],
+               "fixed_predicted_s": fixed_pred[0] if fixed_pred else None,
+               "mount_latency_ms": base["mount_latency_ms"], "mount_request_ms": base["mount_request_ms"],
+               "candidates": {c["label"]: c["wall_s"] for c in (data.get("choice") or {}).get("candidates", [])}}
+        row["error_fixed"] = (row["predicted_fixed_s"] / fixed_wall - 1) if row["predicted_fixed_s"] and fixed_wall else None
+        row["error_fixed_trace"] = (row["fixed_predicted_s"] / fixed_wall - 1) if row["fixed_predicted_s"] and fixed_wall else None
+        rows.append(row)
+    return rows
+
+
+def print_fix_rows(rows: list[dict]) -> None:
+    pct = lambda x: "-" if x is None else f"{100 * x:+.0f}%"  # noqa: E731
+    print(f"{'pattern':<20} {'ms':>3} {'baseline':>9} {'chosen':<28} {'fixed':>7} {'pred':>7} {'err':>5} "
+          f"{'pred(fixed tr)':>14} {'err':>5}  model")
+    for r in rows:
+        print(f"{r['pattern']:<20} {r['latency_ms']:>3g} {r['baseline_wall_s']:>8.2f}s {r['chosen']:<28} "
+              f"{r['fixed_wall_s']:>6.2f}s {r['predicted_fixed_s'] or 0:>6.2f}s {pct(r['error_fixed']):>5} "
+              f"{r['fixed_predicted_s'] or 0:>13.2f}s {pct(r['error_fixed_trace']):>5}  {r['model_strategy']}")
+
+
+def run_fix(args, patterns: list[str], latencies: list[float]) -> int:
+    from readtrace.simfs import force_unmount, mount
+    from readtrace.workloads import make_checkpoint
+
+    keep = Path(args.keep or tempfile.mkdtemp(prefix="whatif-fix-"))
+    keep.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="whatif-") as tmp:
+        tmp = Path(tmp)
+        ckpt = make_checkpoint(tmp / "src", args.size_mib)[0]
+        for latency in latencies:
+            mnt = tmp / f"mnt{int(latency)}"
+            mnt.mkdir()
+            try:
+                # keep_cache, as `readtrace demo` mounts it: else fix cannot act on these loaders at all
+                with mount(ckpt.parent, mnt, profile="gcsfuse", latency_ms=latency, keep_cache=True):
+                    for pattern in patterns:
+                        cell = keep / f"{pattern}-{int(latency)}"
+                        cell.mkdir(exist_ok=True)
+                        t = time.monotonic()
+                        data = fix_compare(mnt, ckpt.name, pattern, cell)
+                        print(f"fix --compare {pattern} at {latency:g} ms: {data['baseline']['wall_s']:.2f} -> "
+                              f"{data['fixed']['wall_s']:.2f} s ({(data.get('choice') or {}).get('chosen')}; "
+                              f"{time.monotonic() - t:.0f} s)", file=sys.stderr)
+            finally:
+                force_unmount(mnt)
+    return save_fix(args, keep)
+
+
+def save_fix(args, keep: Path) -> int:
+    rows = fix_rows(keep)
+    print_fix_rows(rows)
+    out = Path(args.out)
+    out.mkdir(exist_ok=True)
+    path = out / f"whatif_fix_{args.size_mib}mib.json"
+    path.write_text(json.dumps({"size_mib": args.size_mib, "keep": str(keep), "rows": rows}, indent=2))
+    print(f"saved {path} (runs kept in {keep})", file=sys.stderr)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mib", type=int, default=128)
     parser.add_argument("--patterns", default=",".join(PATTERNS))
+    parser.add_argument("--latencies", default=",".join(f"{x:g}" for x in LATENCIES))
     parser.add_argument("--out", default="bench-results")
+    parser.add_argument("--fix", action="store_true", help="validate the fixed prediction against fix --compare")
+    parser.add_argument("--keep", help="--fix: keep every run here (default: a new temporary directory, kept)")
+    parser.add_argument("--from", dest="from_dir", help="--fix: recompute the rows from runs kept here")
     args = parser.parse_args()
+    patterns = args.patterns.split(",")
+    if args.fix:
+        if args.from_dir:
+            return save_fix(args, Path(args.from_dir))
+        return run_fix(args, patterns, [float(x) for x in args.latencies.split(",")])
     from readtrace.simfs import force_unmount, mount
     from readtrace.workloads import make_checkpoint
 
-    patterns = args.patterns.split(",")
     runs: dict[tuple[str, float], dict] = {}
     with tempfile.TemporaryDirectory(prefix="whatif-") as tmp:
         tmp = Path(tmp)

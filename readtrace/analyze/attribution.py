@@ -9,9 +9,12 @@ thread (else process) that named the file (or its directory) and had returned: t
 a mapping (safetensors' get_tensor, torch.load(mmap=True)) are read when they are first used, after
 the call (``after_return_bytes``, and per chain). Bytes are those of the data
 files (analyze/roles.py) the load touched: bytes returned by read syscalls plus bytes of file pages
-mapped by page faults (pages ops ``fault`` and ``map_pages``, counted as often as they were mapped). The summary names the chain of entry points with the most bytes, its threads, and the
-levers of those entry points that the installed library accepts (recorded by the child:
-inject/calls.py), e.g. ``disable_mmap=True`` where from_pretrained takes it.
+mapped by page faults (pages ops ``fault`` and ``map_pages``, counted as often as they were mapped).
+The summary names the outermost entry point (the user's own call) whose chains read the most bytes,
+with all of its chains (a transformers load reads through from_pretrained, load_state_dict and
+safe_open, and through its loading pool's threads), their bytes and threads, and the levers of
+those entry points that the installed library accepts (recorded by the child: inject/calls.py),
+e.g. ``disable_mmap=True`` where from_pretrained takes it.
 """
 
 from __future__ import annotations
@@ -113,7 +116,8 @@ def after_return(calls: pd.DataFrame, files: pd.DataFrame, key: str, keys: np.nd
 
 def reads_from(calls: pd.DataFrame, app: Accesses, pages: pd.DataFrame, files: pd.DataFrame, meta: dict
                ) -> dict | None:
-    """``summary["reads_from"]``: the chain that issued most data-file bytes, or None without the view.
+    """``summary["reads_from"]``: the entry point whose chains issued most data-file bytes, or None
+    without the view.
     ``pages``: the page rows with a file id (pagecache.page_rows)."""
     info = meta.get("python_calls")
     if not isinstance(info, dict):
@@ -135,23 +139,35 @@ def reads_from(calls: pd.DataFrame, app: Accesses, pages: pd.DataFrame, files: p
            "by_process_bytes": int(nbytes[other][inside[other]].sum()),
            "after_return_bytes": int(nbytes[after].sum()),
            "attributed_fraction": float(nbytes[got].sum() / data_bytes) if data_bytes else None,
-           "file_levers": {}, "chain": None, "call": None, "bytes": 0, "chain_after_return_bytes": 0, "fraction": None, "threads": 0, "chains": [],
+           "file_levers": {}, "entry": None, "entry_chains": [], "chain": None, "call": None, "bytes": 0,
+           "chain_after_return_bytes": 0, "fraction": None, "threads": 0, "chains": [], "entries": [],
            "levers": [], "entry_points": sorted((info.get("entry_points") or {}).keys()),
            "wrap_failed": len(info.get("wrap_failed") or []), "record_failures": int(info.get("record_failures") or 0)}
     if not got.any():
         return out
-    per = pd.DataFrame({"chain": calls["chain"].astype(object).to_numpy()[owner[got]], "tid": tid[got],
+    per = pd.DataFrame({"chain": calls["chain"].astype(object).fillna("").to_numpy()[owner[got]], "tid": tid[got],
                         "bytes": nbytes[got], "after": np.where(after[got], nbytes[got], 0), "file": file[got]})
     by_chain = per.groupby("chain", sort=False).agg(bytes=("bytes", "sum"), after=("after", "sum"),
                                                     threads=("tid", "nunique"))
     by_chain = by_chain.sort_values("bytes", ascending=False, kind="stable")
-    out["chains"] = [{"chain": chain, "bytes": int(r["bytes"]), "after_return_bytes": int(r["after"]),
-                      "threads": int(r["threads"]), "fraction": float(r["bytes"] / data_bytes)}
+    out["chains"] = [{"chain": chain, "entry": chain.split(SEP, 1)[0], "bytes": int(r["bytes"]),
+                      "after_return_bytes": int(r["after"]), "threads": int(r["threads"]),
+                      "fraction": float(r["bytes"] / data_bytes)}
                      for chain, r in by_chain.head(TOP_CHAINS).iterrows()]
-    top = out["chains"][0]
-    out.update(chain=top["chain"], call=top["chain"].rsplit(SEP, 1)[-1], bytes=top["bytes"],
-               chain_after_return_bytes=top["after_return_bytes"], fraction=top["fraction"],
-               threads=top["threads"], levers=levers(top["chain"], info.get("entry_points") or {}))
+    # the headline: the outermost entry point (the user's own call) whose chains read most, all of them
+    per["entry"] = per["chain"].str.split(SEP, n=1).str[0]
+    by_entry = per.groupby("entry", sort=False).agg(bytes=("bytes", "sum"), after=("after", "sum"),
+                                                    threads=("tid", "nunique"))
+    by_entry = by_entry.sort_values("bytes", ascending=False, kind="stable")
+    out["entries"] = [{"entry": entry, "bytes": int(r["bytes"]), "after_return_bytes": int(r["after"]),
+                       "threads": int(r["threads"]), "fraction": float(r["bytes"] / data_bytes),
+                       "chains": [c for c in by_chain.index if c.split(SEP, 1)[0] == entry]}
+                      for entry, r in by_entry.head(TOP_CHAINS).iterrows()]
+    top = out["entries"][0]
+    chain = top["chains"][0]  # its chain that read most
+    out.update(entry=top["entry"], entry_chains=top["chains"], chain=chain, call=chain.rsplit(SEP, 1)[-1],
+               bytes=top["bytes"], chain_after_return_bytes=top["after_return_bytes"], fraction=top["fraction"],
+               threads=top["threads"], levers=levers(chain, info.get("entry_points") or {}))
     # per data file: the levers of the chain that read most of it (findings name them)
     per_file = per.groupby(["file", "chain"], sort=False)["bytes"].sum().reset_index()
     per_file = per_file.sort_values("bytes", ascending=False, kind="stable").drop_duplicates("file")

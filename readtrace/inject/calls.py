@@ -4,7 +4,11 @@ Runs inside the user's process (``readtrace record`` sets ``Rerun.calls_log``; t
 calls ``wrap`` as each module below is imported). Every call of an entry point appends one JSON line
 to the log when it returns: pid, kernel thread id (``threading.get_native_id``, the tid the probes
 see), start and end on CLOCK_MONOTONIC (``time.monotonic_ns``, the clock of ``bpf_ktime_get_ns``),
-its depth and the chain of entry points the thread is inside. The first call of each entry point
+its depth and the chain of entry points the thread is inside, its id and the id of the call it ran
+inside (``parent``). Work a recorded call hands to another thread (``ThreadPoolExecutor.submit``,
+``threading.Thread.start``: transformers' and diffusers' loading pools) runs inside a row of its own
+on the worker's thread with the submitting call's chain and that call as parent, so the worker's
+reads and the calls it makes carry the chain of the call that asked for them. The first call of each entry point
 also records the library's version and which of its own levers the installed version accepts
 (read from its signature, so the report never names a keyword the library does not have).
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import itertools
 import json
 import os
 import sys
@@ -63,7 +68,9 @@ class _State:
         self.fd = None
         self.fd_pid = None
         self.lock = threading.Lock()
-        self.local = threading.local()  # .stack: the entry points this thread is inside
+        self.local = threading.local()  # .stack: (name, id, in chain) of the calls this thread is inside
+        self.ids = itertools.count(1)  # call ids, per process (a forked child's continue its parent's)
+        self.threads_wrapped = False
         self.described = set()
         self.failures = 0
 
@@ -73,6 +80,12 @@ _STATE = _State()
 
 def wrap(module_name: str, module) -> None:
     """Wrap ``module``'s entry points (called by the import hook right after the module ran)."""
+    if not _STATE.threads_wrapped and module_name in ENTRY_POINTS:
+        _STATE.threads_wrapped = True
+        try:
+            _wrap_threads()
+        except Exception as e:  # noqa: BLE001
+            _write({"k": "wrap_failed", "call": "threads", "error": f"{type(e).__name__}: {e}"})
     for attr, name, levers in ENTRY_POINTS.get(module_name, ()):
         try:
             _wrap_one(module, attr, name, levers)
@@ -155,18 +168,24 @@ def _run(frame, fn, args, kwargs):
         _leave(frame, ok)
 
 
+def _stack() -> list:
+    stack = getattr(_STATE.local, "stack", None)
+    if stack is None:
+        stack = _STATE.local.stack = []
+    return stack
+
+
 def _enter(name, fn, levers, args, kwargs, path=None):
     try:
-        stack = getattr(_STATE.local, "stack", None)
-        if stack is None:
-            stack = _STATE.local.stack = []
+        stack = _stack()
         if fn is not None and name not in _STATE.described:
             _describe(name, fn, levers)
-        frame = {"call": name, "ts": time.monotonic_ns(), "depth": len(stack),
+        names = [n for n, _, in_chain in stack if in_chain] + [name]
+        frame = {"call": name, "ts": time.monotonic_ns(), "depth": len(names) - 1, "id": next(_STATE.ids),
+                 "parent": stack[-1][1] if stack else 0, "chain": SEP.join(names),
                  "path": path if path is not None else _path_of(args, kwargs),
                  "kw": {k: kwargs[k] for k in levers if isinstance(kwargs.get(k), bool | str)}}
-        stack.append(name)
-        frame["chain"] = SEP.join(stack)
+        stack.append((name, frame["id"], True))
         return frame
     except Exception:  # noqa: BLE001
         _STATE.failures += 1
@@ -179,13 +198,64 @@ def _leave(frame, ok: bool) -> None:
     try:
         end = time.monotonic_ns()
         stack = _STATE.local.stack
-        if stack and stack[-1] == frame["call"]:
+        if stack and stack[-1][1] == frame["id"]:
             stack.pop()
         _write({"k": "call", "call": frame["call"], "chain": frame["chain"], "depth": frame["depth"],
-                "pid": os.getpid(), "tid": threading.get_native_id(), "ts": frame["ts"], "end": end,
-                "path": frame["path"], "ok": ok, "kw": frame["kw"]})
+                "id": frame["id"], "parent": frame["parent"], "pid": os.getpid(), "tid": threading.get_native_id(),
+                "ts": frame["ts"], "end": end, "path": frame["path"], "ok": ok, "kw": frame["kw"]})
     except Exception:  # noqa: BLE001
         _STATE.failures += 1
+
+
+# --- work a recorded call hands to other threads ------------------------------------------------
+def _handoff():
+    """The recorded call this thread is in, as the worker's starting point: (its frame's fields, the
+    stack to continue), or None outside every recorded call (then nothing is wrapped: no cost)."""
+    stack = getattr(_STATE.local, "stack", None)
+    if not stack:
+        return None
+    names = [n for n, _, in_chain in stack if in_chain]
+    return {"call": names[-1], "chain": SEP.join(names), "depth": len(names) - 1, "parent": stack[-1][1],
+            "path": None, "kw": {}}, list(stack)
+
+
+def _in_worker(handoff, fn):
+    """``fn`` run on a worker thread as a row of its own: the submitting call's chain, that call as parent."""
+    parent, stack = handoff
+
+    @functools.wraps(fn)
+    def work(*args, **kwargs):
+        saved = getattr(_STATE.local, "stack", None)
+        frame = dict(parent, ts=time.monotonic_ns(), id=next(_STATE.ids))
+        _STATE.local.stack = stack + [(parent["call"], frame["id"], False)]
+        try:
+            return _run(frame, fn, args, kwargs)
+        finally:
+            _STATE.local.stack = saved
+
+    return work
+
+
+def _wrap_threads() -> None:
+    """``ThreadPoolExecutor.submit`` and ``Thread.start`` carry the recorded call they are made in."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    submit, start = ThreadPoolExecutor.submit, threading.Thread.start
+
+    @functools.wraps(submit)
+    def recorded_submit(self, fn, /, *args, **kwargs):
+        handoff = _handoff()
+        return submit(self, fn if handoff is None else _in_worker(handoff, fn), *args, **kwargs)
+
+    @functools.wraps(start)
+    def recorded_start(self):
+        handoff = _handoff()
+        # a pool's own worker threads run the tasks submit already wrapped
+        if handoff is not None and getattr(getattr(self, "_target", None), "__module__", "") != "concurrent.futures.thread":
+            self.run = _in_worker(handoff, self.run)
+        return start(self)
+
+    ThreadPoolExecutor.submit, threading.Thread.start = recorded_submit, recorded_start
 
 
 def _path_of(args, kwargs):

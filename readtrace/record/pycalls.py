@@ -45,7 +45,8 @@ class PythonCalls:
                 if kind == "call":
                     rows.append({"ts_ns": int(r["ts"]), "end_ns": int(r["end"]), "pid": int(r["pid"]),
                                  "tid": int(r["tid"]), "depth": int(r["depth"]), "call": str(r["call"]),
-                                 "chain": str(r["chain"]), "path": r.get("path"), "ok": int(bool(r["ok"]))})
+                                 "chain": str(r["chain"]), "path": r.get("path"), "ok": int(bool(r["ok"])),
+                                 "id": int(r.get("id", 0)), "parent": int(r.get("parent", 0))})
                     used.setdefault(str(r["call"]), {}).update(r.get("kw") or {})
                 elif kind == "entry":
                     entries[str(r["call"])] = {"library": str(r["library"]), "version": str(r["version"]),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from readtrace.analyze.attribution import SEP
 from readtrace.analyze.finding import (
     CacheEvictedReread,
     ColdCache,
@@ -26,6 +27,7 @@ from readtrace.report.units import fmt_bytes, fmt_count, fmt_pct, fmt_seconds, f
 
 FIX_HINT = "`readtrace fix --compare` reruns it cold with sequential prefetch and an own-fd loader"
 PREAD_LEVER = "safetensors load_file(..., backend=\"pread\")"
+MAX_CHAINS_NAMED = 3  # the headline names the innermost calls of this many of an entry point's chains
 
 
 @dataclass(frozen=True)
@@ -244,14 +246,21 @@ def what_if_lines(predictions: list) -> list[str]:
 
 def reads_from_lines(summary: dict) -> list[str]:
     """Which Python loader calls issued the reads, and their library's own lever (python_calls view):
-    "reads came from diffusers... -> safetensors.torch.load_file, 4 threads: 64 MiB (98% of data-file reads)"."""
+    "reads came from diffusers... -> safetensors.torch.load_file, 4 threads: 64 MiB (98% of data-file reads)";
+    an entry point that read through several chains: "reads came from transformers.AutoModel.from_pretrained
+    (3 chains, through safetensors.safe_open, ...), 5 threads: ..." (the innermost call of each)."""
     r = summary.get("reads_from")
     if not r:
         return []
     if not r["chain"]:
         return [f"no data-file read inside a recorded Python loader call ({fmt_count(r['calls'])} calls recorded)"]
     n = r["threads"]
-    line = (f"reads came from {r['chain']}, {n} thread{'s' if n != 1 else ''}: {fmt_bytes(r['bytes'])} "
+    chains = r.get("entry_chains") or [r["chain"]]
+    where = r["chain"] if len(chains) == 1 else (
+        f"{r['entry']} ({len(chains)} chains, through "
+        + ", ".join(dict.fromkeys(c.rsplit(SEP, 1)[-1] for c in chains[:MAX_CHAINS_NAMED]))
+        + (", ..." if len(chains) > MAX_CHAINS_NAMED else "") + ")")
+    line = (f"reads came from {where}, {n} thread{'s' if n != 1 else ''}: {fmt_bytes(r['bytes'])} "
             f"({fmt_pct(r['fraction'])} of data-file reads")
     if r["chain_after_return_bytes"]:
         line += f", {fmt_bytes(r['chain_after_return_bytes'])} of it when its lazy tensors were used after it returned"

@@ -33,7 +33,14 @@ from readtrace import replace
 from readtrace.errors import ReadtraceError, TraceError
 from readtrace.trace.meta import check_meta
 from readtrace.trace.runs import calls_per_row, expand_coalesced
-from readtrace.trace.schema import OPTIONAL_TABLES, READ_COLUMNS, READ_OPS, TABLES, default_for
+from readtrace.trace.schema import (
+    OPTIONAL_COLUMNS,
+    OPTIONAL_TABLES,
+    READ_COLUMNS,
+    READ_OPS,
+    TABLES,
+    default_for,
+)
 
 FORMAT_NAME = "readtrace-trace"
 FORMAT_VERSION = 2
@@ -329,10 +336,12 @@ def _open_table(path: Path, name: str, expected_rows: int | None, lean: bool) ->
     rows = parquet.metadata.num_rows
     if expected_rows is not None and rows != expected_rows:
         raise TraceError(f"{path}: truncated trace: {file.name} has {rows} rows, meta says {expected_rows}")
-    missing = set(TABLES[name].names) - set(parquet.schema_arrow.names)
+    missing = set(TABLES[name].names) - set(parquet.schema_arrow.names) - OPTIONAL_COLUMNS.get(name, frozenset())
     if missing:
         raise TraceError(f"{path}: corrupt trace: {file.name} lacks columns {sorted(missing)}")
     for f in TABLES[name]:
+        if f.name not in parquet.schema_arrow.names:
+            continue
         stored = parquet.schema_arrow.field(f.name).type
         if (stored.value_type if pa.types.is_dictionary(stored) else stored) != f.type:
             raise TraceError(f"{path}: corrupt trace: {file.name}: column {f.name} is {stored}, expected {f.type}")
@@ -401,8 +410,14 @@ def _load_table(path: Path, name: str, expected_rows: int | None, lean: bool) ->
     if name in OPTIONAL_TABLES and expected_rows is None and not (path / f"{name}.parquet").exists():
         return empty_frame(name)  # a trace from before the table
     parquet = _open_table(path, name, expected_rows, lean)
-    schema = _target_schema(name, lean=lean)
-    return _frame(_read_all(path, name, parquet.read, schema.names), schema)
+    stored = set(parquet.schema_arrow.names)
+    schema = _target_schema(name, [c for c in TABLES[name].names if c in stored], lean=lean)
+    frame = _frame(_read_all(path, name, parquet.read, schema.names), schema)
+    for f in TABLES[name]:  # an optional column the trace predates
+        if f.name not in stored:
+            frame.insert(TABLES[name].names.index(f.name), f.name,
+                         pd.Series(default_for(f), index=frame.index, dtype=f.type.to_pandas_dtype()))
+    return frame
 
 
 def _split_reads(parquet: pq.ParquetFile) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -141,6 +141,11 @@ FILES = pa.schema([
 #   call: the entry point ("safetensors.torch.load_file"); chain: the entry points this thread was
 #        inside, outermost first, joined by " -> " (ends with call); depth: their number minus one.
 #   path: the file or directory argument when it was one, else null. ok: 0 when it raised.
+#   id: the call's number in its process (from 1); parent: the id of the call it ran inside (0: none).
+#   Work a recorded call handed to another thread (a ThreadPoolExecutor task, a Thread it started)
+#   is a row on the worker's tid with the submitting call's call, chain and depth and that call's
+#   id as parent; the calls the worker makes continue that chain. id/parent were added within v2:
+#   older traces load them as 0 (OPTIONAL_COLUMNS).
 #   What each entry point's installed version accepts (its levers) is in meta["python_calls"].
 PYTHON_CALLS = pa.schema([
     ("ts_ns", pa.int64()),
@@ -152,10 +157,13 @@ PYTHON_CALLS = pa.schema([
     ("chain", pa.string()),
     ("path", pa.string()),
     ("ok", pa.int8()),
+    ("id", pa.int64()),
+    ("parent", pa.int64()),
 ])
 
 TABLES = {"events": EVENTS, "pages": PAGES, "fuse": FUSE, "files": FILES, "python_calls": PYTHON_CALLS}
 OPTIONAL_TABLES = frozenset({"python_calls"})  # added within v2: absent in older traces
+OPTIONAL_COLUMNS = {"python_calls": frozenset({"id", "parent"})}  # added within v2: filled with 0 when absent
 
 FUSE_OPCODES = {
     1: "LOOKUP", 3: "GETATTR", 14: "OPEN", 15: "READ", 18: "RELEASE", 25: "FLUSH",

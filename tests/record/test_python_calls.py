@@ -52,6 +52,14 @@ THREADS = textwrap.dedent("""
     [t.join() for t in ts]
 """)
 TORCH_LOAD = "import sys, torch; torch.load(sys.argv[1])"
+POOLS = textwrap.dedent("""
+    import json, os, sys, threading
+    from transformers import AutoModelForCausalLM
+    from diffusers import UNet2DConditionModel
+    AutoModelForCausalLM.from_pretrained(sys.argv[1])  # transformers 5 materialises tensors in a pool
+    UNet2DConditionModel.from_pretrained(sys.argv[2])  # HF_ENABLE_PARALLEL_LOADING: a pool over the shards
+    print(json.dumps({"pid": os.getpid(), "tid": threading.get_native_id()}))
+""")
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +146,9 @@ def test_real_loaders_are_attributed_to_their_entry_points(tmp_path, checkpoints
     assert any(lv["change"].endswith("from_pretrained(..., disable_mmap=True)") for lv in mine) is accepts
     assert all(lv["version"] == library.__version__ for lv in mine)
     line = reads_from_lines(summary)[0]
-    assert line.startswith(f"reads came from {r['chain']}, ") and "of data-file reads" in line
+    assert r["chain"].startswith(r["entry"]) and r["chain"] == r["entry_chains"][0]
+    where = r["chain"] if len(r["entry_chains"]) == 1 else f"{r['entry']} ({len(r['entry_chains'])} chains, through "
+    assert line.startswith(f"reads came from {where}") and "of data-file reads" in line
     if accepts:
         assert "disable_mmap=True" in reads_from_lines(summary)[1]
 
@@ -226,6 +236,70 @@ def test_a_log_that_cannot_be_written_never_breaks_the_program(tmp_path):
     assert done.stdout.split() == ["8.0", "torch.load"]
 
 
+def test_work_handed_to_threads_carries_the_submitting_call(tmp_path):
+    """A wrapped entry point that starts a Thread and submits to a ThreadPoolExecutor (real threads,
+    the real log): each worker's task is a row on its own tid with the call's chain, parent = the call;
+    calls the worker makes continue the chain; threads started outside any call are left alone."""
+    from readtrace.inject.inject import shim_environment
+    from readtrace.record.pycalls import PythonCalls
+
+    script = textwrap.dedent("""
+        import json, sys, threading, types
+        from concurrent.futures import ThreadPoolExecutor
+        import torch  # the hook wraps torch.load; the threads' work calls it again
+        from readtrace.inject import calls
+        path = sys.argv[1]
+        fake = types.ModuleType("torch")  # an entry point that hands its work to threads
+        def load(p):
+            t = threading.Thread(target=lambda: torch.load(p))
+            t.start(); t.join()
+            with ThreadPoolExecutor(2) as pool:
+                return [f.result() for f in [pool.submit(torch.load, p) for _ in range(3)]]
+        fake.load = load
+        calls._wrap_one(fake, "load", "outer.load", ())
+        fake.load(path)
+        t = threading.Thread(target=lambda: torch.load(path)); t.start(); t.join()  # outside every call
+        print(json.dumps({"tid": threading.get_native_id()}))
+    """)
+    path = tmp_path / "m.pt"
+    subprocess.run([PY, "-c", f"import torch; torch.save({{'w': torch.ones(8)}}, {str(path)!r})"], check=True)
+    log = tmp_path / "calls.jsonl"
+    log.write_text("")
+    with shim_environment("none", None, calls_log=str(log)) as env:
+        done = subprocess.run([PY, "-c", script, str(path)], env=env, capture_output=True, text=True, check=True)
+    main_tid = json.loads(done.stdout.splitlines()[-1])["tid"]
+    rows, _ = PythonCalls({}, str(log)).read()
+    outer = rows[rows["call"] == "outer.load"]
+    top = outer[outer["tid"] == main_tid]
+    assert len(top) == 1 and top["parent"].iloc[0] == 0 and top["chain"].iloc[0] == "outer.load"
+    tasks = outer[outer["tid"] != main_tid]  # 1 thread + 3 pool tasks
+    assert len(tasks) == 4 and (tasks["parent"] == top["id"].iloc[0]).all() and (tasks["depth"] == 0).all()
+    assert ((tasks["ts_ns"] >= top["ts_ns"].iloc[0]) & (tasks["end_ns"] <= top["end_ns"].iloc[0])).all()
+    inner = rows[(rows["call"] == "torch.load") & (rows["tid"] != main_tid)]
+    nested = inner[inner["chain"] == "outer.load -> torch.load"]
+    assert len(nested) == 4 and (nested["depth"] == 1).all()
+    assert set(nested["parent"]) == set(tasks["id"])  # each inside its own task's row
+    alone = inner[inner["chain"] == "torch.load"]  # the thread started after the call: no parent
+    assert len(alone) == 1 and alone["parent"].iloc[0] == 0
+    assert not rows.duplicated(["pid", "id"]).any()
+
+
+def test_the_headline_names_an_entry_point_and_its_chains():
+    base = {"calls": 9, "bytes": 48 << 20, "fraction": 0.96, "threads": 5, "chain_after_return_bytes": 0,
+            "attributed_fraction": 0.97, "levers": []}
+    grouped = {**base, "entry": "transformers.AutoModel.from_pretrained",
+               "chain": "transformers.AutoModel.from_pretrained -> transformers.PreTrainedModel.from_pretrained",
+               "entry_chains": ["transformers.AutoModel.from_pretrained -> transformers.PreTrainedModel.from_pretrained",
+                                "transformers.AutoModel.from_pretrained -> transformers.PreTrainedModel.from_pretrained"
+                                " -> safetensors.safe_open", "transformers.AutoModel.from_pretrained"]}
+    assert reads_from_lines({"reads_from": grouped})[0] == (
+        "reads came from transformers.AutoModel.from_pretrained (3 chains, through transformers.PreTrainedModel"
+        ".from_pretrained, safetensors.safe_open, transformers.AutoModel.from_pretrained), 5 threads: 48 MiB "
+        "(96% of data-file reads; 97% attributed to loader calls in all)")
+    one = {**base, "entry": "torch.load", "chain": "torch.load", "entry_chains": ["torch.load"], "threads": 1}
+    assert reads_from_lines({"reads_from": one})[0].startswith("reads came from torch.load, 1 thread: 48 MiB (96%")
+
+
 def test_innermost_call_of_nested_and_threaded_spans():
     calls = pd.DataFrame({"ts_ns": [100, 110, 130, 105], "end_ns": [200, 120, 150, 300], "pid": [1, 1, 1, 1],
                           "tid": [1, 1, 1, 2], "chain": ["a", "a -> b", "a -> c", "d"]})
@@ -244,3 +318,86 @@ def test_a_trace_from_before_the_view_loads_without_it(tmp_path):
     trace = load_trace(path)
     assert len(trace.python_calls) == 0 and list(trace.python_calls.columns)[:2] == ["ts_ns", "end_ns"]
     assert analyze(trace).summary["reads_from"] is None
+
+
+def _sharded_unet(out, shard_mib: int):
+    import torch
+    from diffusers import UNet2DConditionModel
+
+    torch.manual_seed(0)
+    unet = UNet2DConditionModel(
+        sample_size=32, in_channels=4, out_channels=4, layers_per_block=1, cross_attention_dim=64,
+        block_out_channels=(32, 64, 128, 128), attention_head_dim=8,
+        down_block_types=("CrossAttnDownBlock2D",) * 3 + ("DownBlock2D",),
+        up_block_types=("UpBlock2D",) + ("CrossAttnUpBlock2D",) * 3)
+    unet.save_pretrained(out, max_shard_size=f"{shard_mib}MB")
+    return out
+
+
+@pytest.mark.ebpf
+@pytest.mark.slow
+def test_loading_pools_carry_the_submitting_call(tmp_path):
+    """transformers' materialising pool and diffusers' parallel shard loading: the workers' reads
+    belong to the from_pretrained that submitted them (rows on the workers' tids, parent = that call)."""
+    tr = build("transformers-sharded", tmp_path / "tr", 16)
+    df = _sharded_unet(tmp_path / "df", 2)
+    assert len(list(df.glob("*.safetensors"))) >= 4
+    env = {**os.environ, "HF_ENABLE_PARALLEL_LOADING": "yes"}
+    trace = _record(tmp_path, POOLS, tr, df, env=env)
+    calls = trace.python_calls
+    assert (calls["id"] > 0).all() and not calls.duplicated(["pid", "id"]).any()
+    ids = calls.set_index(["pid", "id"])
+    for entry, files in (("transformers.AutoModel.from_pretrained", str(tr)), ("diffusers.ModelMixin.from_pretrained", str(df))):
+        top = calls[(calls["chain"] == entry) & (calls["parent"] == 0)]
+        assert len(top) == 1, calls[calls["chain"] == entry]
+        home = int(top["tid"].iloc[0])
+        # the pool's tasks: rows on other threads whose parent is a call of the loading thread
+        parent_tid = ids["tid"].reindex(list(zip(calls["pid"], calls["parent"], strict=True))).to_numpy()
+        workers = calls[(calls["tid"] != home) & (parent_tid == home) & calls["chain"].str.startswith(entry)]
+        assert workers["tid"].nunique() >= 2, calls[calls["tid"] != home]
+        # each carries its submitting call's chain and starts inside that call (a thread it started,
+        # tqdm's monitor, may outlive it)
+        parents = ids.loc[list(zip(workers["pid"], workers["parent"], strict=True))]
+        assert (parents["chain"].to_numpy() == workers["chain"].to_numpy()).all()
+        assert ((workers["ts_ns"].to_numpy() >= parents["ts_ns"].to_numpy())
+                & (workers["ts_ns"].to_numpy() <= parents["end_ns"].to_numpy())).all()
+        # the workers' own reads and faults of the checkpoint are inside their own rows (same thread)
+        touches = _touches(trace, files + "/")
+        by_workers = touches[touches["tid"].isin(workers["tid"])]
+        assert by_workers["bytes"].sum() > 0
+        own = calls[calls["tid"].isin(workers["tid"]) & calls["chain"].str.startswith(entry)]
+        assert _inside(by_workers, own, same_thread=True) > 0.95
+        assert innermost_calls(calls, "tid", by_workers["tid"].to_numpy(), by_workers["ts_ns"].to_numpy()).min() >= 0
+    # diffusers' workers go on into load_state_dict -> load_file: the chain continues the submitting call's
+    main_tid = calls.loc[calls["parent"] == 0, "tid"].iloc[0]
+    assert any(c.startswith("diffusers.ModelMixin.from_pretrained -> diffusers.load_state_dict -> safetensors.torch.load_file")
+               for c in calls.loc[calls["tid"] != main_tid, "chain"])
+    assert not calls["chain"].str.startswith("diffusers.load_state_dict").any()  # no orphaned chain
+
+    # the headline: the entry point with most bytes, all its chains together
+    r = analyze(trace).summary["reads_from"]
+    assert r["entry"] in ("transformers.AutoModel.from_pretrained", "diffusers.ModelMixin.from_pretrained")
+    e = r["entries"]
+    assert {x["entry"] for x in e} >= {"transformers.AutoModel.from_pretrained", "diffusers.ModelMixin.from_pretrained"}
+    assert r["bytes"] == e[0]["bytes"] == max(x["bytes"] for x in e)
+    listed = [c["bytes"] for c in r["chains"] if c["entry"] == r["entry"]]
+    assert sum(listed) <= r["bytes"] and (len(r["entry_chains"]) < 2 or max(listed) < r["bytes"])
+    assert len(r["entry_chains"]) >= 2 and all(c.startswith(r["entry"]) for c in r["entry_chains"])
+    assert r["threads"] >= 3  # the loader's thread and its pool's
+    line = reads_from_lines(analyze(trace).summary)[0]
+    assert line.startswith(f"reads came from {r['entry']} ({len(r['entry_chains'])} chains, through "), line
+    assert f", {r['threads']} threads: " in line
+
+
+def test_a_trace_from_before_the_call_ids_loads_them_as_zero(tmp_path):
+    import pyarrow.parquet as pq
+
+    path = write_trace(tmp_path / "old.rtrace", events={"ts_ns": [1], "op": ["read"], "size": [4], "ret": [4]},
+                       python_calls={"ts_ns": [1], "end_ns": [2], "pid": [7], "tid": [7], "call": ["torch.load"],
+                                     "chain": ["torch.load"], "ok": [1], "id": [3], "parent": [0]})
+    table = pq.read_table(path / "python_calls.parquet")
+    pq.write_table(table.drop_columns(["id", "parent"]), path / "python_calls.parquet")  # as written before them
+    calls = load_trace(path).python_calls
+    assert list(calls.columns)[-2:] == ["id", "parent"] and calls[["id", "parent"]].values.tolist() == [[0, 0]]
+    assert calls["id"].dtype == np.int64 and calls["chain"].iloc[0] == "torch.load"
+    assert load_trace(path, lean=True).python_calls["id"].tolist() == [0]
