@@ -1,7 +1,7 @@
 """A job of several nodes: one trace per node, analysed each on its own, then joined.
 
 Node traces given as paths are analysed by worker processes, as many at once as there are CPUs and
-as the machine's available memory holds (each a whole node's analysis: ``node_memory_estimate``);
+as the machine's available memory holds (each a whole node's analysis: ``node_workers``);
 traces given loaded (or as loaders) are analysed here, one at a time.
 
 Time line: each trace's ``start_time`` (the node's wall clock, UTC) gives its offset from the
@@ -39,6 +39,10 @@ SKEW_MIN_S = 1.0  # ... and by at least this much
 NODE_BYTES_PER_ROW = 200
 NODE_BASE_BYTES = 300 << 20
 NODE_MEMORY_SHARE = 0.5  # of MemAvailable, for all the workers together
+# Below this many rows in all the traces together, analyse here: a spawned worker's imports (~1-3 s
+# on the 2-vCPU VM) cost more than such a job's analyses (measured: 3 x 100 k events, 5.6 s in one
+# process, 10.1 s with 2 workers; benchmarks/bench_job.py).
+MIN_ROWS_FOR_WORKERS = 1_000_000
 NODE_COLUMNS = ("trace", "host", "start_offset_s", "wall_s", "io_wait_s", "bytes_read", "remote_bytes_read",
                 "files", "ranks", "findings")
 
@@ -136,22 +140,22 @@ def _analyze_in_workers(paths: list, thresholds: Thresholds | None, workers: int
                              f"fewer traces at once than {workers}") from None
 
 
-def node_memory_estimate(path: str | os.PathLike) -> int:
-    """Bytes one node's analysis may hold at its peak, from the row counts in its meta.json."""
+def trace_rows(path: str | os.PathLike) -> int:
+    """Rows of every table of a trace, from its meta.json (0 when unreadable: the worker says why)."""
     try:
         rows = json.loads((Path(path) / "meta.json").read_text()).get("rows") or {}
-        n = sum(int(v) for v in rows.values() if isinstance(v, int))
+        return sum(int(v) for v in rows.values() if isinstance(v, int))
     except (OSError, ValueError, AttributeError):
-        n = 0  # unreadable: the worker says why, in one line
-    return NODE_BASE_BYTES + NODE_BYTES_PER_ROW * n
+        return 0
 
 
 def node_workers(paths: list) -> int:
-    """How many node traces to analyse at once: one per CPU, as long as the largest ones fit together
-    in ``NODE_MEMORY_SHARE`` of the available memory."""
-    if len(paths) < 2:
+    """How many node traces to analyse at once: one per CPU, as long as the largest ones' analyses
+    fit together in ``NODE_MEMORY_SHARE`` of the available memory; 1 for a small job."""
+    rows = [trace_rows(p) for p in paths]
+    if len(paths) < 2 or sum(rows) < MIN_ROWS_FOR_WORKERS:
         return 1
-    need = sorted((node_memory_estimate(p) for p in paths), reverse=True)
+    need = sorted((NODE_BASE_BYTES + NODE_BYTES_PER_ROW * n for n in rows), reverse=True)
     workers = 1
     while workers < min(len(paths), os.cpu_count() or 1) and \
             fits_in_memory(sum(need[:workers + 1]), NODE_MEMORY_SHARE):

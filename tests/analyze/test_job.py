@@ -97,21 +97,22 @@ def test_node_traces_analysed_in_workers_give_the_same_job(tmp_path):
                           "/mnt/a/model.safetensors", size) for i in range(3)]
     paths = [_written(t, tmp_path / f"node{i}.rtrace") for i, t in enumerate(traces)]
     here = _same_json(analyze_job([load_trace(p, lean=True) for p in paths]))
-    assert node_workers(paths) == min(3, os.cpu_count())  # three small traces fit in memory
+    assert node_workers(paths) == 1  # a small job: a worker's start would cost more than its analysis
     parallel = _same_json(analyze_job(paths, workers=2))
     assert parallel == here == _same_json(analyze_job(paths, workers=1))
     assert [Path(n["trace"]).name for n in parallel["nodes"]] == ["node0.rtrace", "node1.rtrace", "node2.rtrace"]
     assert {f["code"] for f in parallel["findings"]} == {"REPLICATED_READS", "LOAD_SKEW"}
 
 
-def test_a_node_trace_too_big_for_memory_is_analysed_alone(tmp_path):
+def test_node_workers_as_memory_allows(tmp_path):
     small = _written(_node_trace("n0", "2026-12-01T10:00:00+00:00", {100: 0}, 5.0, "/data/m", 1 << 20),
                      tmp_path / "a.rtrace")
-    huge = tmp_path / "b.rtrace"
-    huge.mkdir()
-    (huge / "meta.json").write_text(json.dumps({"rows": {"events": 10**13}}))  # ~2 PB of analysis
-    assert node_workers([small, huge]) == 1
-    assert node_workers([small]) == 1
+    big, huge = tmp_path / "b.rtrace", tmp_path / "c.rtrace"
+    for path, rows in ((big, 2_000_000), (huge, 10**13)):  # 0.7 GB and ~2 PB of analysis
+        path.mkdir()
+        (path / "meta.json").write_text(json.dumps({"rows": {"events": rows}}))
+    assert node_workers([small, big]) == min(2, os.cpu_count())
+    assert node_workers([small, huge]) == 1 and node_workers([big]) == 1
 
 
 def test_a_broken_node_trace_in_a_worker_is_one_error_line(tmp_path):
@@ -194,8 +195,8 @@ def test_two_nodes_two_ranks_each_recorded_merged_and_reported(tmp_path):
     rep = [f for f in data["findings"] if f["code"] == "REPLICATED_READS"]
     assert len(rep) == 1 and rep[0]["nodes"] == 2 and rep[0]["file"].endswith(ckpt.name)
     assert rep[0]["aggregate_bytes"] >= 1.8 * size
-    # the report analysed the two nodes in two worker processes: the same job as one after the other here
-    assert data == _same_json(analyze_job([tmp_path / "node0.rtrace", tmp_path / "node1.rtrace"], workers=1))
+    # the two nodes analysed in two worker processes: the same job as the report's (one after the other)
+    assert data == _same_json(analyze_job([tmp_path / "node0.rtrace", tmp_path / "node1.rtrace"], workers=2))
 
     text = subprocess.run([sys.executable, "-m", "readtrace", "report", str(tmp_path)], capture_output=True,
                           text=True, timeout=300)
