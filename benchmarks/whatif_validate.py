@@ -82,7 +82,8 @@ def report_summary(trace: Path) -> dict:
     return {"wall_s": a.summary.get("wall_s"), "data_wait_s": a.summary.get("data_wait_s"),
             "predicted_fixed_s": a.summary.get("predicted_fixed_s"),
             "fixed_strategy": a.summary.get("fixed_strategy"),
-            "predicted_s": p.predicted_s if p else None, "mount_latency_ms": a.summary.get("mount_latency_ms"),
+            "predicted_s": p.predicted_s if p else None, "runq_s": a.summary.get("runq_s"),
+            "startup_s": p.startup_s if p else None, "mount_latency_ms": a.summary.get("mount_latency_ms"),
             "mount_request_ms": a.summary.get("mount_request_ms")}
 
 
@@ -105,6 +106,9 @@ def fix_rows(keep: Path) -> list[dict]:
                "predicted_fixed_s": base["predicted_fixed_s"], "model_strategy": base["fixed_strategy"],
                "fixed_predicted_s": fixed_pred[0] if fixed_pred else None,
                "mount_latency_ms": base["mount_latency_ms"], "mount_request_ms": base["mount_request_ms"],
+               "baseline_runq_s": base["runq_s"], "fixed_runq_s": fixed[0]["runq_s"] if fixed else None,
+               "startup_s": base["startup_s"],
+               "floor_s": ((data.get("choice") or {}).get("floor") or {}).get("total_s"),
                "candidates": {c["label"]: c["wall_s"] for c in (data.get("choice") or {}).get("candidates", [])}}
         row["error_fixed"] = (row["predicted_fixed_s"] / fixed_wall - 1) if row["predicted_fixed_s"] and fixed_wall else None
         row["error_fixed_trace"] = (row["fixed_predicted_s"] / fixed_wall - 1) if row["fixed_predicted_s"] and fixed_wall else None
@@ -114,12 +118,14 @@ def fix_rows(keep: Path) -> list[dict]:
 
 def print_fix_rows(rows: list[dict]) -> None:
     pct = lambda x: "-" if x is None else f"{100 * x:+.0f}%"  # noqa: E731
-    print(f"{'pattern':<20} {'ms':>3} {'baseline':>9} {'chosen':<28} {'fixed':>7} {'pred':>7} {'err':>5} "
-          f"{'pred(fixed tr)':>14} {'err':>5}  model")
+    num = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+    print(f"{'pattern':<20} {'ms':>3} {'baseline':>9} {'chosen':<20} {'fixed':>7} {'pred':>7} {'err':>5} "
+          f"{'pred(fixed tr)':>14} {'err':>5} {'floor':>6} {'runq b/f':>11}  model")
     for r in rows:
-        print(f"{r['pattern']:<20} {r['latency_ms']:>3g} {r['baseline_wall_s']:>8.2f}s {r['chosen']:<28} "
+        print(f"{r['pattern']:<20} {r['latency_ms']:>3g} {r['baseline_wall_s']:>8.2f}s {r['chosen'][:20]:<20} "
               f"{r['fixed_wall_s']:>6.2f}s {r['predicted_fixed_s'] or 0:>6.2f}s {pct(r['error_fixed']):>5} "
-              f"{r['fixed_predicted_s'] or 0:>13.2f}s {pct(r['error_fixed_trace']):>5}  {r['model_strategy']}")
+              f"{r['fixed_predicted_s'] or 0:>13.2f}s {pct(r['error_fixed_trace']):>5} {num(r['floor_s']):>6} "
+              f"{num(r['baseline_runq_s'])}/{num(r['fixed_runq_s'])}  {r['model_strategy']}")
 
 
 def run_fix(args, patterns: list[str], latencies: list[float]) -> int:

@@ -302,7 +302,7 @@ def _predict_fixed_here(a: Analysis) -> None:
         return
     fixed = whatif.what_if(a, [mount], recorded=False)[0]
     a.summary.update(mount_profile=mount.name, mount_latency_ms=mount.latency_ms, mount_request_ms=mount.request_ms,
-                     predicted_fixed_s=fixed.predicted_fixed_s)
+                     predicted_fixed_s=fixed.predicted_fixed_s, fixed_strategy=fixed.fixed_strategy)
     remote = set(a.files.loc[a.files["remote"], "path"])
     for f in a.findings:
         if f.file in remote:

@@ -19,8 +19,19 @@ bandwidth. Streams active at the same time in the recording run in parallel: the
 is, per phase of overlapping streams, the slowest stream (at least the phase's bytes over the
 bandwidth), summed over phases. ``predicted_s = wall - recorded wait + predicted io_wait`` (the
 recorded wait on the data files the model replays, ``summary.data_wait_s``):
-start-up and compute carry over. The fixed pattern: each file read once, in file order, by one
-reader in 1 MiB requests (up to 8 in flight where the storage keeps no handle state).
+start-up and compute carry over. The fixed pattern is what ``readtrace fix --compare`` runs
+(readtrace/fix/candidates.py), the faster of those it would try here:
+
+- ``prefetch`` (any loader): the files taken as one byte stream, split into PREFETCH_STREAMS
+  contiguous shares, each read in order on an fd (a handle) of its own, in parallel; it starts with
+  the interpreter (the shim's start-up prefetch) and the load waits for it, so the part of it that
+  fits in the start-up before the load's first read of a data file is hidden;
+- ``own-fd`` (loads through safetensors or torch.load, seen in the python_calls view): one reader
+  per file, in order, inside the load.
+
+Each reader's requests: 1 MiB (up to 8 in flight where the storage keeps no handle state); per
+handle the storage model's ranges (one first byte per 200 MiB on gcsfuse) and the mount's own cost
+per kernel request (``request_ms``).
 """
 
 from __future__ import annotations
@@ -39,6 +50,8 @@ KERNEL_READAHEAD = 128 * 1024  # the kernel's FUSE/NFS read-ahead window (defaul
 FIXED_REQUEST = 1 * MiB
 FIXED_DEPTH = 8  # requests in flight for the fixed reader where the storage has no handle state
 PREFETCH_FIRST, PREFETCH_MAX = 1 * MiB, 64 * MiB
+PREFETCH_STREAMS = 4  # readtrace.pagecache.prefetch.DEFAULT_THREADS: the fix's start-up prefetch
+ROUTED_LIBRARIES = ("safetensors.", "torch.load")  # entry points the own-fd loader takes over (fix/candidates.py)
 
 
 @dataclass(frozen=True)
@@ -79,6 +92,8 @@ class Prediction:
     fixed_bytes_fetched: int
     streams: int
     source: str  # "fuse" (the daemon's requests) or "app" (the kernel's requests, from the app view)
+    fixed_strategy: str = "prefetch"  # what fix --compare would run: "prefetch" or "own-fd"
+    startup_s: float = 0.0  # recorded start-up before the load's first data-file access (hides a prefetch)
 
     def data(self) -> dict:
         return asdict(self)
@@ -163,27 +178,56 @@ def _predict_io(a, data_ids: np.ndarray, p: Profile) -> tuple[float, int, int, i
     return _phase_time(g, busy.to_numpy(), p), int(g["requests"].sum()), int(g["transfer"].sum()), len(g)
 
 
-def _predict_fixed(file_bytes: list[int], p: Profile) -> tuple[float, int, int]:
-    """Each file once, in order, by one reader: files one after another."""
+def _predict_fixed(file_bytes: list[int], p: Profile, streams: int = 1) -> tuple[float, int, int]:
+    """Each file read once, in order, split into ``streams`` contiguous shares read in parallel (each
+    on a handle of its own); files one after another."""
     lat, total, requests = p.latency_ms / 1000.0, 0.0, 0
     link = p.bandwidth_mbps * 1e6 if p.bandwidth_mbps else math.inf
     for nbytes in file_bytes:
+        share = -(-nbytes // streams)
         if p.model == "gcsfuse":
-            n = max(1, -(-nbytes // (200 * MiB)))
+            n = max(1, -(-share // (200 * MiB)))
             t = n * lat
         elif p.model == "prefetch":
             n, covered, window = 0, 0, PREFETCH_FIRST
-            while covered < nbytes:
+            while covered < share:
                 covered += window
                 window = min(2 * window, PREFETCH_MAX)
                 n += 1
             t = n * lat
         else:
-            n = max(1, -(-nbytes // FIXED_REQUEST))
+            n = max(1, -(-share // FIXED_REQUEST))
             t = n * lat / FIXED_DEPTH
-        total += t + nbytes / link + -(-nbytes // KERNEL_READAHEAD) * p.request_ms / 1000.0
-        requests += n
+        total += t + nbytes / link + -(-share // KERNEL_READAHEAD) * p.request_ms / 1000.0
+        requests += n * streams
     return total, requests, int(sum(file_bytes))
+
+
+def _startup_s(a, data_ids: np.ndarray) -> float:
+    """Seconds from the recording's start to the load's first access of a data file (0: unknown)."""
+    t0 = (a.meta or {}).get("t0_ns")
+    st = a.streams
+    first = st.loc[st["file_id"].isin(data_ids), "first_ts_ns"]
+    if not t0 or first.empty:
+        return 0.0
+    return max(float(first.min() - int(t0)) / 1e9, 0.0)
+
+
+def _routed(a) -> bool:
+    """Whether the load read through an entry point fix's own-fd loader takes over."""
+    r = a.summary.get("reads_from") or {}
+    return any(call.startswith(ROUTED_LIBRARIES) for c in r.get("chains") or [] for call in c["chain"].split(" -> "))
+
+
+def _fixed_plan(a, data_ids: np.ndarray, need: list[int], p: Profile) -> tuple[str, float, int, int, float]:
+    """(strategy, I/O seconds the load still waits, backend requests, bytes, start-up s) of the fix
+    ``fix --compare`` would choose here: the start-up prefetch, or the own-fd loader where it applies."""
+    startup = _startup_s(a, data_ids)
+    t, requests, nbytes = _predict_fixed(need, p, PREFETCH_STREAMS)
+    plans = [("prefetch", max(t - startup, 0.0), requests, nbytes)]
+    if _routed(a):
+        plans.append(("own-fd", *_predict_fixed(need, p, 1)))
+    return (*min(plans, key=lambda plan: plan[1]), startup)
 
 
 def _data_files(a) -> pd.DataFrame:
@@ -210,14 +254,14 @@ def what_if(a, profiles: list[Profile], recorded: bool = True) -> list[Predictio
     out = []
     for p in profiles:
         t, requests, fetched, streams = _predict_io(a, ids, p) if recorded else (float("nan"), 0, 0, 0)
-        ft, frequests, ffetched = _predict_fixed(need, p)
+        strategy, ft, frequests, ffetched, startup = _fixed_plan(a, ids, need, p)
         out.append(Prediction(
             p.name, p.latency_ms, p.bandwidth_mbps,
             predicted_s=wall - io + t if wall is not None and recorded else None,
             predicted_fixed_s=wall - io + ft if wall is not None else None,
             predicted_io_s=t, predicted_fixed_io_s=ft, recorded_io_wait_s=io, backend_requests=requests,
             bytes_fetched=fetched, fixed_backend_requests=frequests, fixed_bytes_fetched=ffetched,
-            streams=streams, source=source))
+            streams=streams, source=source, fixed_strategy=strategy, startup_s=startup))
     return out
 
 

@@ -27,6 +27,8 @@ from readtrace.report.units import fmt_bytes, fmt_count, fmt_pct, fmt_seconds, f
 
 FIX_HINT = "`readtrace fix --compare` reruns it cold with sequential prefetch and an own-fd loader"
 PREAD_LEVER = "safetensors load_file(..., backend=\"pread\")"
+FIXED_HOW = {"prefetch": "fix's prefetch: 4 own-fd streams in order, from start-up",
+             "own-fd": "fix's own-fd loader: each file read once in order"}
 MAX_CHAINS_NAMED = 3  # the headline names the innermost calls of this many of an entry point's chains
 
 
@@ -233,7 +235,7 @@ def fixed_line(summary: dict) -> str | None:
     if not wall or fixed is None or fixed > 0.8 * wall:
         return None
     return (f"fixed: ~{fmt_seconds(fixed)} predicted on this mount ({summary['mount_profile']} model, "
-            f"{summary['mount_latency_ms']:.3g} ms first byte; each file read once in order)")
+            f"{summary['mount_latency_ms']:.3g} ms first byte; {FIXED_HOW.get(summary.get('fixed_strategy'), FIXED_HOW['prefetch'])})")
 
 
 def what_if_lines(predictions: list) -> list[str]:

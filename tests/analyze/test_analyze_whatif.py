@@ -22,11 +22,13 @@ def predict(case, *profiles):
 
 def test_shared_handle_pays_a_first_byte_per_request_on_gcsfuse_only():
     # 4 tasks take turns on one handle: 256 requests of 256 KiB, every one a seek for gcsfuse,
-    # served one at a time (the handle's lock): 256 x 20 ms; fixed: one 200 MiB range, 20 ms
+    # served one at a time (the handle's lock): 256 x 20 ms; fixed (fix's prefetch): 4 handles of a
+    # 16 MiB share each, one range each, in parallel: 20 ms
     p = predict("shared", profile("gcsfuse", 20), profile("nfs", 20), profile("prefetch", 20))
     g = p["gcsfuse"]
     assert g.backend_requests == 256 and g.predicted_io_s == pytest.approx(5.12)
-    assert g.fixed_backend_requests == 1 and g.predicted_fixed_io_s == pytest.approx(0.02)
+    assert g.fixed_backend_requests == 4 and g.predicted_fixed_io_s == pytest.approx(0.02)
+    assert g.fixed_strategy == "prefetch" and g.startup_s == 0.0  # no recording start: nothing hidden
     assert g.predicted_s == pytest.approx(g.predicted_io_s, abs=1e-3)  # the synthetic load only waited
     # nfs: no handle state; each task's 64 requests one after another, the 4 tasks in parallel
     assert p["nfs"].backend_requests == 256 and p["nfs"].predicted_io_s == pytest.approx(64 * 0.02)
@@ -40,8 +42,21 @@ def test_own_handles_run_in_parallel_and_sequential_nfs_pays_every_request():
     seq = predict("sequential", profile("gcsfuse", 20), profile("nfs", 20), profile("local-nvme"))
     assert seq["gcsfuse"].backend_requests == 1 and seq["gcsfuse"].predicted_io_s == pytest.approx(0.02)
     assert seq["nfs"].predicted_io_s == pytest.approx(256 * 0.02)
-    assert seq["nfs"].predicted_fixed_io_s == pytest.approx(64 * 0.02 / 8)  # 1 MiB requests, 8 in flight
+    # fixed: 4 prefetch streams of 16 MiB, each 16 requests of 1 MiB with 8 in flight
+    assert seq["nfs"].predicted_fixed_io_s == pytest.approx(16 * 0.02 / 8)
     assert seq["local-nvme"].predicted_io_s < 0.05
+
+
+def test_the_fixed_prefetch_hides_in_the_start_up_before_the_first_read():
+    """fix's prefetch starts with the interpreter: what fits before the load's first data read is
+    hidden; the rest the load waits for. The own-fd loader is a candidate only for routed loads."""
+    case = load_case("shared")
+    first = int(case["events"]["ts_ns"].min())
+    for startup_ms, waited in ((10, 0.01), (1000, 0.0)):
+        case["meta"] = {**case["meta"], "t0_ns": first - startup_ms * 1_000_000}
+        g = what_if(analyze(make_trace(**case)), [profile("gcsfuse", 20)])[0]
+        assert g.startup_s == pytest.approx(startup_ms / 1000, abs=1e-3)
+        assert g.fixed_strategy == "prefetch" and g.predicted_fixed_io_s == pytest.approx(waited, abs=1e-3)
 
 
 def test_bandwidth_bounds_a_phase():

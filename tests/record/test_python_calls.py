@@ -320,6 +320,68 @@ def test_a_trace_from_before_the_view_loads_without_it(tmp_path):
     assert analyze(trace).summary["reads_from"] is None
 
 
+PIPELINE = textwrap.dedent("""
+    import json, os, sys
+    from diffusers import AutoencoderKL, DiffusionPipeline
+    out = sys.argv[1]
+    pipe = DiffusionPipeline.from_pretrained(out)
+    single = AutoencoderKL.from_single_file(os.path.join(out, "vae", "diffusion_pytorch_model.safetensors"),
+                                            config=os.path.join(out, "vae"), local_files_only=True)
+    print(json.dumps({"pipeline": type(pipe).__name__, "single": type(single).__name__}))
+""")
+
+
+def _tiny_pipeline(out):
+    """A DDPM pipeline (tiny UNet2DModel + scheduler) and a VAE beside it, built here (no model hub).
+    Built before the recording: save_pretrained writes a temporary name and renames it, and a trace
+    names an inode by the path it was first seen with."""
+    import torch
+    from diffusers import AutoencoderKL, DDPMPipeline, DDPMScheduler, UNet2DModel
+
+    torch.manual_seed(0)
+    unet = UNet2DModel(sample_size=16, in_channels=3, out_channels=3, layers_per_block=1, block_out_channels=(32, 64),
+                       down_block_types=("DownBlock2D",) * 2, up_block_types=("UpBlock2D",) * 2, norm_num_groups=8)
+    DDPMPipeline(unet=unet, scheduler=DDPMScheduler()).save_pretrained(out)
+    vae = AutoencoderKL(block_out_channels=(32, 64), down_block_types=("DownEncoderBlock2D",) * 2,
+                        up_block_types=("UpDecoderBlock2D",) * 2, latent_channels=4, norm_num_groups=8, sample_size=32)
+    vae.save_pretrained(out / "vae")
+    return out
+
+
+@pytest.mark.ebpf
+@pytest.mark.slow
+def test_diffusion_pipeline_and_single_file_are_attributed(tmp_path):
+    """DiffusionPipeline.from_pretrained (a locally built DDPM pipeline) and from_single_file (a VAE
+    file with its local config): their rows, their reads inside their spans, the headline and lever."""
+    out = _tiny_pipeline(tmp_path / "pipe")
+    trace = _record(tmp_path, PIPELINE, out)
+    calls = trace.python_calls
+    unet_file, vae_file = f"{out}/unet/diffusion_pytorch_model.safetensors", f"{out}/vae/diffusion_pytorch_model.safetensors"
+    pipe = calls[(calls["call"] == "diffusers.DiffusionPipeline.from_pretrained") & (calls["path"] == str(out))]
+    single = calls[calls["call"] == "diffusers.from_single_file"]
+    assert len(pipe) == 1 and pipe["depth"].iloc[0] == 0 and len(single) == 1 and single["path"].iloc[0] == vae_file
+    assert (calls["ok"] == 1).all()
+    inner = calls[calls["path"] == unet_file]
+    assert len(inner) and inner["chain"].str.startswith(
+        "diffusers.DiffusionPipeline.from_pretrained -> diffusers.ModelMixin.from_pretrained -> diffusers.load_state_dict").all()
+    assert (inner["call"] == "safetensors.torch.load_file").sum() == 1
+    assert calls.loc[calls["path"] == vae_file, "chain"].str.startswith("diffusers.from_single_file").all()
+    assert _inside(_touches(trace, unet_file), pipe, same_thread=False) > 0.95
+    assert _inside(_touches(trace, vae_file), single, same_thread=False) > 0.95
+    r = analyze(trace).summary["reads_from"]
+    entries = {e["entry"]: e for e in r["entries"]}
+    assert {"diffusers.DiffusionPipeline.from_pretrained", "diffusers.from_single_file"} <= set(entries)
+    assert r["entry"] in entries and r["attributed_fraction"] > 0.9
+    from diffusers import DiffusionPipeline
+    from diffusers.loaders.single_file_model import FromOriginalModelMixin
+
+    for fn, entry in ((DiffusionPipeline.from_pretrained, "diffusers.DiffusionPipeline.from_pretrained"),
+                      (FromOriginalModelMixin.from_single_file, "diffusers.from_single_file")):
+        code = inspect.unwrap(fn.__func__)
+        accepts = "disable_mmap" in inspect.signature(code).parameters or "disable_mmap" in code.__code__.co_consts
+        assert ("disable_mmap" in trace.meta["python_calls"]["entry_points"][entry]["accepts"]) is accepts
+
+
 def _sharded_unet(out, shard_mib: int):
     import torch
     from diffusers import UNet2DConditionModel
