@@ -40,6 +40,7 @@ class Analysis:
     trace_path: str | None = None
     residency: dict = field(default_factory=dict)  # file id -> fronts.Mapped (unprivileged page view)
     ranks: pd.DataFrame | None = None  # per rank of a distributed job (analyze/ranks.py); empty: no ranks
+    rank_spans: dict = field(default_factory=dict)  # rank -> its merged byte spans [(file id, start, end)]
     completeness: Completeness = field(default_factory=lambda: Completeness(True))
 
 
@@ -284,6 +285,7 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
                              data_files, waits) if job_ranks else ranks.per_rank(None, {}, 0, data_files)
     a.summary["replicated_rank_bytes"] = ranks.replicated_bytes(touches, job_ranks, a.ranks, data_files) \
         if job_ranks else 0
+    a.rank_spans = ranks.byte_spans(touches, job_ranks, data_files)
     a.findings = find_all(a)
     by_path = pd.Series(file_wait.to_numpy(), index=files["path"].reindex(file_wait.index).to_numpy())
     file_levers = (summary["reads_from"] or {}).get("file_levers", {})

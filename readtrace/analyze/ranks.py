@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from readtrace.analyze.accesses import Accesses
-from readtrace.analyze.grouping import dense_codes, union_length
+from readtrace.analyze.grouping import dense_codes, first_in_group, running_max_in_group, union_length
 
 RANK_COLUMNS = ("rank", "local_rank", "world_size", "pids", "bytes_read", "wait_s", "files", "span_bytes",
                 "first_s", "last_s", "load_s")
@@ -151,3 +151,34 @@ def replicated_bytes(touches: Touches, ranks: dict[int, dict[str, int]], spans: 
     order = np.lexsort((offset, codes))
     union = union_length(codes[order], n, offset[order].copy(), end[order].copy())
     return max(0, int(spans["span_bytes"].sum() - union.sum()))
+
+
+def byte_spans(touches: Touches | None, ranks: dict[int, dict[str, int]], data_files: np.ndarray,
+               gap: int = 0) -> dict[int, list[tuple[int, int, int]]]:
+    """Per rank: the byte spans it touched of ``data_files``, as sorted, merged (file id, start, end);
+    spans less than ``gap`` bytes apart are merged (the gap is cheaper to read than a new request)."""
+    if not ranks or touches is None or not len(touches.pid):
+        return {}
+    pids = np.fromiter(ranks, dtype=np.int64)
+    rank_of = np.array([ranks[p]["rank"] for p in ranks], dtype=np.int64)
+    order = np.argsort(pids)
+    pids, rank_of = pids[order], rank_of[order]
+    pos = np.clip(np.searchsorted(pids, touches.pid), 0, len(pids) - 1)
+    rank = np.where(pids[pos] == touches.pid, rank_of[pos], -1)
+    mine = (rank >= 0) & np.isin(touches.file, data_files) & (touches.end > touches.offset)
+    if not mine.any():
+        return {}
+    rank, file = rank[mine], touches.file[mine].astype(np.int64)
+    start, end = touches.offset[mine].astype(np.int64), touches.end[mine].astype(np.int64)
+    codes, _ = dense_codes(rank, file)
+    order = np.lexsort((start, codes))
+    codes, rank, file, start, end = codes[order], rank[order], file[order], start[order], end[order]
+    reach = running_max_in_group(codes, end.copy())
+    opens = first_in_group(codes).copy()
+    opens[1:] |= start[1:] > reach[:-1] + gap  # a span starts where nothing before it reaches
+    heads = np.flatnonzero(opens)
+    tails = np.append(heads[1:], len(start)) - 1
+    out: dict[int, list[tuple[int, int, int]]] = {}
+    for h, t in zip(heads.tolist(), tails.tolist(), strict=True):
+        out.setdefault(int(rank[h]), []).append((int(file[h]), int(start[h]), int(reach[t])))
+    return out

@@ -53,7 +53,7 @@ def run(args) -> int:
 
     at_least_one(args, "repeat")
     runstate.sweep(lambda line: print(f"readtrace: {line}", file=sys.stderr))
-    command, cwd, files = _target(args.target)
+    command, cwd, files, trace = _target(args.target)
     if not args.compare:
         files = args.files or files
         with shim_environment(args.strategy, None, device=args.device, prefetch_files=files or ()) as env:
@@ -62,7 +62,7 @@ def run(args) -> int:
     log = (lambda line: print(f"readtrace: {line}", file=sys.stderr)) if not args.json else (lambda line: None)
     result = compare(command, strategy=args.strategy, repeat=args.repeat, files=args.files or files,
                      device=args.device, cwd=cwd, workdir=args.keep, recorder=recorder, cold=not args.warm,
-                     log=log)
+                     log=log, spans_from=trace)
     if why_not:
         result.notes.append(why_not)
     if args.json:
@@ -79,19 +79,19 @@ def run(args) -> int:
     return ExitStatus.OK
 
 
-def _target(target: list[str]) -> tuple[list[str], str | None, list[str] | None]:
-    """(command, cwd, files to evict) from `-- CMD`, a trace, or the newest trace here."""
+def _target(target: list[str]) -> tuple[list[str], str | None, list[str] | None, str | None]:
+    """(command, cwd, files to evict, the trace) from `-- CMD`, a trace, or the newest trace here."""
     if target and target[0] == "--":
         target = target[1:]
         if not target:
             raise UsageError("nothing to run after --")
-        return target, None, None
+        return target, None, None, None
     if len(target) > 1:
         raise UsageError("give one trace, or a command after --")
     from readtrace.fix.compare import command_from_trace
 
-    if target:
-        return command_from_trace(target[0])
-    from readtrace.trace import newest_trace
+    if not target:
+        from readtrace.trace import newest_trace
 
-    return command_from_trace(newest_trace("."))
+        target = [str(newest_trace("."))]
+    return (*command_from_trace(target[0]), target[0])

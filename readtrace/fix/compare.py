@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from readtrace import runstate
@@ -41,6 +41,7 @@ from readtrace.fix.candidates import (
     sequential_read_s,
 )
 from readtrace.fix.levers import seen_in
+from readtrace.fix.rankplan import RankPlan, plan_from_spans, split_plan
 from readtrace.inject.inject import shim_environment
 from readtrace.inject.manifest import (
     Manifest,
@@ -49,7 +50,7 @@ from readtrace.inject.manifest import (
     fill_digests,
     read_manifest,
 )
-from readtrace.inject.protocol import FIX_STRATEGIES
+from readtrace.inject.protocol import FIX_STRATEGIES, prefetches
 from readtrace.pagecache.evict import Eviction, evict
 from readtrace.pagecache.prefetch import prefetch
 from readtrace.pagecache.residency import cache_survives_open
@@ -101,6 +102,7 @@ class Comparison:
     choice: Choice | None = None
     # Why no speedup or identity can be claimed (nothing loaded, nothing evicted ...): empty when both can.
     unproven: list[str] = field(default_factory=list)
+    plan: RankPlan | None = None  # torchrun: what each rank prefetched in the fixed runs
 
     def side(self, name: str) -> list[Run]:
         return [r for r in self.runs if r.side == name]
@@ -150,6 +152,7 @@ def compare(
     recorder: Recorder | None = None,
     cold: bool = True,
     log: Callable[[str], None] = lambda line: None,
+    spans_from: str | None = None,
 ) -> Comparison:
     """Run ``command`` as baseline and fixed ``repeat`` times each, cold, interleaved; compare.
 
@@ -160,6 +163,8 @@ def compare(
     levers) once, cold; the fastest with identical tensors is the fix, or the load is left alone
     when none is at least 3 % faster. ``recorder``: record each run (see ``default_recorder``);
     None runs it plainly. ``workdir`` keeps manifests, logs and traces. ``cold=False``: warm runs.
+    Under torchrun (tensors tagged with a rank) the fixed runs' prefetch follows a rank plan
+    (fix/rankplan.py) from ``spans_from`` (a trace of the job) or the baseline's own trace.
     """
     if strategy not in FIX_STRATEGIES:
         raise UsageError(f"unknown strategy {strategy!r} (choose from {', '.join(FIX_STRATEGIES)})")
@@ -177,7 +182,7 @@ def compare(
             files = sorted({c["file"] for c in discovery.manifest.calls
                             if c.get("file") and os.path.isfile(c["file"])})
         files = list(files)
-        session = _Session(command, work, device, cwd, recorder, files, cold, log)
+        session = _Session(command, work, device, cwd, recorder, files, cold, log, spans_from)
         dropping = [f for f in files if not _cache_kept(f)]
         if strategy == "auto" and cold:  # warm runs measure the shim's own per-file choice instead
             choice, runs = _choose(session, seen, not dropping, repeat, notes)
@@ -194,7 +199,7 @@ def compare(
                              "only the own-fd loader (safetensors API, torch.load) can")
         notes.extend(sorted({e.note for e in session.evictions if e.note}))
         comparison = Comparison(command, strategy, files, runs, session.evictions, _diff(runs), notes, cold,
-                                choice)
+                                choice, plan=session.plan)
         comparison.unproven = _unproven(comparison)
         return comparison
 
@@ -235,8 +240,11 @@ class _Session:
     files: list[str]
     cold: bool
     log: Callable[[str], None]
+    spans_from: str | None = None  # a recorded trace of the job: each rank's byte spans (else the baseline's)
     evictions: list[Eviction] = field(default_factory=list)
     count: int = 0
+    plan: RankPlan | None = None  # torchrun: what each rank prefetches in fixed runs
+    plan_path: Path | None = None
 
     def prepare(self, what: str) -> None:
         if self.cold:
@@ -249,12 +257,29 @@ class _Session:
     def run(self, side: str, index: int, candidate: Candidate) -> Run:
         self.count += 1
         self.prepare(f"run {self.count} {side} [{candidate.label if side != 'baseline' else 'unchanged'}]")
+        if self.plan is not None and prefetches(candidate.strategy):
+            candidate = replace(candidate, settings={**candidate.settings, "prefetch_plan": str(self.plan_path)})
         run = _run(self.command, side, index, candidate.strategy, self.work, self.device, self.cwd,
                    self.recorder, self.files, candidate, stem=f"{self.count:02d}-{side}")
         run.label = candidate.label
         if side == "baseline":
             _must_succeed(run)
+            if self.plan is None:
+                self._plan_from(run)
         return run
+
+    def _plan_from(self, baseline: Run) -> None:
+        """Under torchrun: which bytes each rank prefetches in the fixed runs (fix/rankplan.py), from
+        the given trace, else the baseline's; without a trace, the files split over local ranks."""
+        if not self.files or not any("rank" in t for t in baseline.manifest.tensors + baseline.manifest.calls):
+            return
+        spans = self.spans_from or baseline.trace_path
+        summary = trace_summary(spans) if spans and spans != baseline.trace_path else baseline.summary
+        plan = plan_from_spans(spans_by_path(summary), self.files) if summary else None
+        self.plan = plan or split_plan(self.files, "the runs were not recorded: each rank's byte spans are unknown, "
+                                       "so the files are split over each node's local ranks")
+        self.plan_path = self.work / "rank-plan.json"
+        self.plan.save(self.plan_path)
 
     def floor(self) -> Floor:
         evict(self.files)
@@ -416,16 +441,27 @@ def trace_summary(trace_path) -> dict | None:
         from readtrace.report import report_json
     except ImportError:
         return None
+    import json
+
     from readtrace.trace import load_trace
 
-    report = report_json(analyze(load_trace(trace_path)))
+    analysis = analyze(load_trace(trace_path))
+    report = report_json(analysis)
     if isinstance(report, str):
-        import json
-
         report = json.loads(report)
     summary = dict(report.get("summary", {}))
     summary["findings"] = [f.get("code") for f in report.get("findings", [])]
+    if analysis.rank_spans:  # a distributed job: per rank (bytes, spans, wait) and its byte spans
+        paths = analysis.files["path"]
+        summary["ranks"] = json.loads(analysis.ranks.drop(columns=["pids"]).to_json(orient="records"))
+        summary["rank_spans"] = {str(r): [[paths[f], s, e] for f, s, e in spans]
+                                 for r, spans in analysis.rank_spans.items()}
     return summary
+
+
+def spans_by_path(summary: dict) -> dict[int, list]:
+    """rank -> [(path, start, end)] from a trace summary's ``rank_spans``."""
+    return {int(r): [tuple(p) for p in spans] for r, spans in (summary.get("rank_spans") or {}).items()}
 
 
 def _tail(path: Path, lines: int = 3) -> str:

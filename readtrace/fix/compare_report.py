@@ -6,6 +6,7 @@ import statistics
 from typing import TextIO
 
 from readtrace.fix.compare import Comparison
+from readtrace.fix.rankcompare import rank_comparison
 
 SIDES = ("baseline", "fixed")
 # (label, summary key, format) of the trace-derived rows; shown when the runs were recorded.
@@ -57,7 +58,16 @@ def to_json(comparison: Comparison) -> dict:
         "notes": comparison.notes,
         "unproven": comparison.unproven,
         "choice": _choice_json(comparison),
+        **_ranks_json(comparison),
     }
+
+
+def _ranks_json(comparison: Comparison) -> dict:
+    """Under torchrun: ``ranks`` (per rank, baseline vs fixed), ``job`` and ``rank_plan``; else nulls."""
+    found = rank_comparison(comparison)
+    if found is None:
+        return {"ranks": None, "job": None, "rank_plan": None}
+    return {"ranks": found["ranks"], "job": found["job"], "rank_plan": found["plan"]}
 
 
 def _choice_json(comparison: Comparison) -> dict | None:
@@ -102,6 +112,8 @@ def render_table(comparison: Comparison, out: TextIO) -> None:
     for row in [header, *rows]:
         out.write(f"  {row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]}".rstrip()
                   + "\n")
+    if data["ranks"]:
+        _render_ranks(data, proven, out)
     for side in SIDES:
         if "findings" in data[side]:
             out.write(f"  findings {side}: {', '.join(data[side]['findings']) or 'none'}\n")
@@ -112,6 +124,36 @@ def render_table(comparison: Comparison, out: TextIO) -> None:
         out.write(f"  note: {note}\n")
     for why in data["unproven"]:
         out.write(f"  cannot compare: {why}\n")
+
+
+def _render_ranks(data: dict, proven: bool, out: TextIO) -> None:
+    """One line per rank: loader time and digest per side, prefetched bytes, trace figures, identity."""
+    job, plan = data["job"], data["rank_plan"]
+    if plan:
+        out.write(f"  rank plan: {plan['mode']}: {plan['why']}\n")
+    header = ("rank", "loader baseline", "loader fixed", "", "prefetched", "read baseline", "read fixed",
+              "digest baseline", "digest fixed", "tensors")
+    rows = []
+    for r in data["ranks"]:
+        b, f = r["baseline"], r["fixed"]
+        gain = _speedup(_ratio(b["loader_s"], f["loader_s"])) if proven and not data["left_alone"] else ""
+        rows.append((str(r["rank"]), _fmt(b["loader_s"], "seconds"), _fmt(f["loader_s"], "seconds"), gain,
+                     _fmt(f["prefetched_bytes"], "bytes"), _fmt(b.get("bytes_read"), "bytes"),
+                     _fmt(f.get("bytes_read"), "bytes"), _digest_text(b["digest"]), _digest_text(f["digest"]),
+                     f"{r['tensors']} {'identical' if r['identical'] else 'DIFFER'}"))
+    slowest = job["slowest_loader_s"]
+    rows.append(("job", _fmt(slowest["baseline"], "seconds"), _fmt(slowest["fixed"], "seconds"), "",
+                 _fmt(job["prefetched_bytes"], "bytes"), "", "", "", "",
+                 "identical on every rank" if job["identical_on_every_rank"] else "NOT identical on every rank"))
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    out.write("  per rank (loader: time inside its loader calls; job: the slowest rank's):\n")
+    for row in [header, *rows]:
+        out.write("    " + "  ".join(f"{cell:<{w}}" if i in (0, 3, 9) else f"{cell:>{w}}"
+                                   for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip() + "\n")
+
+
+def _digest_text(digest) -> str:
+    return digest if isinstance(digest, str) else "runs differ"
 
 
 def _render_choice(choice: dict | None, out: TextIO) -> None:

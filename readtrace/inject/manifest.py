@@ -149,14 +149,16 @@ class ManifestDiff:
 
 
 def compare_manifests(baseline: Manifest, fixed: Manifest) -> ManifestDiff:
-    """Match tensors by (file, name) and compare dtype, shape and digest (multiset: repeats count)."""
+    """Match tensors by (rank, file, name) and compare dtype, shape and digest (multiset: repeats
+    count). The rank is the writer's under torchrun (protocol.append_manifest), else None."""
     def keyed(m: Manifest) -> Counter:
-        return Counter((t["file"], t["name"], t["dtype"], tuple(t["shape"]), t["sha256"]) for t in m.tensors)
+        return Counter((t.get("rank"), t["file"], t["name"], t["dtype"], tuple(t["shape"]), t["sha256"])
+                       for t in m.tensors)
 
     a, b = keyed(baseline), keyed(fixed)
-    names_a = {k[:2] for k in a}
-    names_b = {k[:2] for k in b}
-    differing = sorted({_label(k[:2]) for k in (a - b) + (b - a) if k[:2] in names_a & names_b})
+    names_a = {k[:3] for k in a}
+    names_b = {k[:3] for k in b}
+    differing = sorted({_label(k[:3]) for k in (a - b) + (b - a) if k[:3] in names_a & names_b})
     return ManifestDiff(
         count=sum(b.values()) if b else sum(a.values()),
         identical=sum((a & b).values()),
@@ -166,6 +168,6 @@ def compare_manifests(baseline: Manifest, fixed: Manifest) -> ManifestDiff:
     )
 
 
-def _label(file_and_name: tuple[str, str]) -> str:
-    file, name = file_and_name
-    return f"{name} ({os.path.basename(file)})"
+def _label(key: tuple[int | None, str, str]) -> str:
+    rank, file, name = key
+    return f"{name} ({os.path.basename(file)}{'' if rank is None else f', rank {rank}'})"

@@ -48,6 +48,7 @@ class Rerun:
     prefetch_pin_s: float | None = None  # hold prefetched pages locked this long (None: the default)
     prefetch_distributed: bool = True  # split the prefetch over torchrun's local ranks
     prefetch_background: bool = False  # prefetch in a thread while the script starts (its loads wait)
+    prefetch_plan: str | None = None  # torchrun: each rank prefetches its pieces of this plan (fix/rankplan.py)
     readtrace_path: str | None = None  # where readtrace is importable from (appended to sys.path)
     files: tuple[str, ...] = ()  # the checkpoint files of the comparison (names a load from bytes)
     lever: str | None = None  # apply this loader lever (readtrace.fix.levers) instead of a strategy
@@ -95,13 +96,23 @@ class Rerun:
 
 
 def append_manifest(path: str | os.PathLike, records: list[dict]) -> None:
-    """Append records as JSON lines in one write (O_APPEND: safe from several processes)."""
+    """Append records as JSON lines in one write (O_APPEND: safe from several processes). Under
+    torchrun each record carries the writer's ``rank`` (its RANK), so the host compares rank by rank."""
+    rank = process_rank()
+    if rank is not None:
+        records = [{**r, "rank": rank} for r in records]
     data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         os.write(fd, data)
     finally:
         os.close(fd)
+
+
+def process_rank(env: Mapping[str, str] | None = None) -> int | None:
+    """This process's RANK in a distributed job (torchrun sets it; a forked worker inherits it), or None."""
+    text = (os.environ if env is None else env).get("RANK", "")
+    return int(text) if text.isdigit() else None
 
 
 _VARIABLES = {
@@ -116,6 +127,7 @@ _VARIABLES = {
     "prefetch_pin_s": "READTRACE_PREFETCH_PIN_S",
     "prefetch_distributed": "READTRACE_PREFETCH_DIST",
     "prefetch_background": "READTRACE_PREFETCH_BACKGROUND",
+    "prefetch_plan": "READTRACE_PREFETCH_PLAN",
     "readtrace_path": "READTRACE_PYTHONPATH",  # also read by shim_sitecustomize, before readtrace imports
     "files": "READTRACE_FILES",
     "lever": "READTRACE_LEVER",

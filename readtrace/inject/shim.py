@@ -34,7 +34,7 @@ from readtrace.errors import ReadtraceError
 from readtrace.fs.knowledge import is_remote
 from readtrace.inject import loaded
 from readtrace.inject.manifest import tensor_record
-from readtrace.inject.protocol import Rerun, append_manifest, prefetches, routes
+from readtrace.inject.protocol import Rerun, append_manifest, prefetches, process_rank, routes
 from readtrace.inject.startup import already_prefetched, release_pin, wait_prefetched
 from readtrace.loader import loader
 from readtrace.loader.errors import LoaderError
@@ -502,8 +502,14 @@ def _digested(path: str, tensors, parse) -> list[dict]:
     ranges = loaded.mapped_ranges(path) if os.path.exists(path) else []
     from_file = None
     lines = []
+    # Under torchrun the host digests mapped tensors after the run (manifest.fill_digests): every rank
+    # reading the whole file here would be every rank's byte spans in the trace (fix/rankplan.py).
+    deferred = process_rank() is not None
     for name, tensor, index in tensors:
         if loaded.is_mapped(tensor, ranges):
+            if deferred:
+                lines.append(tensor_record(path, name, tensor, index=index, digest=False))
+                continue
             if from_file is None:
                 with _Inside():  # our own parse of the file is not the script's load
                     from_file = parse(loaded.uncached_bytes(path))

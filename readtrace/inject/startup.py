@@ -2,11 +2,13 @@
 
 ``Rerun.prefetch_files`` (protocol.py) names the checkpoint files; the first Python process of the
 rerun streams them into the page cache before the script runs and exports ``Rerun.prefetched`` so its
-Python children do not read them again. Imports no torch.
+Python children do not read them again. Under torchrun with a rank plan (``Rerun.prefetch_plan``,
+readtrace.fix.rankplan) the launcher reads nothing and each rank reads its own pieces. Imports no torch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -14,13 +16,15 @@ from dataclasses import replace
 
 from readtrace.errors import ReadtraceError
 from readtrace.fs.knowledge import is_remote
-from readtrace.inject.protocol import Rerun, append_manifest
+from readtrace.inject.protocol import Rerun, append_manifest, process_rank
 from readtrace.pagecache.pin import DEFAULT_HOLD_S, Pins
-from readtrace.pagecache.prefetch import DEFAULT_THREADS, prefetch
+from readtrace.pagecache.prefetch import DEFAULT_THREADS, local_rank_and_size, prefetch_pieces
 from readtrace.pagecache.residency import cache_survives_open
 
 _HELD: list[Pins] = []  # prefetched pages locked in memory until their hold time ends or we exit
 _PENDING: dict[str, threading.Event] = {}  # files a background prefetch is still reading
+_PEERS: dict[str, list[str]] = {}  # file -> markers of the node's ranks that prefetch shares of it
+PEER_WAIT_S = 120.0  # a rank whose peer never marks its share (killed) loads anyway after this
 
 
 def prefetch_at_start(env=os.environ) -> None:
@@ -34,29 +38,56 @@ def prefetch_at_start(env=os.environ) -> None:
     files = [f for f in files if _cache_kept(f)]  # else the loader's own open() drops what we read
     if not files:
         return
+    pieces, peers = [(f, 0, os.stat(f).st_size) for f in files], ()
+    if rerun.prefetch_plan:
+        rank = process_rank(env)
+        if rank is None:
+            return  # the launcher (torchrun): each rank prefetches its own pieces
+        pieces, peers = _rank_pieces(rerun, rank, files)
     replace(rerun, prefetched=tuple(files)).export(env)  # children of this process need not read them
     if rerun.prefetch_background:
         done = threading.Event()
         _PENDING.update((os.path.abspath(f), done) for f in files)
-        threading.Thread(target=_prefetch, args=(rerun, files, done), name="readtrace-prefetch", daemon=True).start()
+        threading.Thread(target=_prefetch, args=(rerun, pieces, done, peers), name="readtrace-prefetch",
+                         daemon=True).start()
         return
-    _prefetch(rerun, files, None)
+    _prefetch(rerun, pieces, None, peers)
 
 
-def _prefetch(rerun: Rerun, files: list[str], done: threading.Event | None) -> None:
+def _rank_pieces(rerun: Rerun, rank: int, files: list[str]) -> tuple[list, tuple[str, ...]]:
+    """This rank's pieces of the plan, and (split plans) the markers of its node's ranks: a load waits
+    until its peers have read their shares too (``wait_prefetched``), then finds the whole file cached."""
+    from readtrace.fix.rankplan import SPLIT, RankPlan
+
+    plan = RankPlan.load(rerun.prefetch_plan)
+    local_rank, local_world = local_rank_and_size()
+    pieces = [p for p in plan.pieces(rank, local_rank, local_world) if p[0] in files]
+    if plan.mode != SPLIT or not rerun.manifest:
+        return pieces, ()
+    markers = f"{rerun.manifest}.prefetched"
+    os.makedirs(markers, exist_ok=True)
+    _PEERS.update((os.path.abspath(f), [os.path.join(markers, str(r)) for r in range(local_world)]) for f in files)
+    return pieces, (os.path.join(markers, str(local_rank)),)
+
+
+def _prefetch(rerun: Rerun, pieces: list, done: threading.Event | None, markers=()) -> None:
     try:
-        _prefetch_and_note(rerun, files)
+        _prefetch_and_note(rerun, pieces)
     finally:
+        for marker in markers:  # even when it failed: the peers must not wait for it
+            with contextlib.suppress(OSError):
+                open(marker, "w").close()
         if done is not None:
             done.set()
 
 
-def _prefetch_and_note(rerun: Rerun, files: list[str]) -> None:
+def _prefetch_and_note(rerun: Rerun, pieces: list) -> None:
     started = time.perf_counter()
     hold_s = DEFAULT_HOLD_S if rerun.prefetch_pin_s is None else rerun.prefetch_pin_s
+    files = list(dict.fromkeys(path for path, _, _ in pieces))
     try:
-        result = prefetch(files, threads=rerun.prefetch_threads or DEFAULT_THREADS, progress=False,
-                          distributed=False, pin=hold_s > 0)
+        result = prefetch_pieces(pieces, threads=rerun.prefetch_threads or DEFAULT_THREADS, progress=False,
+                                 pin=hold_s > 0)
     except ReadtraceError as e:
         _note(rerun, {"event": "call", "call": "prefetch", "strategy": rerun.strategy, "seconds": 0.0,
                       "error": str(e), "pid": os.getpid()})
@@ -73,15 +104,18 @@ def _prefetch_and_note(rerun: Rerun, files: list[str]) -> None:
 def wait_prefetched(path: str) -> float:
     """Wait until a background prefetch of ``path`` (if any) has finished; returns the seconds waited."""
     done = _PENDING.get(os.path.abspath(path))
-    if done is None or done.is_set():
-        return 0.0
+    peers = _PEERS.get(os.path.abspath(path), ())
     started = time.perf_counter()
-    done.wait()
+    if done is not None:
+        done.wait()
+    while not all(os.path.exists(m) for m in peers) and time.perf_counter() - started < PEER_WAIT_S:
+        time.sleep(0.01)
     return time.perf_counter() - started
 
 
 def _forget_in_child() -> None:
     _PENDING.clear()  # a forked child has no prefetch thread to wait for (its parent has the pages)
+    _PEERS.clear()
 
 
 os.register_at_fork(after_in_child=_forget_in_child)

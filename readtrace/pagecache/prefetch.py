@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from readtrace.errors import InputError, UsageError
 from readtrace.loader.fileio import MiB, open_fd, read_into
@@ -64,12 +64,22 @@ def prefetch(
     range in memory right after reading it (``readtrace.pagecache.pin``), so proactive reclaim cannot drop
     it before the loader uses it; call ``result.pins.release()`` (or ``.hold(s)``) when done.
     """
-    if chunk_bytes <= 0 or threads <= 0:
-        raise UsageError("chunk_bytes and threads must be positive")
     pieces = [(os.fspath(p), 0, _size(p)) for p in paths]
     split = _dist_initialised() if distributed is None else distributed
     rank, world = local_rank_and_size() if split else (0, 1)
     mine = split_pieces(pieces, world)[rank] if world > 1 else pieces
+    result = prefetch_pieces(mine, chunk_bytes=chunk_bytes, threads=threads, progress=progress, pin=pin)
+    if world > 1:
+        _barrier()
+    return replace(result, files=len(pieces), local_rank=rank, local_world_size=world)
+
+
+def prefetch_pieces(mine: list[Piece], *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, threads: int = DEFAULT_THREADS,
+                    progress: bool | None = None, pin: bool = False) -> PrefetchResult:
+    """Read byte ranges (path, start, end) once, sequentially, each thread a contiguous share of them
+    on fds of its own: ``prefetch`` of a rank's own spans (readtrace.fix.rankplan)."""
+    if chunk_bytes <= 0 or threads <= 0:
+        raise UsageError("chunk_bytes and threads must be positive")
     shares = split_pieces(mine, threads)
     total = sum(end - start for _, start, end in mine)
     pins, pin_note = _pins_for(mine, total) if pin else (None, "")
@@ -83,11 +93,10 @@ def prefetch(
         if pins is not None:
             pins.release()
         raise
-    if world > 1:
-        _barrier()
     if pins is not None:
         pin_note = "; ".join(pins.errors)
-    return PrefetchResult(len(pieces), done, time.perf_counter() - started, rank, world, pins, pin_note)
+    return PrefetchResult(len({path for path, _, _ in mine}), done, time.perf_counter() - started, pins=pins,
+                          pin_note=pin_note)
 
 
 def _pins_for(pieces: list[Piece], total: int) -> tuple[Pins | None, str]:
