@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -111,6 +112,7 @@ def fix_rows(keep: Path) -> list[dict]:
                "floor_s": ((data.get("choice") or {}).get("floor") or {}).get("total_s"),
                "candidates": {c["label"]: c["wall_s"] for c in (data.get("choice") or {}).get("candidates", [])}}
         row["error_fixed"] = (row["predicted_fixed_s"] / fixed_wall - 1) if row["predicted_fixed_s"] and fixed_wall else None
+        row["error_floor"] = (row["predicted_fixed_s"] / row["floor_s"] - 1) if row["predicted_fixed_s"] and row["floor_s"] else None
         row["error_fixed_trace"] = (row["fixed_predicted_s"] / fixed_wall - 1) if row["fixed_predicted_s"] and fixed_wall else None
         rows.append(row)
     return rows
@@ -120,40 +122,48 @@ def print_fix_rows(rows: list[dict]) -> None:
     pct = lambda x: "-" if x is None else f"{100 * x:+.0f}%"  # noqa: E731
     num = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
     print(f"{'pattern':<20} {'ms':>3} {'baseline':>9} {'chosen':<20} {'fixed':>7} {'pred':>7} {'err':>5} "
-          f"{'pred(fixed tr)':>14} {'err':>5} {'floor':>6} {'runq b/f':>11}  model")
+          f"{'pred(fixed tr)':>14} {'err':>5} {'floor':>6} {'err':>5} {'runq b/f':>11}  model")
     for r in rows:
         print(f"{r['pattern']:<20} {r['latency_ms']:>3g} {r['baseline_wall_s']:>8.2f}s {r['chosen'][:20]:<20} "
               f"{r['fixed_wall_s']:>6.2f}s {r['predicted_fixed_s'] or 0:>6.2f}s {pct(r['error_fixed']):>5} "
               f"{r['fixed_predicted_s'] or 0:>13.2f}s {pct(r['error_fixed_trace']):>5} {num(r['floor_s']):>6} "
+              f"{pct(r['error_floor']):>5} "
               f"{num(r['baseline_runq_s'])}/{num(r['fixed_runq_s'])}  {r['model_strategy']}")
 
 
 def run_fix(args, patterns: list[str], latencies: list[float]) -> int:
+    keep = Path(args.keep or tempfile.mkdtemp(prefix="whatif-fix-"))
+    keep.mkdir(parents=True, exist_ok=True)
+    # keep_cache, as `readtrace demo` mounts it: else fix cannot act on these loaders at all
+    for latency, mnt, ckpt in lab_mounts(args.size_mib, latencies, keep_cache=True):
+        for pattern in patterns:
+            cell = keep / f"{pattern}-{int(latency)}"
+            cell.mkdir(exist_ok=True)
+            t = time.monotonic()
+            data = fix_compare(mnt, ckpt, pattern, cell)
+            print(f"fix --compare {pattern} at {latency:g} ms: {data['baseline']['wall_s']:.2f} -> "
+                  f"{data['fixed']['wall_s']:.2f} s ({(data.get('choice') or {}).get('chosen')}; "
+                  f"{time.monotonic() - t:.0f} s)", file=sys.stderr)
+    return save_fix(args, keep)
+
+
+def lab_mounts(size_mib: int, latencies, keep_cache: bool = False):
+    """(latency, mountpoint, checkpoint name) for each latency: one checkpoint behind a lab mount
+    (gcsfuse profile) at that first byte, unmounted when the caller moves on."""
     from readtrace.simfs import force_unmount, mount
     from readtrace.workloads import make_checkpoint
 
-    keep = Path(args.keep or tempfile.mkdtemp(prefix="whatif-fix-"))
-    keep.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="whatif-") as tmp:
         tmp = Path(tmp)
-        ckpt = make_checkpoint(tmp / "src", args.size_mib)[0]
+        ckpt = make_checkpoint(tmp / "src", size_mib)[0]
         for latency in latencies:
             mnt = tmp / f"mnt{int(latency)}"
             mnt.mkdir()
             try:
-                # keep_cache, as `readtrace demo` mounts it: else fix cannot act on these loaders at all
-                with mount(ckpt.parent, mnt, profile="gcsfuse", latency_ms=latency, keep_cache=True):
-                    for pattern in patterns:
-                        cell = keep / f"{pattern}-{int(latency)}"
-                        cell.mkdir(exist_ok=True)
-                        t = time.monotonic()
-                        data = fix_compare(mnt, ckpt.name, pattern, cell)
-                        print(f"fix --compare {pattern} at {latency:g} ms: {data['baseline']['wall_s']:.2f} -> "
-                              f"{data['fixed']['wall_s']:.2f} s ({(data.get('choice') or {}).get('chosen')}; "
-                              f"{time.monotonic() - t:.0f} s)", file=sys.stderr)
+                with mount(ckpt.parent, mnt, profile="gcsfuse", latency_ms=latency, keep_cache=keep_cache):
+                    yield latency, mnt, ckpt.name
             finally:
                 force_unmount(mnt)
-    return save_fix(args, keep)
 
 
 def save_fix(args, keep: Path) -> int:
@@ -182,29 +192,18 @@ def main() -> int:
         if args.from_dir:
             return save_fix(args, Path(args.from_dir))
         return run_fix(args, patterns, [float(x) for x in args.latencies.split(",")])
-    from readtrace.simfs import force_unmount, mount
-    from readtrace.workloads import make_checkpoint
-
     runs: dict[tuple[str, float], dict] = {}
-    with tempfile.TemporaryDirectory(prefix="whatif-") as tmp:
-        tmp = Path(tmp)
-        ckpt = make_checkpoint(tmp / "src", args.size_mib)[0]
-        for latency in LATENCIES:
-            mnt = tmp / f"mnt{int(latency)}"
-            mnt.mkdir()
-            try:
-                with mount(ckpt.parent, mnt, profile="gcsfuse", latency_ms=latency):
-                    for pattern in patterns:
-                        trace = tmp / f"{pattern}-{int(latency)}.rtrace"
-                        t = time.monotonic()
-                        load_s = record(mnt, ckpt.name, pattern, trace)
-                        runs[(pattern, latency)] = {"load_s": load_s, **model(trace, latency),
-                                                    "trace": str(trace), "record_s": time.monotonic() - t}
-                        # the model of this trace at the other latencies (for the cross rows)
-                        runs[(pattern, latency)]["at"] = {str(x): model(trace, x)["predicted_io_s"] for x in LATENCIES}
-                        print(f"recorded {pattern} at {latency:g} ms: load {load_s:.3f} s", file=sys.stderr)
-            finally:
-                force_unmount(mnt)
+    for latency, mnt, ckpt in lab_mounts(args.size_mib, LATENCIES):
+        for pattern in patterns:
+            trace = Path(tempfile.mkdtemp(prefix="whatif-")) / f"{pattern}-{int(latency)}.rtrace"
+            t = time.monotonic()
+            load_s = record(mnt, ckpt, pattern, trace)
+            runs[(pattern, latency)] = {"load_s": load_s, **model(trace, latency),
+                                        "trace": str(trace), "record_s": time.monotonic() - t}
+            # the model of this trace at the other latencies (for the cross rows)
+            runs[(pattern, latency)]["at"] = {str(x): model(trace, x)["predicted_io_s"] for x in LATENCIES}
+            print(f"recorded {pattern} at {latency:g} ms: load {load_s:.3f} s", file=sys.stderr)
+            shutil.rmtree(trace.parent)
     rows = []
     for (pattern, src), r in runs.items():
         for target in LATENCIES:
