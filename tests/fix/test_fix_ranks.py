@@ -130,3 +130,56 @@ def _rendered(result, render_table) -> str:
     out = io.StringIO()
     render_table(result, out)
     return out.getvalue()
+
+
+@pytest.mark.slow
+def test_fix_compare_of_a_recorded_job_prefetches_the_spans_its_rank_read(tmp_path):
+    """`readtrace fix --compare TRACE`: the trace's rank 0 read only the first half of the checkpoint,
+    so in the fixed run rank 0's start-up prefetch reads that half and nothing else."""
+    import subprocess
+
+    import pandas as pd
+
+    from readtrace.trace import write_trace
+    from readtrace.workloads import make_checkpoint
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", 8)[0]
+    size = ckpt.stat().st_size
+    half = size // 2 // MiB * MiB
+    rows = [{"ts_ns": 10**9 + off, "pid": 100, "tid": 100, "op": "pread", "fd": 3, "ofd": 1, "path": str(ckpt),
+             "dev": 8, "ino": 2, "offset": off, "size": MiB, "ret": MiB, "latency_ns": 10**6}
+            for off in range(0, half, MiB)]
+    files = [{"path": str(ckpt), "dev": 8, "ino": 2, "size": size, "fstype": "ext4", "mountpoint": "/"}]
+    command = [sys.executable, "-m", "readtrace.workloads.load", "--pattern", "safetensors-default", str(ckpt)]
+    meta = {"command": command, "cwd": str(tmp_path), "t0_ns": 10**9, "wall_s": 1.0,
+            "ranks": {"100": {"rank": 0, "local_rank": 0, "world_size": 1}}}
+    trace = write_trace(tmp_path / "job.rtrace", meta=meta, events=pd.DataFrame(rows), files=pd.DataFrame(files))
+    env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}
+    done = subprocess.run([sys.executable, "-m", "readtrace", "fix", "--compare", "--strategy", "prefetch",
+                           "--no-record", "--json", str(trace)], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["rank_plan"]["mode"] == SPANS and data["rank_plan"]["bytes_by_rank"] == {"0": half}
+    [rank] = data["ranks"]
+    assert rank["rank"] == 0 and rank["identical"] and rank["fixed"]["prefetched_bytes"] == half
+    assert rank["baseline"]["prefetched_bytes"] == 0 and data["tensors_identical"]
+
+
+@pytest.mark.slow
+def test_two_ranks_reading_all_of_it_split_the_prefetch(tmp_path):
+    """torchrun --nproc_per_node 2, every rank load_file()s the whole checkpoint, runs not recorded:
+    the plan splits the file over the two local ranks; each prefetches its half, once for the node."""
+    from readtrace.fix.compare import compare
+    from readtrace.fix.compare_report import to_json
+    from readtrace.workloads import make_checkpoint
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", 8)[0]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(_free_port()), str(WORKLOAD), str(ckpt)]
+    data = to_json(compare(cmd, strategy="prefetch", recorder=None, workdir=tmp_path / "work"))
+    assert data["tensors_identical"] and data["job"]["identical_on_every_rank"], data
+    assert data["rank_plan"]["mode"] == SPLIT
+    halves = [r["fixed"]["prefetched_bytes"] for r in data["ranks"]]
+    assert sum(halves) == ckpt.stat().st_size and all(h > 0.3 * sum(halves) for h in halves), halves
+    assert len({r["baseline"]["digest"] for r in data["ranks"]}) == 1  # every rank loaded the same tensors
+    assert sorted(os.listdir(tmp_path / "work" / "02-fixed.jsonl.prefetched")) == ["0", "1"]  # both shares done
