@@ -68,12 +68,8 @@ def per_rank(touches: Touches | None, ranks: dict[int, dict[str, int]], t0_ns: i
     """
     if not ranks or touches is None or not len(touches.pid):
         return pd.DataFrame(columns=list(RANK_COLUMNS))
-    pids = np.fromiter(ranks, dtype=np.int64)
-    rank_ids = np.array([ranks[p]["rank"] for p in ranks], dtype=np.int64)
-    order = np.argsort(pids)
-    pids, rank_ids = pids[order], rank_ids[order]
-    pos = np.clip(np.searchsorted(pids, touches.pid), 0, len(pids) - 1)
-    rank = np.where(pids[pos] == touches.pid, rank_ids[pos], -1)
+    pids, rank_ids = _by_pid(ranks)
+    rank = _rank_of(touches.pid, pids, rank_ids)
     mine = (rank >= 0) & np.isin(touches.file, data_files)
     rank, file = rank[mine], touches.file[mine]
     offset, end = touches.offset[mine], touches.end[mine]
@@ -106,6 +102,20 @@ def per_rank(touches: Touches | None, ranks: dict[int, dict[str, int]], t0_ns: i
     return out.reset_index(drop=True)[list(RANK_COLUMNS)]
 
 
+def _by_pid(ranks: dict[int, dict[str, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(pids ascending, the rank of each)."""
+    pids = np.fromiter(ranks, dtype=np.int64)
+    rank_ids = np.array([ranks[p]["rank"] for p in ranks], dtype=np.int64)
+    order = np.argsort(pids)
+    return pids[order], rank_ids[order]
+
+
+def _rank_of(pid: np.ndarray, pids: np.ndarray, rank_ids: np.ndarray) -> np.ndarray:
+    """The rank of each pid (pids sorted, as _by_pid gives them); -1 for a pid of no rank."""
+    pos = np.clip(np.searchsorted(pids, pid), 0, len(pids) - 1)
+    return np.where(pids[pos] == pid, rank_ids[pos], -1)
+
+
 def _first_rows(codes: np.ndarray, n: int) -> np.ndarray:
     """The first row of each of the ``n`` groups (codes unsorted)."""
     first = np.zeros(n, dtype=np.int64)
@@ -115,9 +125,7 @@ def _first_rows(codes: np.ndarray, n: int) -> np.ndarray:
 
 def _wait_union(waits, pids: np.ndarray, rank_ids: np.ndarray) -> pd.Series:
     """Per rank: seconds covered by the union of its threads' wait stretches (pids sorted)."""
-    pid = waits.pid.astype(np.int64)
-    pos = np.clip(np.searchsorted(pids, pid), 0, len(pids) - 1)
-    rank = np.where(pids[pos] == pid, rank_ids[pos], -1)
+    rank = _rank_of(waits.pid.astype(np.int64), pids, rank_ids)
     mine = rank >= 0
     if not mine.any():
         return pd.Series(dtype=float)
@@ -159,12 +167,7 @@ def byte_spans(touches: Touches | None, ranks: dict[int, dict[str, int]], data_f
     spans less than ``gap`` bytes apart are merged (the gap is cheaper to read than a new request)."""
     if not ranks or touches is None or not len(touches.pid):
         return {}
-    pids = np.fromiter(ranks, dtype=np.int64)
-    rank_of = np.array([ranks[p]["rank"] for p in ranks], dtype=np.int64)
-    order = np.argsort(pids)
-    pids, rank_of = pids[order], rank_of[order]
-    pos = np.clip(np.searchsorted(pids, touches.pid), 0, len(pids) - 1)
-    rank = np.where(pids[pos] == touches.pid, rank_of[pos], -1)
+    rank = _rank_of(touches.pid, *_by_pid(ranks))
     mine = (rank >= 0) & np.isin(touches.file, data_files) & (touches.end > touches.offset)
     if not mine.any():
         return {}

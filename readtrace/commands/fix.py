@@ -3,6 +3,7 @@
   readtrace fix --compare                          # the newest trace's command, in this directory
   readtrace fix --compare run.rtrace               # a recorded command (options before TRACE)
   readtrace fix --compare --repeat 3 -- python load.py model.safetensors
+  readtrace fix --compare -- torchrun --nproc_per_node 4 load.py ckpt/   # and rank by rank
   readtrace fix -- python load.py model.safetensors   # just run it with the fix
 
 The fix is injected into the unchanged command (a sitecustomize shim on PYTHONPATH routes
@@ -12,7 +13,9 @@ buffers and onto the target device; `both` does both; `auto` (default) measures 
 --compare it leaves a load alone that is not slow on reads, else tries each candidate (these and
 the loader's own levers: backend="pread", disable_mmap, torch.load mmap=False, OMP_NUM_THREADS)
 and keeps the fastest; without --compare it picks per file system and device. Every loaded tensor's name, dtype, shape and sha256 are recorded in both runs: any
-difference is an error naming the tensors.
+difference is an error naming the tensors. Under torchrun each rank prefetches only the byte spans
+it read in the trace (or its share of files every rank reads whole) and the table adds one line per
+rank: its loader time, prefetched bytes and a digest of its tensors, baseline vs fixed.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import fuse_available, require
+from workloads import free_port, torchrun_cmd
 
 from readtrace.analyze.job import analyze_job, node_workers
 from readtrace.errors import TraceError
@@ -129,12 +130,6 @@ def test_a_broken_node_trace_in_a_worker_is_one_error_line(tmp_path):
     assert len(report.stderr.strip().splitlines()) == 1 and "b.rtrace" in report.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.ebpf
 @pytest.mark.fuse
 @pytest.mark.slow
@@ -145,7 +140,7 @@ def test_two_nodes_two_ranks_each_recorded_merged_and_reported(tmp_path):
     require(os.geteuid() == 0, "recording needs root")
     require(*fuse_available())
     ckpt = make_checkpoint(tmp_path / "bucket", 16)[0]
-    port = _free_port()
+    port = free_port()
     mounts = [tmp_path / f"mnt{n}" for n in range(2)]
     for mnt in mounts:
         mnt.mkdir()
@@ -157,9 +152,7 @@ def test_two_nodes_two_ranks_each_recorded_merged_and_reported(tmp_path):
         with mount(ckpt.parent, mounts[0], **link) as m0, mount(ckpt.parent, mounts[1], **link) as m1:
             for n, mnt in enumerate(mounts):
                 cmd = [sys.executable, "-m", "readtrace", "record", "-o", str(tmp_path / f"node{n}.rtrace"), "--",
-                       sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(n),
-                       "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(port),
-                       str(WORKLOAD), str(mnt / ckpt.name)]
+                       *torchrun_cmd(2, port, WORKLOAD, mnt / ckpt.name, nnodes=2, node_rank=n)]
                 env = {**os.environ, "OMP_NUM_THREADS": "1"}
                 procs.append(subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                                               stderr=subprocess.STDOUT, text=True))

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 from pathlib import Path
 
 import pytest
 from conftest import fuse_available, require
+from workloads import free_port, torchrun_cmd
 
 from readtrace.fix.rankplan import SPANS, SPLIT, RankPlan, plan_from_spans
 from readtrace.inject.manifest import Manifest, compare_manifests, read_manifest
@@ -68,12 +68,6 @@ def test_manifest_records_carry_the_rank_and_ranks_are_compared_apart(tmp_path, 
     assert not diff.all_identical and diff.differing == ["w (f, rank 0)", "w (f, rank 1)"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.ebpf
 @pytest.mark.fuse
 @pytest.mark.slow
@@ -93,8 +87,7 @@ def test_four_rank_sharded_job_compared_rank_by_rank(tmp_path):
     mnt.mkdir()
     recorder, why_not = default_recorder()
     assert recorder is not None, why_not
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4", "--master_addr", "127.0.0.1",
-           "--master_port", str(_free_port()), str(WORKLOAD), str(mnt / ckpt.name), "--shard"]
+    cmd = torchrun_cmd(4, free_port(), WORKLOAD, mnt / ckpt.name, "--shard")
     try:
         with mount(ckpt.parent, mnt, profile="gcsfuse", latency_ms=5, keep_cache=True) as m:
             result = compare(cmd, strategy="prefetch", recorder=recorder, workdir=tmp_path / "work")
@@ -174,8 +167,7 @@ def test_two_ranks_reading_all_of_it_split_the_prefetch(tmp_path):
     from readtrace.workloads import make_checkpoint
 
     ckpt = make_checkpoint(tmp_path / "ckpt", 8)[0]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(_free_port()), str(WORKLOAD), str(ckpt)]
+    cmd = torchrun_cmd(2, free_port(), WORKLOAD, ckpt)
     data = to_json(compare(cmd, strategy="prefetch", recorder=None, workdir=tmp_path / "work"))
     assert data["tensors_identical"] and data["job"]["identical_on_every_rank"], data
     assert data["rank_plan"]["mode"] == SPLIT

@@ -16,6 +16,23 @@ def workload_cmd(name: str, *args) -> list[str]:
     return [sys.executable, str(WORKLOADS / f"{name}.py"), *map(str, args)]
 
 
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (a torchrun rendezvous)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_cmd(nproc: int, port: int, *args, nnodes: int = 1, node_rank: int = 0) -> list[str]:
+    """torchrun (torch.distributed.run with this Python) of ``nproc`` ranks per node, rendezvous on
+    127.0.0.1:``port``, running ``args`` (a script and its arguments)."""
+    nodes = ["--nnodes", str(nnodes), "--node_rank", str(node_rank)] if nnodes > 1 else []
+    return [sys.executable, "-m", "torch.distributed.run", *nodes, "--nproc_per_node", str(nproc),
+            "--master_addr", "127.0.0.1", "--master_port", str(port), *map(str, args)]
+
+
 def shell_cmd(commands: list[list[str]]) -> list[str]:
     """One `sh -c` running several commands in sequence (one recording, one probe compile)."""
     import shlex
