@@ -84,6 +84,7 @@ def report_summary(trace: Path) -> dict:
             "predicted_fixed_s": a.summary.get("predicted_fixed_s"),
             "fixed_strategy": a.summary.get("fixed_strategy"),
             "predicted_s": p.predicted_s if p else None, "runq_s": a.summary.get("runq_s"),
+            "predicted_fixed_io_s": p.predicted_fixed_io_s if p else None,
             "startup_s": p.startup_s if p else None, "mount_latency_ms": a.summary.get("mount_latency_ms"),
             "mount_request_ms": a.summary.get("mount_request_ms")}
 
@@ -108,6 +109,11 @@ def fix_rows(keep: Path) -> list[dict]:
                "fixed_predicted_s": fixed_pred[0] if fixed_pred else None,
                "mount_latency_ms": base["mount_latency_ms"], "mount_request_ms": base["mount_request_ms"],
                "baseline_runq_s": base["runq_s"], "fixed_runq_s": fixed[0]["runq_s"] if fixed else None,
+               # the two parts of the prediction: the I/O the fixed load waits for, and what carries over
+               "predicted_fixed_io_s": base["predicted_fixed_io_s"],
+               "fixed_data_wait_s": fixed[0]["data_wait_s"] if fixed else None,
+               "baseline_other_s": base["wall_s"] - base["data_wait_s"],
+               "fixed_other_s": fixed[0]["wall_s"] - fixed[0]["data_wait_s"] if fixed else None,
                "startup_s": base["startup_s"],
                "floor_s": ((data.get("choice") or {}).get("floor") or {}).get("total_s"),
                "candidates": {c["label"]: c["wall_s"] for c in (data.get("choice") or {}).get("candidates", [])}}
@@ -122,13 +128,15 @@ def print_fix_rows(rows: list[dict]) -> None:
     pct = lambda x: "-" if x is None else f"{100 * x:+.0f}%"  # noqa: E731
     num = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
     print(f"{'pattern':<20} {'ms':>3} {'baseline':>9} {'chosen':<20} {'fixed':>7} {'pred':>7} {'err':>5} "
-          f"{'pred(fixed tr)':>14} {'err':>5} {'floor':>6} {'err':>5} {'runq b/f':>11}  model")
+          f"{'pred(fixed tr)':>14} {'err':>5} {'floor':>6} {'err':>5} {'runq b/f':>11} {'io pred/meas':>12} "
+          f"{'other b/f':>11}  model")
     for r in rows:
         print(f"{r['pattern']:<20} {r['latency_ms']:>3g} {r['baseline_wall_s']:>8.2f}s {r['chosen'][:20]:<20} "
               f"{r['fixed_wall_s']:>6.2f}s {r['predicted_fixed_s'] or 0:>6.2f}s {pct(r['error_fixed']):>5} "
               f"{r['fixed_predicted_s'] or 0:>13.2f}s {pct(r['error_fixed_trace']):>5} {num(r['floor_s']):>6} "
               f"{pct(r['error_floor']):>5} "
-              f"{num(r['baseline_runq_s'])}/{num(r['fixed_runq_s'])}  {r['model_strategy']}")
+              f"{num(r['baseline_runq_s'])}/{num(r['fixed_runq_s'])} {num(r['predicted_fixed_io_s'])}/"
+              f"{num(r['fixed_data_wait_s'])} {num(r['baseline_other_s'])}/{num(r['fixed_other_s'])}  {r['model_strategy']}")
 
 
 def run_fix(args, patterns: list[str], latencies: list[float]) -> int:
