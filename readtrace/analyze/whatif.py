@@ -203,11 +203,16 @@ def _predict_fixed(file_bytes: list[int], p: Profile, streams: int = 1) -> tuple
     return total, requests, int(sum(file_bytes))
 
 
-def _startup_s(a, data_ids: np.ndarray) -> float:
-    """Seconds from the recording's start to the load's first access of a data file (0: unknown)."""
+STARTUP_FILE_BYTES = 1 * MiB  # smaller data files (locale, ssl config) are read by the start-up itself
+
+
+def _startup_s(a, data: pd.DataFrame) -> float:
+    """Seconds from the recording's start to the load's first access of a data file of at least
+    STARTUP_FILE_BYTES (its checkpoints; 0: unknown)."""
     t0 = (a.meta or {}).get("t0_ns")
+    big = data.index[(data["size"] >= STARTUP_FILE_BYTES).to_numpy()]
     st = a.streams
-    first = st.loc[st["file_id"].isin(data_ids), "first_ts_ns"]
+    first = st.loc[st["file_id"].isin(big if len(big) else data.index), "first_ts_ns"]
     if not t0 or first.empty:
         return 0.0
     return max(float(first.min() - int(t0)) / 1e9, 0.0)
@@ -219,10 +224,10 @@ def _routed(a) -> bool:
     return any(call.startswith(ROUTED_LIBRARIES) for c in r.get("chains") or [] for call in c["chain"].split(" -> "))
 
 
-def _fixed_plan(a, data_ids: np.ndarray, need: list[int], p: Profile) -> tuple[str, float, int, int, float]:
+def _fixed_plan(a, data: pd.DataFrame, need: list[int], p: Profile) -> tuple[str, float, int, int, float]:
     """(strategy, I/O seconds the load still waits, backend requests, bytes, start-up s) of the fix
     ``fix --compare`` would choose here: the start-up prefetch, or the own-fd loader where it applies."""
-    startup = _startup_s(a, data_ids)
+    startup = _startup_s(a, data)
     t, requests, nbytes = _predict_fixed(need, p, PREFETCH_STREAMS)
     plans = [("prefetch", max(t - startup, 0.0), requests, nbytes)]
     if _routed(a):
@@ -254,7 +259,7 @@ def what_if(a, profiles: list[Profile], recorded: bool = True) -> list[Predictio
     out = []
     for p in profiles:
         t, requests, fetched, streams = _predict_io(a, ids, p) if recorded else (float("nan"), 0, 0, 0)
-        strategy, ft, frequests, ffetched, startup = _fixed_plan(a, ids, need, p)
+        strategy, ft, frequests, ffetched, startup = _fixed_plan(a, data, need, p)
         out.append(Prediction(
             p.name, p.latency_ms, p.bandwidth_mbps,
             predicted_s=wall - io + t if wall is not None and recorded else None,
