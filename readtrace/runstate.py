@@ -22,6 +22,7 @@ from pathlib import Path
 PREFIX = "readtrace-"
 PR_SET_PDEATHSIG = 1
 DAEMON_MODULE = "readtrace.simfs.daemon"
+STATE_DIR_ENV = "READTRACE_STATE_DIR"  # one set of notes per value: runs with another value never meet
 
 
 def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> None:
@@ -34,8 +35,11 @@ def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> Non
 
 
 def state_dir() -> Path:
-    """/run/readtrace for root, else $XDG_RUNTIME_DIR/readtrace or /tmp/readtrace-<uid> (0700, ours)."""
-    if os.geteuid() == 0:
+    """$READTRACE_STATE_DIR, else /run/readtrace for root, else $XDG_RUNTIME_DIR/readtrace or
+    /tmp/readtrace-<uid> (0700, ours)."""
+    if os.environ.get(STATE_DIR_ENV):
+        base = Path(os.environ[STATE_DIR_ENV])
+    elif os.geteuid() == 0:
         base = Path("/run/readtrace")
     elif os.environ.get("XDG_RUNTIME_DIR"):
         base = Path(os.environ["XDG_RUNTIME_DIR"]) / "readtrace"

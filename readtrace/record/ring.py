@@ -37,24 +37,28 @@ class FastRing:
         self._cons_pos = np.frombuffer(self._consumer, dtype="<u8", count=1)
         self._prod_pos = np.frombuffer(self._producer, dtype="<u8", count=1)
 
-    def drain(self) -> np.ndarray:
-        """All committed records since the last call, copied out, as a structured array."""
+    def drain(self, sink) -> int:
+        """Hand every committed record since the last call to ``sink`` as a structured array that is
+        a view of the ring (valid only during the call: no copy, so no per-drain allocation that
+        would grow the heap), then release them to the producer. Returns the records taken."""
         cons = int(self._cons_pos[0])
         prod = int(self._prod_pos[0])
         n = (prod - cons) // self.stride
         if n <= 0:
-            return np.empty(0, dtype=EVENT_DTYPE)
+            return 0
         start = self._page + (cons & self.mask)
         raw = np.frombuffer(self._producer, dtype=EVENT_DTYPE, count=n, offset=start)
         busy = np.flatnonzero(raw["hdr_len"] & (BUSY_BIT | DISCARD_BIT))
         if busy.size:  # a record still being written ends what can be taken now
             n = int(busy[0])
             raw = raw[:n]
-        out = raw.copy()
-        if n and (out["hdr_len"] != EVENT_DTYPE.itemsize - RECORD_HEADER).any():
+        if n and (raw["hdr_len"] != EVENT_DTYPE.itemsize - RECORD_HEADER).any():
             raise RuntimeError("events ring holds a record of an unexpected size")
+        if n:
+            sink(raw)
+        del raw  # no export of the mapping may outlive the records given back
         self._cons_pos[0] = cons + n * self.stride
-        return out
+        return n
 
     def close(self) -> None:
         del self._cons_pos, self._prod_pos  # release the exports before unmapping

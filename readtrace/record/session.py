@@ -1,11 +1,11 @@
 """A live recording: the loaded probes, their rings, the decoder and the trace writer.
 
-While the command runs, the fast ring is only copied to a spool file next to the trace (a memcpy
-per drain: the recorder takes almost no CPU from the workload); of the few open/fork/exec records
-only what needs /proc of live processes is done live (absolute paths, exec'd images); they become rows
-every STRS_HELD_RECORDS and after the command exits, then the spool is decoded in chunks of
-CHUNK_RECORDS and appended to the trace: memory stays bounded.
-"""
+While the command runs, the fast ring is only written to a spool file next to the trace, straight
+from the ring's mapping (the recorder takes almost no CPU from the workload, and no memory per
+drain); of the few open/fork/exec records only what needs /proc of live processes is done live
+(absolute paths, exec'd images); they become rows every STRS_HELD_RECORDS and after the command
+exits, then the spool is decoded in chunks of CHUNK_RECORDS and appended to the trace: memory stays
+bounded."""
 
 from __future__ import annotations
 
@@ -75,15 +75,13 @@ class Session:
 
     def drain(self) -> int:
         """Copy the fast ring to the spool, note the strs ring (opens, forks, execs); records taken."""
-        events = self.fast.drain()
-        if len(events):
-            self._spool_write(events)
+        taken = self.fast.drain(self._spool_write)
         strs = self.strs.drain()
         if len(strs):
             self._strs_seen.append((strs, self.decoder.note_strs(strs)))
             if sum(len(rec) for rec, _ in self._strs_seen) >= STRS_HELD_RECORDS:
                 self._decode_strs()  # noted already (live /proc work done): rows now, bounded memory
-        return len(events) + len(strs)
+        return taken + len(strs)
 
     def _spool_write(self, events: np.ndarray) -> None:
         """Append to the spool; on a write error (full disk) keep what is there and drop the rest:
