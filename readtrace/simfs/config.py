@@ -43,8 +43,8 @@ class SimConfig:
                     raise UsageError(f"simfs: {name} must be {valid.describe()} (got {value!r})") from None
         if self.shared_link is not None:
             if self.bandwidth_mbps is None or not PROFILES[self.profile].has_latency:
-                raise UsageError("simfs: a shared link needs a bandwidth (--bandwidth-mbps) and a profile "
-                                 "with a backend (gcsfuse or nfs)")
+                raise UsageError("simfs: a shared link needs a bandwidth ({option}) and a profile "
+                                 "with a backend (gcsfuse or nfs)", option="bandwidth_mbps")
             check_name(self.shared_link)
 
     @property
