@@ -152,9 +152,11 @@ def reads_from(calls: pd.DataFrame, app: Accesses, pages: pd.DataFrame, files: p
     # (a string per access cost ~4 us each: 40 s for a 10 M-read trace, benchmarks/bench_report.py).
     chain_of_call, chain_names = pd.factorize(calls["chain"].astype(object).fillna("").to_numpy())
     entry_of_chain, entry_names = pd.factorize(np.array([c.split(SEP, 1)[0] for c in chain_names], dtype=object))
-    chain = chain_of_call[owner[got]]
-    per = pd.DataFrame({"chain": chain, "entry": entry_of_chain[chain], "tid": tid[got], "bytes": nbytes[got],
-                        "after": np.where(after[got], nbytes[got], 0), "file": file[got]})
+    sel = slice(None) if got.all() else got  # views where every access is attributed
+    chain = chain_of_call[owner[sel]].astype(np.int32)
+    per = pd.DataFrame({"chain": chain, "entry": entry_of_chain[chain].astype(np.int32), "tid": tid[sel],
+                        "bytes": nbytes[sel], "after": np.where(after[sel], nbytes[sel], 0), "file": file[sel]},
+                       copy=False)
     by_chain = per.groupby("chain", sort=False).agg(bytes=("bytes", "sum"), after=("after", "sum"),
                                                     threads=("tid", "nunique"))
     by_chain = by_chain.sort_values("bytes", ascending=False, kind="stable")
