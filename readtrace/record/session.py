@@ -28,7 +28,7 @@ FLUSH_ROWS = 200_000  # rows buffered per table before they go to disk (bounded 
 CHUNK_RECORDS = 500_000  # spooled records decoded at a time
 # open/fork/exec records (352 bytes each, with their path) held before they become rows: held until
 # the end, a loop of `import torch` runs grew the recorder's Python heap by ~17 MB a minute
-STRS_HELD_RECORDS = 50_000
+STRS_HELD_RECORDS = 20_000
 SPOOL_NAME = "events.spool"
 FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 1, 2
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -81,6 +81,7 @@ class Session:
             self._strs_seen.append((strs, self.decoder.note_strs(strs)))
             if sum(len(rec) for rec, _ in self._strs_seen) >= STRS_HELD_RECORDS:
                 self._decode_strs()  # noted already (live /proc work done): rows now, bounded memory
+                self._flush("events")  # and on disk now: held to FLUSH_ROWS, they grew the heap by ~100 MiB
         return taken + len(strs)
 
     def _spool_write(self, events: np.ndarray) -> None:
