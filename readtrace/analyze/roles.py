@@ -9,8 +9,10 @@ import pandas as pd
 
 CODE_PATTERN = (
     r"(?:\.so(?:\.\d+)*|\.py|\.pyc|\.pyo|\.pyi|\.pyd|\.pth|\.typed|\.a|\.dylib)$"  # libraries and modules
-    r"|/(?:site|dist)-packages/[^/]+\.(?:dist|egg)-info/"  # package metadata
+    r"|/[^/]+\.(?:dist|egg)-info/"  # package metadata (installed or an editable checkout's)
+    r"|/pyvenv\.cfg$|/bin/python[\d.]*$"  # the interpreter and its venv
     r"|^/(?:proc|sys|dev)/"  # kernel interfaces
+    r"|^/etc/|^/usr/(?:lib|share)/(?:locale|zoneinfo|ssl)/"  # system configuration, locales, time zones
     r"|/ld\.so\.cache$|/locale-archive$|/gconv/"
 )
 
