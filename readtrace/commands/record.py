@@ -70,10 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from readtrace import runstate
     from readtrace.record.backend import choose_backend
 
-    if not args.quiet:
-        runstate.sweep(lambda line: print(f"readtrace: {line}", file=sys.stderr))
-    else:
-        runstate.clean_stale()
+    runstate.sweep((lambda line: None) if args.quiet else (lambda line: print(f"readtrace: {line}", file=sys.stderr)))
     backend, notice = choose_backend(args.backend)
     if notice and not args.quiet:
         print(notice, file=sys.stderr)
