@@ -15,7 +15,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from readtrace.fix.levers import NOT_INJECTABLE, levers_for
+from readtrace.fix.levers import FORKED_SHARED, NO_FORKED_SHARING, levers_for
+from readtrace.inject.protocol import OWN_FD_PER_FORK
 from readtrace.loader.fileio import MiB, open_fd
 
 ROUTED_CALLS = ("load_file", "safe_open", "torch.load")
@@ -45,6 +46,8 @@ OWN = {
     "prefetch": "readtrace fix --strategy prefetch -- CMD (or readtrace.pagecache.prefetch.prefetch(files) before loading)",
     "own-fd": "readtrace fix --strategy own-fd -- CMD (or from readtrace.loader.loader import load_file)",
     "both": "readtrace fix --strategy both -- CMD",
+    OWN_FD_PER_FORK: "open the checkpoint in each worker, after the fork, not before "
+                     "(or readtrace fix --strategy own-fd-per-fork -- CMD)",
 }
 
 
@@ -56,8 +59,11 @@ def candidates(seen: set[str], keeps_cache: bool) -> tuple[list[Candidate], list
     mount drops it on every open, ``prefetch`` populates the loader's own mapping after its open.
     """
     routed = any(c in ROUTED_CALLS for c in seen)
+    forked = FORKED_SHARED in seen  # forked workers read through their parent's open file description
     hooked = any(c in ROUTED_CALLS or c.startswith("pattern:") for c in seen) and "load" not in seen
     notes, found = [], []
+    if forked:  # each worker reopens it after the fork (readtrace.inject.forkfd): one handle per worker
+        found.append(Candidate("readtrace own fd per forked worker", OWN_FD_PER_FORK, OWN[OWN_FD_PER_FORK]))
     if routed:
         found.append(Candidate("readtrace own-fd", "own-fd", OWN["own-fd"]))
     background = {"prefetch_background": True} if hooked else {}
@@ -72,10 +78,10 @@ def candidates(seen: set[str], keeps_cache: bool) -> tuple[list[Candidate], list
     else:
         notes.append("this mount drops the page cache on every open(): a prefetch before the loader opens the "
                      "file is wasted, so it is not tried; the loader is not one readtrace can route")
-    if not routed:
+    if not routed and not forked:
         notes.append("nothing the script loads goes through safetensors or torch.load: only the prefetch can act"
                      if keeps_cache else "nothing the script loads can be routed")
-        notes.append(NOT_INJECTABLE)
+        notes.append(NO_FORKED_SHARING)
     found += [Candidate(f"lever {lv.name}", "none", lv.change, lv.settings(), lv.env) for lv in levers_for(seen)]
     return found, notes
 

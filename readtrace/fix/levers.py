@@ -50,8 +50,9 @@ LEVERS = (
           env={"OMP_NUM_THREADS": "1"}, shim=False),
 )
 
-NOT_INJECTABLE = ("an fd per worker (open the file in each worker instead of sharing the parent's) changes the "
-                  "workers' code: readtrace cannot try it for you")
+FORKED_SHARED = "fork:shared-fd"  # the manifest's note of a forked worker on its parent's open checkpoint
+NO_FORKED_SHARING = ("an fd per worker (readtrace own fd per forked worker) is tried only where forked workers "
+                     "inherited the parent's open checkpoint file; none did here")
 
 
 def seen_in(calls: Iterable[dict]) -> set[str]:

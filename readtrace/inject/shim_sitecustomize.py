@@ -4,7 +4,8 @@ Standard library only and cheap: it reads the rerun's settings (readtrace.inject
 library only), installs an import hook that patches ``safetensors`` and ``safetensors.torch`` as they
 are imported (nothing else is imported until then) and, under ``readtrace record``, wraps the
 loaders' entry points to record which call issued the reads (readtrace.inject.calls), prefetches the
-rerun's start-up files if any, then runs the ``sitecustomize`` this one shadows, if any.
+rerun's start-up files if any, registers the fork handler of readtrace.inject.forkfd (each forked
+worker's own open file on the checkpoints, or a note that it shared its parent's), then runs the ``sitecustomize`` this one shadows, if any.
 """
 
 import contextlib
@@ -91,6 +92,14 @@ def _prefetch_at_start():
     prefetch_at_start()
 
 
+def _own_fd_per_fork(rerun):
+    _readtrace_importable()
+    from readtrace.inject.forkfd import install
+
+    with contextlib.suppress(Exception):  # never break the user's program over it
+        install(rerun)
+
+
 def _run_shadowed_sitecustomize():
     others = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", others)
@@ -108,6 +117,8 @@ def _rerun():
 _RERUN = _rerun()
 if _RERUN.active or _RERUN.calls_log:
     sys.meta_path.insert(0, _SafetensorsHook(_RERUN.active, bool(_RERUN.calls_log)))
+if _RERUN.files or _RERUN.manifest:
+    _own_fd_per_fork(_RERUN)
 if _RERUN.start_prefetch():
     _prefetch_at_start()
 del _RERUN

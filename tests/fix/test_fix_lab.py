@@ -30,8 +30,8 @@ def lab(tmp_path_factory):
         force_unmount(mnt)
 
 
-def backend_streams_per_run(m, run):
-    """Run ``run(log)``; return its result and the backend streams the daemon opened during each run."""
+def reads_per_run(m, run):
+    """Run ``run(log)``; return its result and the lab daemon's FUSE READs during each run, by side."""
     marks, sides = [], []
 
     def log(line: str) -> None:
@@ -42,10 +42,13 @@ def backend_streams_per_run(m, run):
     result = run(log)
     marks.append(len(m.requests()))
     reads = m.requests()
-    streams = {}
-    for side, lo, hi in zip(sides, marks, marks[1:], strict=False):
-        streams[side] = int(reads.iloc[lo:hi]["new_request"].sum())
-    return result, streams
+    return result, {side: reads.iloc[lo:hi] for side, lo, hi in zip(sides, marks, marks[1:], strict=False)}
+
+
+def backend_streams_per_run(m, run):
+    """Run ``run(log)``; return its result and the backend streams the daemon opened during each run."""
+    result, reads = reads_per_run(m, run)
+    return result, {side: int(r["new_request"].sum()) for side, r in reads.items()}
 
 
 @pytest.mark.parametrize("pattern", ["mmap-threads", "fork-shared-fd"])
@@ -105,3 +108,32 @@ def test_recorded_compare_reports_fewer_fuse_requests(lab):
     # faults then hit the page cache, so gcsfuse's replay predicts a handful of backend streams
     assert fixed["handle_consecutive_fraction"] > 0.9 > base["handle_consecutive_fraction"]
     assert fixed["gcsfuse_predicted_requests"] * 10 < base["gcsfuse_predicted_requests"]
+
+
+@pytest.mark.ebpf
+def test_own_fd_per_fork_reads_one_handle_per_worker(lab):
+    """Forked workers preading the parent's fd, fixed with own-fd-per-fork (inject/forkfd.py): the
+    daemon sees one FUSE handle per worker where the baseline's workers all read one, the recorded
+    baseline is blamed for the interleave and the fixed run is not, and the tensors are identical."""
+    from workloads import ebpf_ready
+
+    require(*ebpf_ready())
+    recorder, why = default_recorder()
+    require(recorder is not None, why or "")
+    m, path, tensors = lab
+    cmd = [sys.executable, "-m", "readtrace.workloads.load", "--pattern", "fork-shared-fd", "--workers", "4", path]
+    result, reads = reads_per_run(m, lambda log: compare(cmd, strategy="own-fd-per-fork", files=[path],
+                                                          recorder=recorder, log=log))
+    assert result.diff.all_identical and result.diff.count == tensors
+    base, fixed = reads["baseline"], reads["fixed"]
+    assert base.groupby("fh")["pid"].nunique().max() >= 4  # the workers (and the parent) on one handle
+    assert fixed.groupby("fh")["pid"].nunique().max() == 1, fixed.groupby("fh")["pid"].unique()
+    assert fixed.groupby("pid")["fh"].nunique().max() == 1  # and each on exactly one handle
+    assert fixed["fh"].nunique() >= 4
+    reopened = [c for c in result.side("fixed")[0].manifest.calls if c["call"] == "fork:shared-fd"]
+    assert len({c["pid"] for c in reopened}) == 4 and all(c["reopened"] for c in reopened)
+    base_sum, fixed_sum = result.side("baseline")[0].summary, result.side("fixed")[0].summary
+    assert base_sum["lost_events"] == 0 and fixed_sum["lost_events"] == 0
+    assert "SHARED_FD_INTERLEAVE" in base_sum["findings"]
+    assert "SHARED_FD_INTERLEAVE" not in fixed_sum["findings"]
+    assert fixed_sum["gcsfuse_predicted_requests"] * 4 < base_sum["gcsfuse_predicted_requests"]
