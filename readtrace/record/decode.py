@@ -170,6 +170,26 @@ class Decoder:
                 same = (h[["ofd", "dev", "ino"]] == h[["ofd", "dev", "ino"]].shift()).all(axis=1)
                 self._ofd_files = [h[~same]]
 
+    def forget_before(self, ts_ns: int) -> None:
+        """Keep of the history only what records from ``ts_ns`` on can need: per struct file and per
+        thread the entry in force at ``ts_ns``, and every later one. (A merged run held in the kernel
+        from before, whose struct file was freed and given to another open since, then gets no path
+        instead of a wrong one.)"""
+        if self._ofd_files:
+            h = pd.concat(self._ofd_files, ignore_index=True)
+            old = h["ts_ns"].to_numpy() <= ts_ns
+            in_force = h[old].sort_values("ts_ns", kind="stable").drop_duplicates("ofd", keep="last")
+            self._ofd_files = [pd.concat([in_force, h[~old]], ignore_index=True)]
+        in_force_comm: dict[int, tuple[int, int, str]] = {}
+        later = []
+        for entry in self._comm_history:
+            tid, ts, _ = entry
+            if ts > ts_ns:
+                later.append(entry)
+            elif tid not in in_force_comm or ts >= in_force_comm[tid][1]:
+                in_force_comm[tid] = entry
+        self._comm_history = [*in_force_comm.values(), *later]
+
     def _fill_read_files(self, rec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """dev/ino of reads (the probes leave them out): from the latest open of the same struct file."""
         dev, ino = rec["dev"].astype(np.int64), rec["ino"].astype(np.uint64)

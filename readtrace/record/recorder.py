@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import platform
 import signal
@@ -128,14 +129,15 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
                 writer = TraceWriter(path, force=force)
             bpf = compile_program(source)
             with output_rights(creds):
-                session = Session(bpf, writer, Decoder(root_pid=child.pid, cwd=run_cwd), ring_bytes=ring_mib << 20)
+                session = Session(bpf, writer, Decoder(root_pid=child.pid, cwd=run_cwd), ring_bytes=ring_mib << 20,
+                                  rights=functools.partial(output_rights, creds))
             session.trace_pid(child.pid)
             if connections:
                 session.watch_fuse(connections, fuse_daemons())
-            with _StopSignals() as stop, _Priority():
+            with _StopSignals() as stop, _Priority() as priority:
                 start_wall, t0_ns = datetime.now(UTC), time.monotonic_ns()
                 child.release()
-                code = _run_until_exit(child, session, stop)
+                code = _run_until_exit(child, session, stop, priority)
                 end_ns = time.monotonic_ns()
                 survivors = session.survivors(child.pid)
                 lost = session.stop()
@@ -152,6 +154,7 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
                 "pid": child.pid, "cwd": run_cwd, "lost_events": sum(lost.values()), "lost_detail": lost,
                 "records": session.records, "calls": session.calls, "coalesce": coalesce,
                 "max_drain_gap_s": round(session.max_drain_gap_s, 4), "ring_mib": ring_mib,
+                "live_decoded_records": session.live_decoded,
                 "strs_ring_mib": strs_ring_bytes(ring_mib << 20) >> 20,
                 "fuse_connections": sorted(connections), "page_size": os.sysconf("SC_PAGE_SIZE"),
                 **partial_fields(session.problems, session.dropped),
@@ -211,7 +214,7 @@ def _alive(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}/mountinfo")
 
 
-def _run_until_exit(child: HeldChild, session: Session, stop: _StopSignals) -> int:
+def _run_until_exit(child: HeldChild, session: Session, stop: _StopSignals, priority: _Priority) -> int:
     last = time.monotonic()
     while True:
         code = child.poll()
@@ -224,6 +227,9 @@ def _run_until_exit(child: HeldChild, session: Session, stop: _StopSignals) -> i
         if stop.received is not None:
             return child.stop()
         if taken < BUSY_DRAIN_RECORDS:
+            if session.live_decode_due():
+                with priority.normal():  # decoding is work the command would otherwise wait on: no precedence
+                    session.decode_some()
             time.sleep(DRAIN_INTERVAL_S)
 
 
@@ -239,6 +245,18 @@ class _Priority:
     def __exit__(self, *exc):
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, 0, self._old)
+
+    @contextlib.contextmanager
+    def normal(self):
+        """Back at the priority from before for a while (the drain's raised one after)."""
+        raised = os.getpriority(os.PRIO_PROCESS, 0)
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, 0, self._old)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, 0, raised)
 
 
 def _print_summary(result: RecordResult, meta: dict) -> None:

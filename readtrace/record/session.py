@@ -5,13 +5,17 @@ from the ring's mapping (the recorder takes almost no CPU from the workload, and
 drain); of the few open/fork/exec records only what needs /proc of live processes is done live
 (absolute paths, exec'd images); they become rows every STRS_HELD_RECORDS and after the command
 exits, then the spool is decoded in chunks of CHUNK_RECORDS and appended to the trace: memory stays
-bounded."""
+bounded. A recording longer than LIVE_DECODE_S also decodes its spool while the command runs, a
+chunk of LIVE_CHUNK_RECORDS per idle drain, then lets the decoder forget the history no later
+record can need (which file each struct file named, each thread's comm): that history grew by one
+row per open, ~0.2 MiB per `import torch` process of a soak."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import os
+import time
 
 import numpy as np
 import pandas as pd
@@ -29,6 +33,8 @@ CHUNK_RECORDS = 500_000  # spooled records decoded at a time
 # open/fork/exec records (352 bytes each, with their path) held before they become rows: held until
 # the end, a loop of `import torch` runs grew the recorder's Python heap by ~17 MB a minute
 STRS_HELD_RECORDS = 20_000
+LIVE_DECODE_S = 30.0  # spool older than this is decoded while the command runs
+LIVE_CHUNK_RECORDS = 50_000  # decoded per idle drain (~0.1 s): the ring is drained again before it fills
 SPOOL_NAME = "events.spool"
 FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 1, 2
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -42,8 +48,12 @@ def _punch_hole(fd: int, offset: int, length: int) -> None:
 class Session:
     """Drains the rings into the trace; ``drain`` on a timer, ``finish`` once at the end."""
 
-    def __init__(self, bpf, writer: TraceWriter, decoder: Decoder, ring_bytes: int = EVENTS_RING_BYTES):
+    def __init__(self, bpf, writer: TraceWriter, decoder: Decoder, ring_bytes: int = EVENTS_RING_BYTES,
+                 rights=contextlib.nullcontext):
+        """``rights``: a context manager factory under which the trace is written while the command
+        runs (the invoking user's rights under sudo; record/launch.output_rights)."""
         self.bpf = bpf
+        self._rights = rights
         self.writer = writer
         self.decoder = decoder
         self.fast = FastRing(bpf[b"events"].map_fd, ring_bytes)
@@ -55,6 +65,10 @@ class Session:
         self._spool_path = writer.dir / SPOOL_NAME
         self._spool = os.open(self._spool_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         self._spool_bytes = 0
+        self._spool_decoded = 0  # bytes of the spool decoded so far (from its start)
+        self._decoded_through_ns = 0  # the latest timestamp among the decoded records
+        self._live_pass_at = time.monotonic()  # when the spool was last decoded to its end
+        self.live_decoded = 0  # records decoded while the command ran (meta "live_decoded_records")
         self.dropped = 0  # records taken from the ring but not kept (the disk was full)
         self.problems: list[str] = []  # why the trace is partial, one line each
         self._buffers: dict[str, list[pd.DataFrame]] = {"events": [], "pages": [], "fuse": []}
@@ -80,9 +94,25 @@ class Session:
         if len(strs):
             self._strs_seen.append((strs, self.decoder.note_strs(strs)))
             if sum(len(rec) for rec, _ in self._strs_seen) >= STRS_HELD_RECORDS:
-                self._decode_strs()  # noted already (live /proc work done): rows now, bounded memory
-                self._flush("events")  # and on disk now: held to FLUSH_ROWS, they grew the heap by ~100 MiB
+                with self._rights():
+                    self._decode_strs()  # noted already (live /proc work done): rows now, bounded memory
+                    self._flush("events")  # and on disk now: held to FLUSH_ROWS, they grew the heap by ~100 MiB
         return taken + len(strs)
+
+    def live_decode_due(self) -> bool:
+        """Part of the spool waits to be decoded and the last pass to its end is LIVE_DECODE_S old."""
+        return self._spool_decoded < self._spool_bytes and time.monotonic() - self._live_pass_at >= LIVE_DECODE_S
+
+    def decode_some(self) -> None:
+        """Decode one chunk of the spool while the command runs; at its end, forget the decoder's
+        history from before the decoded records (records are spooled in about time order)."""
+        before = self._spool_decoded
+        with self._rights():
+            self._decode_spool(max_records=LIVE_CHUNK_RECORDS)
+        self.live_decoded += (self._spool_decoded - before) // EVENT_DTYPE.itemsize
+        if self._spool_decoded >= self._spool_bytes:
+            self.decoder.forget_before(self._decoded_through_ns)
+            self._live_pass_at = time.monotonic()
 
     def _spool_write(self, events: np.ndarray) -> None:
         """Append to the spool; on a write error (full disk) keep what is there and drop the rest:
@@ -106,18 +136,22 @@ class Session:
             return
         self._spool_bytes += done
 
-    def _decode_spool(self) -> None:
+    def _decode_spool(self, max_records: int | None = None) -> None:
+        """Decode the spool from where the last call stopped, to its end or ``max_records``."""
+        end = self._spool_bytes
+        if max_records is not None:
+            end = min(end, self._spool_decoded + max_records * EVENT_DTYPE.itemsize)
         with open(self._spool_path, "rb") as spool:
-            offset = 0
-            while offset < self._spool_bytes:
-                count = min(CHUNK_RECORDS, (self._spool_bytes - offset) // EVENT_DTYPE.itemsize)
+            spool.seek(self._spool_decoded)
+            while self._spool_decoded < end:
+                count = min(CHUNK_RECORDS, (end - self._spool_decoded) // EVENT_DTYPE.itemsize)
                 chunk = np.fromfile(spool, dtype=EVENT_DTYPE, count=count)
                 if not len(chunk):
                     break
-                _punch_hole(spool.fileno(), offset, chunk.nbytes)
-                offset += chunk.nbytes
+                _punch_hole(spool.fileno(), self._spool_decoded, chunk.nbytes)
+                self._spool_decoded += chunk.nbytes
+                self._decoded_through_ns = max(self._decoded_through_ns, int(chunk["ts_ns"].max()))
                 self._decode(chunk)
-        self._spool_path.unlink()
 
     def _decode(self, events: np.ndarray) -> None:
         self.records += len(events)
@@ -215,6 +249,7 @@ class Session:
             self.writer.release_reserve()  # the disk filled up: finish the trace in the space held back
         self._decode_strs()
         self._decode_spool()
+        self._spool_path.unlink()
         self._decode(self._held_runs)
         self._buffer("fuse", pd.DataFrame(self.decoder.unfinished_fuse()))
         for name in self._buffers:

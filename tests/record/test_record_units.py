@@ -9,7 +9,7 @@ from conftest import require
 from readtrace.record.btf import VMLINUX_BTF
 from readtrace.record.decode import Decoder, _factorize_files, exit_status
 from readtrace.record.program import BTF_TOKENS, CONSTANTS, SYSCALL_NUMBERS, build_source, kind_numbers
-from readtrace.record.records import EVENT_DTYPE, KIND, STR_EVENT_DTYPE, event_view, layout_asserts
+from readtrace.record.records import EVENT_DTYPE, KIND, STR_EVENT_DTYPE, event_view, layout_asserts, str_view
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +106,37 @@ def test_fuse_join_send_daemon_read_end():
                      "nodeid": top - 1, "fh": top, "offset": 8192, "size": 4096, "reply_bytes": 4096,
                      "latency_ns": 2000, "daemon_tid": 55}]
     assert d.unfinished_fuse() == []
+
+
+def open_records(opens):
+    """strs ring records of opens: (ts_ns, struct file, ino, path)."""
+    rec = np.zeros(len(opens), dtype=STR_EVENT_DTYPE)
+    view = str_view(rec, "open")
+    for i, (ts, ofd, ino, path) in enumerate(opens):
+        rec[i]["ts_ns"], rec[i]["pid"], rec[i]["tid"], rec[i]["kind"] = ts, 100, 100, KIND["OPEN"]
+        rec[i]["comm"], rec[i]["path"] = b"python", path.encode()
+        view[i]["file"], view[i]["ino"], view[i]["dev"], view[i]["ret"], view[i]["i_size"] = ofd, ino, 40, 3, 4096
+    return rec
+
+
+def read_records(reads):
+    """Ring records of preads without dev/ino (as the probes send them): (ts_ns, struct file)."""
+    return records([("io", {"kind": KIND["PREAD"], "pid": 100, "tid": 100, "count": 1, "ts_ns": ts, "file": ofd,
+                            "fd": 3, "size": 4096, "ret": 4096}) for ts, ofd in reads])
+
+
+def test_forgetting_old_history_keeps_every_later_read_named():
+    """A struct file address reused by opens of a, b, a, b ...: after forget_before(t) the history is
+    one row per struct file in force at t plus later ones, and reads from t on are named as before."""
+    d = Decoder(root_pid=100, cwd="/")
+    files = {10: "/m/a", 11: "/m/b"}
+    opens = [(1000 * i, 0xFFFF8000_00001000, 10 + i % 2, files[10 + i % 2]) for i in range(1, 200)]
+    opens.append((500, 0xFFFF8000_00002000, 10, "/m/a"))  # another struct file, opened once, long before
+    d.note_strs(open_records(opens))
+    reads = [(1000 * i + 10, 0xFFFF8000_00001000) for i in range(150, 200)] + [(199_500, 0xFFFF8000_00002000)]
+    before, _, _ = d.events(read_records(reads))
+    d.forget_before(150_000)
+    assert sum(len(f) for f in d._ofd_files) == 2 + 49  # in force at 150,000 (two struct files) + later opens
+    after, _, _ = d.events(read_records(reads))
+    assert list(after.path) == list(before.path)
+    assert list(after.path[:3]) == ["/m/a", "/m/b", "/m/a"] and after.path.iloc[-1] == "/m/a"
