@@ -14,7 +14,7 @@ from readtrace.analyze.finding import Finding
 from readtrace.analyze.findings import find_all
 from readtrace.analyze.grouping import dense_codes, same_partition
 from readtrace.analyze.roles import file_roles
-from readtrace.analyze.streams import KINDS, BaseOrders, summarize
+from readtrace.analyze.streams import KINDS, BaseOrders, Runs, summarize
 from readtrace.analyze.thresholds import Thresholds
 from readtrace.trace import FUSE_READ, Trace, views
 from readtrace.trace.completeness import Completeness, completeness, lost_events
@@ -112,7 +112,8 @@ def _shared(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: Th
     ``attrs["tasks"]``: the tasks' own figures inside each stream. ``known``: summaries (with
     ``attrs["extents"]``) whose groups may be the (stream, task) pieces: then no second pass."""
     sub = dense_codes(codes, orders.factor("tid"))
-    df = summarize(acc, codes, n, orders, th, kind, sub=sub, replay=True, extents=True)
+    df = summarize(acc, codes, n, orders, th, kind, sub=sub, replay=True, extents=True,
+                   runs=_known_runs(codes, sub, known))
     pieces = None
     for (c, m), summary in [((codes, n), df), *known]:
         if same_partition(*sub, c, m):
@@ -128,6 +129,19 @@ def _shared(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: Th
     df = pd.concat([df, columns], axis=1)
     df.attrs["tasks"] = tasks.assign(kind=kind)
     return df
+
+
+def _known_runs(codes: np.ndarray, sub: tuple[np.ndarray, int],
+                known: list[tuple[tuple[np.ndarray, int], pd.DataFrame]]) -> Runs | None:
+    """The contiguous runs of a known summary whose groups are the (stream, task) pieces, under the
+    streams' codes (a run lies inside one piece, so inside one stream); None without one."""
+    for (c, m), summary in known:
+        runs = summary.attrs.get("runs")
+        if runs is not None and same_partition(*sub, c, m):
+            stream_of = np.zeros(m, dtype=np.int64)
+            stream_of[c] = codes  # group of that summary -> stream
+            return runs.relabel(stream_of)
+    return None
 
 
 def _label_streams(streams: pd.DataFrame, files: pd.DataFrame, handles: pd.DataFrame) -> None:

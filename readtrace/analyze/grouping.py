@@ -40,6 +40,8 @@ def dense_codes(*keys: np.ndarray | Factor) -> tuple[np.ndarray, int]:
     codes, n = first.codes, first.n
     for key in keys[1:]:
         sub = factor(key)
+        if sub.n == 1:  # one value: the tuples are those of the keys so far (no 10 M-row passes)
+            continue
         packed = codes.astype(np.int64) * sub.n + sub.codes
         if n * sub.n <= _DENSE_TABLE:  # no hashing: mark the pairs present, number them
             present = np.bincount(packed, minlength=n * sub.n) > 0
@@ -48,7 +50,7 @@ def dense_codes(*keys: np.ndarray | Factor) -> tuple[np.ndarray, int]:
         else:
             codes, uniques = pd.factorize(packed)
             n = len(uniques)
-    return codes.astype(np.int32 if n < 2**31 else np.int64), n
+    return codes.astype(np.int32 if n < 2**31 else np.int64, copy=False), n
 
 
 def same_partition(a: np.ndarray, n_a: int, b: np.ndarray, n_b: int) -> bool:
@@ -138,6 +140,19 @@ def quantiles(sorted_codes: np.ndarray, n_groups: int, values: np.ndarray, q: fl
     vhi = values[starts[has] + hi].astype(float)
     out[has] = vlo + (vhi - vlo) * (pos - lo)
     return out
+
+
+def selected_quantiles(values: np.ndarray, qs: tuple[float, ...], keep=None) -> list[float]:
+    """``quantiles`` of one group by selection (np.partition, no sort): the same order statistics and
+    the same interpolation. ``keep``: a predicate on the values (those it rejects do not count)."""
+    values = values.copy() if keep is None else values[keep(values)]  # a copy: partitioned in place
+    if len(values) == 0:
+        return [np.nan] * len(qs)
+    pos = np.asarray(qs, dtype=float) * (len(values) - 1)
+    lo, hi = np.floor(pos).astype(np.int64), np.ceil(pos).astype(np.int64)
+    values.partition(np.unique(np.r_[lo, hi]))
+    vlo, vhi = values[lo].astype(float), values[hi].astype(float)
+    return (vlo + (vhi - vlo) * (pos - lo)).tolist()
 
 
 def top_values(codes: np.ndarray, n_groups: int, values: np.ndarray, k: int = 4,

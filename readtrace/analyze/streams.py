@@ -33,6 +33,7 @@ from readtrace.analyze.grouping import (
     group_bounds,
     max_overlap,
     quantiles,
+    selected_quantiles,
     sorted_sum,
     stable_by_group,
     top_values,
@@ -42,6 +43,7 @@ from readtrace.analyze.histogram import LABELS, size_bin
 from readtrace.analyze.thresholds import Thresholds
 
 KINDS = ("task", "process", "ofd", "fuse_handle", "file")
+_SELECT_STREAMS = 64  # up to this many streams, latency quantiles by selection per stream (no sort)
 
 
 def _narrow(rows: np.ndarray) -> np.ndarray:
@@ -126,6 +128,39 @@ class Classified:
         return (self.gap >= -reorder) & (self.gap <= max_gap)
 
 
+@dataclass
+class Runs:
+    """Contiguous runs of reads (each read starting where the one before it in its stream ended): per
+    run its stream code and [start, end). The union of a stream's reads is the union of its runs."""
+
+    codes: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
+    def union_bytes(self, n: int) -> np.ndarray:
+        order = np.lexsort((self.start, self.codes))
+        return union_length(self.codes[order], n, self.start[order], self.end[order]).astype(np.int64)
+
+    def relabel(self, image: np.ndarray) -> Runs:
+        """The same runs under other stream codes (``image``: this coding's code -> the other's)."""
+        return Runs(image[self.codes], self.start, self.end)
+
+
+_RUNS_PER_ROW = 0.25  # runs are kept when they compress the rows at least 4-fold
+
+
+def contiguous_runs(cl: Classified) -> Runs | None:
+    """The streams' contiguous runs, or None when there are more than a quarter as many as rows."""
+    begins = cl.gap != 0
+    begins |= cl.first
+    rows = np.flatnonzero(begins)
+    del begins
+    if len(rows) > _RUNS_PER_ROW * len(cl.gap):
+        return None
+    start = cl.offset[rows]
+    return Runs(cl.codes[rows], start, start + sorted_sum(rows, cl.nbytes))
+
+
 def classify(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders) -> Classified:
     order = stable_by_group(codes, n, orders.by_time)
     if n <= 1 and orders.time_ordered:  # one stream, already in time order: views, no copies
@@ -167,12 +202,15 @@ def group_extents(cl: Classified, starts: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 def summarize(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: Thresholds, kind: str,
-              sub: tuple[np.ndarray, int] | None = None, replay: bool = False, extents: bool = False
-              ) -> pd.DataFrame:
+              sub: tuple[np.ndarray, int] | None = None, replay: bool = False, extents: bool = False,
+              runs: Runs | None = None) -> pd.DataFrame:
     """One row per stream code 0..n-1 with every per-stream figure.
 
     ``sub``: codes of the (stream, task) pieces, for tasks and concurrency; None when a stream is one task.
-    ``extents``: also ``attrs["extents"]``, each stream's lowest offset and furthest end.
+    ``extents``: also ``attrs["extents"]``, each stream's lowest offset and furthest end, and
+    ``attrs["runs"]`` (``contiguous_runs``: None when they do not compress the rows).
+    ``runs``: contiguous runs of these streams' reads from another kind (each inside one stream, in
+    these codes): the union of the reads is computed from them.
     """
     cl = classify(acc, codes, n, orders)
     starts, counts = group_bounds(cl.codes, n)
@@ -188,21 +226,26 @@ def summarize(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: 
         "first_ts_ns": acc.ts[first_rows], "last_ts_ns": acc.ts[last_rows],
     })
     df["top_strides"] = top_values(cl.codes, n, cl.gap)
+    latency_quantiles = _latency_quantiles(acc, codes, n, orders, cl, starts, counts)
     if extents:
         df.attrs["extents"] = group_extents(cl, starts)
     if replay:
         _add_replay(df, cl, starts, th)
     forward_only = bool(cl.sequential.all())
+    if runs is None and (extents or not forward_only):
+        runs = contiguous_runs(cl)
+    if extents:
+        df.attrs["runs"] = runs
     del cl
-    df["unique_bytes"] = nbytes if forward_only else _unique_bytes(acc, codes, n, orders)
+    if forward_only:
+        df["unique_bytes"] = nbytes
+    else:
+        df["unique_bytes"] = _unique_bytes(acc, codes, n, orders) if runs is None else runs.union_bytes(n)
     df["reread_amplification"] = df["bytes"] / df["unique_bytes"].where(df["unique_bytes"] > 0)
     if replay:
         df["gcsfuse_sequential_requests"] = gcsfuse.sequential_requests(df["unique_bytes"].to_numpy(), th)
-    timed = stable_by_group(codes, n, orders.timed) if len(orders.timed) else orders.timed
-    timed_codes, latency = codes[timed], acc.latency[timed]
-    for q in (50, 99):
-        df[f"latency_p{q}_us"] = quantiles(timed_codes, n, latency, q / 100) / 1e3
-    del timed, timed_codes, latency
+    for q, values in zip((50, 99), latency_quantiles, strict=True):
+        df[f"latency_p{q}_us"] = values / 1e3
     hist = np.bincount(codes.astype(np.int64) * len(LABELS) + orders.size_bins,
                        minlength=n * len(LABELS)).reshape(n, len(LABELS))
     df["size_hist"] = [dict(zip(LABELS, row.tolist(), strict=True)) for row in hist]
@@ -210,6 +253,20 @@ def summarize(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: 
     df["top_sizes"] = top_values(codes, n, sizes, k=4, value_codes=size_codes)
     df["tasks"], df["concurrency"] = _tasks(acc, codes, n, sub)
     return df
+
+
+def _latency_quantiles(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, cl: Classified,
+                       starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per stream: p50 and p99 of the latencies > 0. Few streams: selected per stream (no sort of
+    every row by latency); many: one shared latency order, reordered by stream."""
+    if n > _SELECT_STREAMS:
+        timed = stable_by_group(codes, n, orders.timed) if len(orders.timed) else orders.timed
+        timed_codes, latency = codes[timed], acc.latency[timed]
+        return tuple(quantiles(timed_codes, n, latency, q) for q in (0.5, 0.99))
+    latency = acc.latency if n <= 1 and orders.time_ordered else acc.latency[cl.order]
+    per = np.array([selected_quantiles(latency[s:s + c], (0.5, 0.99), keep=lambda v: v > 0)
+                    for s, c in zip(starts.tolist(), counts.tolist(), strict=True)], dtype=float).reshape(n, 2)
+    return per[:, 0], per[:, 1]
 
 
 def _unique_bytes(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders) -> np.ndarray:
