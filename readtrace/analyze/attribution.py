@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from readtrace.analyze.accesses import SOURCE_READ, Accesses
+from readtrace.analyze.grouping import dense_codes
 from readtrace.analyze.pagecache import MMAP_OPS
 
 SEP = " -> "  # inject/calls.py SEP
@@ -154,9 +155,7 @@ def reads_from(calls: pd.DataFrame, app: Accesses, pages: pd.DataFrame, files: p
     entry_of_chain, entry_names = pd.factorize(np.array([c.split(SEP, 1)[0] for c in chain_names], dtype=object))
     sel = slice(None) if got.all() else got  # views where every access is attributed
     chain = chain_of_call[owner[sel]].astype(np.int32)
-    per = pd.DataFrame({"chain": chain, "entry": entry_of_chain[chain].astype(np.int32), "tid": tid[sel],
-                        "bytes": nbytes[sel], "after": np.where(after[sel], nbytes[sel], 0), "file": file[sel]},
-                       copy=False)
+    per = _per_touch(chain, entry_of_chain, tid[sel], nbytes[sel], after[sel], file[sel])
     by_chain = per.groupby("chain", sort=False).agg(bytes=("bytes", "sum"), after=("after", "sum"),
                                                     threads=("tid", "nunique"))
     by_chain = by_chain.sort_values("bytes", ascending=False, kind="stable")
@@ -186,6 +185,26 @@ def reads_from(calls: pd.DataFrame, app: Accesses, pages: pd.DataFrame, files: p
                                                                           chain_names[per_file["chain"]], strict=True)
                           if (found := levers(chain, info.get("entry_points") or {}))}
     return out
+
+
+def _per_touch(chain: np.ndarray, entry_of_chain: np.ndarray, tid: np.ndarray, nbytes: np.ndarray,
+               after: np.ndarray, file: np.ndarray) -> pd.DataFrame:
+    """The attributed touches (chain, entry, tid, bytes, after-return bytes, file) folded into one
+    row per distinct (chain, tid, file, after return), in order of first appearance: every sum and
+    distinct count per chain, entry or file (and pandas' first-appearance group order) is that of
+    the touches, from a table of a few rows instead of one per access (10 M reads: 1.7 s of groupby)."""
+    codes, n = dense_codes(chain, tid, file, after)
+    if n * 4 > len(codes) or int(nbytes.sum()) >= 2**53:  # nothing to fold (or float sums not exact)
+        return pd.DataFrame({"chain": chain, "entry": entry_of_chain[chain].astype(np.int32), "tid": tid,
+                             "bytes": nbytes, "after": np.where(after, nbytes, 0), "file": file}, copy=False)
+    first = np.zeros(n, dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes))[::-1]  # the first touch of each distinct tuple
+    total = np.bincount(codes, weights=nbytes, minlength=n).astype(np.int64)
+    order = np.argsort(first, kind="stable")
+    rows, total = first[order], total[order]
+    return pd.DataFrame({"chain": chain[rows], "entry": entry_of_chain[chain[rows]].astype(np.int32),
+                         "tid": tid[rows], "bytes": total, "after": np.where(after[rows], total, 0),
+                         "file": file[rows]})
 
 
 # lever keyword -> (the change, whether it applies given what the calls already passed)
