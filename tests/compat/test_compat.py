@@ -42,10 +42,9 @@ MIN_GAIN, NO_HARM = 1.3, 0.97
 CELLS = (
     [Cell("lab", name, 20, slow=name == "fork_pool") for name in ALL]
     + [Cell("s3fs", name, 20) for name in ("load_file", "fork_pool")]
-    # rclone keeps a read stream per handle (flagged) and drops the page cache on every open
-    + [Cell("rclone", "fork_pool", 20, slow=True,
-            no_harm_xfail="rclone drops the page cache on open and the workers' raw preads cannot be routed: "
-                          "the start-up prefetch is wasted (issue 10, helper fixer: not landed)")]
+    # rclone keeps a read stream per handle (flagged) and drops the page cache on every open: the start-up
+    # prefetch is wasted there, an own fd per forked worker (inject/forkfd.py) is what gains
+    + [Cell("rclone", "fork_pool", 20, slow=True)]
     + [Cell("sshfs", "load_file")]
     # httpdirfs serves one Range request per FUSE READ, one at a time: no candidate gains there yet, and
     # auto's cold candidates take ~10 min at 64 MiB, so CI records and reports it; fix: compat_matrix.py
