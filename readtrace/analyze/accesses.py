@@ -230,7 +230,8 @@ def fuse_accesses(fuse: pd.DataFrame, events: pd.DataFrame, app: Accesses, files
     codes, n = dense_codes(conn, node, fh)
     table = pd.DataFrame({"connection": conn, "nodeid": node, "fh": fh}).groupby(codes).first() \
         .reindex(range(n)).reset_index(drop=True)
-    table["file"] = handle_files(table, node_files(fuse, events, app, files), files, np.unique(app.file))
+    table["file"] = handle_files(table, node_files(fuse, events, app, files), files, np.unique(app.file)) \
+        if len(table) else np.zeros(0, dtype=np.int64)
     acc = Accesses(
         ts=_i64(reads["ts_ns"]), pid=_i64(reads["pid"]), tid=_i64(reads["tid"]),
         file=table["file"].to_numpy()[codes], handle=codes.astype(np.int64),  # the handle's row in table

@@ -55,7 +55,7 @@ def _from_opens(fuse: pd.DataFrame, opens: pd.DataFrame, files: FileIndex) -> pd
 
 def _from_reads(fuse: pd.DataFrame, app, files: FileIndex) -> pd.DataFrame:
     req = _requests(fuse, FUSE_READ)
-    conn = _on_connection(app.file, files) if len(app) else np.empty(0, np.int64)
+    conn = _on_connection(app.file, files) if len(app) and not req.empty else np.empty(0, np.int64)
     on_fuse = conn >= 0
     if req.empty or not on_fuse.any():
         return pd.DataFrame(columns=[*_KEY, "file"])

@@ -151,15 +151,16 @@ def _task_spans(events: pd.DataFrame, waits: Waits, sched: list[dict] | None) ->
     ev = pd.DataFrame({"tid": events["tid"].to_numpy().astype(np.int64), "pid": events["pid"].to_numpy().astype(np.int64),
                        "first_ns": events["ts_ns"].to_numpy(dtype=np.int64),
                        "last_ns": events["ts_ns"].to_numpy(dtype=np.int64)})
-    if len(waits):  # per task of the waits, by sorting once (waits can be every read of a big trace)
-        codes, _ = pd.factorize(waits.tid)
-        order = np.argsort(codes.astype(np.int16) if codes.max() < 2**15 else codes, kind="stable")
-        t = waits.tid[order]
-        firsts = np.flatnonzero(np.r_[True, t[1:] != t[:-1]])
-        ev = pd.concat([ev, pd.DataFrame({
-            "tid": t[firsts], "pid": waits.pid[order][firsts],
-            "first_ns": np.minimum.reduceat(waits.start[order], firsts),
-            "last_ns": np.maximum.reduceat(waits.end[order], firsts)})], ignore_index=True)
+    if len(waits):  # per task of the waits, no sort (waits can be every read of a big trace)
+        codes, uniq = pd.factorize(waits.tid)
+        first_row = np.zeros(len(uniq), dtype=np.int64)
+        first_row[codes[::-1]] = np.arange(len(codes))[::-1]  # each task's first wait: its pid
+        first_ns = np.full(len(uniq), np.iinfo(np.int64).max)
+        last_ns = np.full(len(uniq), np.iinfo(np.int64).min)
+        np.minimum.at(first_ns, codes, waits.start)
+        np.maximum.at(last_ns, codes, waits.end)
+        ev = pd.concat([ev, pd.DataFrame({"tid": waits.tid[first_row], "pid": waits.pid[first_row],
+                                          "first_ns": first_ns, "last_ns": last_ns})], ignore_index=True)
     spans = ev.groupby("tid").agg(pid=("pid", "first"), first_ns=("first_ns", "min"), last_ns=("last_ns", "max"))
     if sched:
         acct = pd.DataFrame(sched).set_index("tid")
@@ -206,15 +207,19 @@ def time_split(events: pd.DataFrame, waits: Waits, files: pd.DataFrame, meta: di
     tasks = tasks.drop(columns="off_s").sort_values("io_wait_s", ascending=False, kind="stable")
     # per file: the union over tasks of the waits on it (wall time the load waited on that file)
     codes, uniq = pd.factorize(waits.file)
-    per_file = pd.Series(union_by_group(waits.start, waits.end, codes, len(uniq)) / NS, index=uniq)
+    per_file = pd.Series((union_by_group(waits.start, waits.end, codes, len(uniq)) if len(uniq) > 1
+                          else np.array([overall.total()] * len(uniq), dtype=np.int64)) / NS, index=uniq)
     io = overall.total() / NS
     wall = meta.get("wall_s")
     top = per_file.idxmax() if len(per_file) else None
     top_tasks, on_top = 0, None
     if top is not None:  # the tasks that waited on that file for more than 1 % of its wait
         on_top = waits.file == top
-        per_task = pd.Series(waits.end[on_top] - waits.start[on_top]).groupby(waits.tid[on_top]).sum()
-        top_tasks = int((per_task >= 0.01 * per_task.sum()).sum())
+        top_task, waited = task, waits.end - waits.start
+        if not on_top.all():
+            top_task, waited = top_task[on_top], waited[on_top]
+        waited = np.bincount(top_task, weights=waited, minlength=n)[np.bincount(top_task, minlength=n) > 0]
+        top_tasks = int((waited >= 0.01 * waited.sum()).sum())
     top_fault = bool(waits.fault[on_top].mean() > 0.5) if top is not None else False
     summary = {
         "time_split_source": waits.source,

@@ -396,7 +396,8 @@ def _gather(parquet: pq.ParquetFile, picks: list[tuple[int, np.ndarray | None]],
             group = group.filter(mask)
         stop = start + group.num_rows
         for name, out in numeric.items():
-            out[start:stop] = pc.fill_null(group.column(name), 0).to_numpy()
+            column = group.column(name)
+            out[start:stop] = (pc.fill_null(column, 0) if column.null_count else column).to_numpy()
         for name, chunks in text.items():
             chunks.extend(group.column(name).chunks)
         start = stop

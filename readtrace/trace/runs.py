@@ -25,6 +25,11 @@ def calls_per_row(*frames: pd.DataFrame | None, max_calls: int | None = None) ->
     calls = rows = 0
     for f in frames:
         if f is not None and "count" in f.columns and len(f):
+            counts = f["count"].to_numpy()
+            if counts.dtype.kind in "iu" and counts.max() <= 1:  # nothing merged (a lean load's ints)
+                calls += len(counts)
+                rows += len(counts)
+                continue
             counts = np.nan_to_num(f["count"].to_numpy(dtype=np.float64), nan=1.0)  # float: no overflow
             calls += int(np.clip(counts, 1, None).sum())
             rows += int((counts <= 1).sum())
