@@ -112,15 +112,17 @@ def _shared(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: Th
     ``attrs["tasks"]``: the tasks' own figures inside each stream. ``known``: summaries (with
     ``attrs["extents"]``) whose groups may be the (stream, task) pieces: then no second pass."""
     sub = dense_codes(codes, orders.factor("tid"))
+    # a known summary whose groups are the (stream, task) pieces: its runs and figures serve here
+    match = next((((c, m), summary) for (c, m), summary in known if same_partition(*sub, c, m)), None)
     df = summarize(acc, codes, n, orders, th, kind, sub=sub, replay=True, extents=True,
-                   runs=_known_runs(codes, sub, known))
+                   runs=_known_runs(codes, *match) if match else None)
     pieces = None
-    for (c, m), summary in [((codes, n), df), *known]:
-        if same_partition(*sub, c, m):
-            image = np.zeros(sub[1], dtype=np.int64)
-            image[sub[0]] = c  # piece -> group of that summary
-            pieces = interleave.summarized_pieces(summary, summary.attrs["extents"]).take(image)
-            break
+    serving = ((codes, n), df) if same_partition(*sub, codes, n) else match  # each stream one task: itself
+    if serving is not None:
+        (c, _), summary = serving
+        image = np.zeros(sub[1], dtype=np.int64)
+        image[sub[0]] = c  # piece -> group of that summary
+        pieces = interleave.summarized_pieces(summary, summary.attrs["extents"]).take(image)
     for _, summary in [((codes, n), df), *known]:
         summary.attrs.clear()
     if pieces is None:
@@ -131,17 +133,16 @@ def _shared(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: Th
     return df
 
 
-def _known_runs(codes: np.ndarray, sub: tuple[np.ndarray, int],
-                known: list[tuple[tuple[np.ndarray, int], pd.DataFrame]]) -> Runs | None:
+def _known_runs(codes: np.ndarray, known: tuple[np.ndarray, int], summary: pd.DataFrame) -> Runs | None:
     """The contiguous runs of a known summary whose groups are the (stream, task) pieces, under the
-    streams' codes (a run lies inside one piece, so inside one stream); None without one."""
-    for (c, m), summary in known:
-        runs = summary.attrs.get("runs")
-        if runs is not None and same_partition(*sub, c, m):
-            stream_of = np.zeros(m, dtype=np.int64)
-            stream_of[c] = codes  # group of that summary -> stream
-            return runs.relabel(stream_of)
-    return None
+    streams' codes (a run lies inside one piece, so inside one stream); None when it kept none."""
+    runs = summary.attrs.get("runs")
+    if runs is None:
+        return None
+    c, m = known
+    stream_of = np.zeros(m, dtype=np.int64)
+    stream_of[c] = codes  # group of that summary -> stream
+    return runs.relabel(stream_of)
 
 
 def _label_streams(streams: pd.DataFrame, files: pd.DataFrame, handles: pd.DataFrame) -> None:
@@ -240,8 +241,8 @@ def _summary(trace: Trace, files: pd.DataFrame, streams: pd.DataFrame, app: Acce
         "reads": int((app.source == SOURCE_READ).sum()),
         "page_faults": int(files["page_faults"].sum()),
         "files": len(files),
-        "tasks": int(len(np.unique(app.tid))),
-        "processes": int(len(np.unique(app.pid))),
+        "tasks": len(pd.unique(app.tid)),  # hashing: no sort of every access
+        "processes": len(pd.unique(app.pid)),
         "cache_miss_bytes": int(files["cache_miss_bytes"].sum()) if page_view else None,
         "cache_refetched_bytes": int(files["cache_refetched_bytes"].sum()) if page_view else None,
         "cache_miss_fraction": (min(1.0, files["cache_miss_bytes"].sum() / files["bytes_read"].sum())

@@ -127,7 +127,7 @@ def small_requests(a: Analysis) -> list[Finding]:
     th = a.thresholds
     reads = a.app.source == SOURCE_READ
     reads &= a.app.file >= 0  # -1: a file the trace could not name
-    file, nbytes = a.app.file[reads], a.app.nbytes[reads]
+    file, nbytes = (a.app.file, a.app.nbytes) if reads.all() else (a.app.file[reads], a.app.nbytes[reads])
     ids = a.files.index.to_numpy()  # file ids (the table is filtered and sorted)
     n_ids = int(max(ids.max(initial=-1), file.max(initial=-1))) + 1
     total = np.bincount(file, minlength=n_ids)[ids]

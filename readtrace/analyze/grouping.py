@@ -57,6 +57,8 @@ def same_partition(a: np.ndarray, n_a: int, b: np.ndarray, n_b: int) -> bool:
     """Whether two codings group the rows identically (then one summary serves both)."""
     if n_a != n_b:
         return False
+    if n_a <= 1:  # every row in the one group
+        return True
     image = np.zeros(n_a, dtype=np.int64)
     image[a] = b
     return bool(np.array_equal(image[a], b))

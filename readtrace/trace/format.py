@@ -377,6 +377,18 @@ def _is_read(op: pa.ChunkedArray) -> np.ndarray:
     return pc.fill_null(pc.take(hit, op.indices), False).to_numpy(zero_copy_only=False)
 
 
+def _read_mask(parquet: pq.ParquetFile, i: int) -> np.ndarray:
+    """Whether each row of row group ``i`` is a read syscall. A row group of one op (the writer's
+    statistics say so) needs no read of its op column."""
+    group = parquet.metadata.row_group(i)
+    column = group.column(parquet.schema_arrow.get_field_index("op"))
+    stats = column.statistics if column.path_in_schema == "op" else None
+    if stats is not None and stats.has_min_max and stats.has_null_count and stats.null_count == 0 \
+            and stats.min == stats.max:
+        return np.full(group.num_rows, stats.min in READ_OPS)
+    return _is_read(parquet.read_row_group(i, columns=["op"]).column(0))
+
+
 def _gather(parquet: pq.ParquetFile, picks: list[tuple[int, np.ndarray | None]], schema: pa.Schema
             ) -> pd.DataFrame:
     """The rows ``picks`` selects ((row group, row mask or None for all of them)) as a DataFrame.
@@ -424,7 +436,7 @@ def _load_table(path: Path, name: str, expected_rows: int | None, lean: bool) ->
 def _split_reads(parquet: pq.ParquetFile) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(read syscalls with READ_COLUMNS, every other event), row group by row group. Row groups of
     reads only (the bulk of a trace) are read with READ_COLUMNS only."""
-    masks = [_is_read(parquet.read_row_group(i, columns=["op"]).column(0)) for i in range(parquet.num_row_groups)]
+    masks = [_read_mask(parquet, i) for i in range(parquet.num_row_groups)]
     reads = [(i, None if m.all() else m) for i, m in enumerate(masks) if m.any()]
     others = [(i, None if not m.any() else ~m) for i, m in enumerate(masks) if not m.all()]
     return (_gather(parquet, reads, _target_schema("events", READ_COLUMNS, lean=True)),
