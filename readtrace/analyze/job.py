@@ -223,9 +223,10 @@ def stragglers(job: JobAnalysis) -> list[Finding]:
     names = [f"{h} ({Path(t).name if t else i})" for i, (h, t) in enumerate(zip(walls["host"], walls["trace"],
                                                                                   strict=True))]
     out += _skew("node", names, walls["wall_s"].to_numpy(dtype=float))
-    ranks = job.ranks.dropna(subset=["load_s"]) if "load_s" in job.ranks else job.ranks[:0]
-    out += _skew("rank", [f"rank {r} (node {n})" for r, n in zip(ranks["rank"], ranks["node"], strict=True)],
-                 ranks["load_s"].to_numpy(dtype=float))
+    if "load_s" in job.ranks:  # else no node labelled its ranks (not a torchrun job): an empty table
+        ranks = job.ranks.dropna(subset=["load_s"])
+        out += _skew("rank", [f"rank {r} (node {n})" for r, n in zip(ranks["rank"], ranks["node"], strict=True)],
+                     ranks["load_s"].to_numpy(dtype=float))
     return out
 
 

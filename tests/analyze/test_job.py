@@ -73,6 +73,20 @@ def test_two_synthetic_nodes_replicated_reads_and_a_straggler():
     assert len(skew) == 1 and skew[0].slowest.startswith("n1") and skew[0].skew == pytest.approx(1.5)
 
 
+def test_node_traces_without_ranks_are_still_a_job():
+    """Two plain (not torchrun) node traces: no rank table, the node straggler still found (a
+    KeyError on the empty rank table before)."""
+    size = 4 << 20
+    traces = [_node_trace(f"n{i}", "2026-12-01T10:00:00+00:00", {100 + i: i}, 5.0 + 10 * i,
+                          "/mnt/a/model.safetensors", size) for i in range(2)]
+    for t in traces:
+        del t.meta["ranks"]
+    job = analyze_job(traces)
+    assert len(job.ranks) == 0 and len(job.nodes) == 2
+    skew = [f for f in job.findings if f.code == "LOAD_SKEW"]
+    assert [f.scope for f in skew] == ["node"] and skew[0].slowest.startswith("n1")
+
+
 def test_nodes_on_local_disks_replicate_nothing():
     size = 4 << 20
     a = _node_trace("n0", "2026-12-01T10:00:00+00:00", {100: 0}, 5.0, "/data/model.safetensors", size)
