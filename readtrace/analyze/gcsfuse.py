@@ -55,10 +55,11 @@ def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, gap: np.nd
     run_group = codes if len(runs) == n else codes[runs]
     group_first_run = np.searchsorted(runs, starts)
     seeks_before = np.arange(len(runs), dtype=runs.dtype)
-    seeks_before -= group_first_run.astype(runs.dtype)[run_group]  # seeks seen when the run opens
     bytes_before = np.cumsum(run_bytes)
     bytes_before -= run_bytes
-    bytes_before -= bytes_before[group_first_run][run_group]  # read on the handle before the run
+    if n_groups > 1:  # one group starts at run 0 with nothing read before it
+        seeks_before -= group_first_run.astype(runs.dtype)[run_group]  # seeks seen when the run opens
+        bytes_before -= bytes_before[group_first_run][run_group]  # read on the handle before the run
     # random once >= 2 seeks with < 8 MiB read per seek on average (integer form of the average test:
     # bytes < seeks * 8 MiB  <=>  bytes // 8 MiB < seeks, without an overflowing product)
     is_random = bytes_before // th.gcsfuse_max_random_read < seeks_before

@@ -168,7 +168,7 @@ def top_values(codes: np.ndarray, n_groups: int, values: np.ndarray, k: int = 4,
         vcodes, vuniques = pd.factorize(values)
     else:
         vcodes, vuniques = value_codes, values
-    packed = codes.astype(np.int64) * len(vuniques) + vcodes
+    packed = vcodes if n_groups == 1 else codes.astype(np.int64) * len(vuniques) + vcodes
     if n_groups * len(vuniques) <= 50_000_000:
         counts = np.bincount(packed, minlength=n_groups * len(vuniques))
         pairs = np.flatnonzero(counts)
