@@ -97,17 +97,19 @@ def _link(fd: int) -> str | None:
 
 
 def install(rerun) -> None:
-    """For a rerun (``protocol.Rerun``) that names its checkpoint files or records a manifest: after
-    every fork, and now (an exec'd Python child may have inherited an fd), find this process's fds on
-    those files; under ``own-fd-per-fork`` reopen them; note each in the manifest (``fork:shared-fd``:
+    """For a rerun (``protocol.Rerun``) that names its checkpoint files, records a manifest or asks for
+    ``own-fd-per-fork``: after every fork, and now (an exec'd Python child may have inherited an fd),
+    find this process's fds on those files; under ``own-fd-per-fork`` reopen them; note each in the manifest (``fork:shared-fd``:
     the discovery and baseline runs tell ``fix --compare`` that workers shared the parent's file).
     Handlers are inherited by forked children, so a worker that forks again is covered as well."""
     from readtrace.inject.protocol import OWN_FD_PER_FORK, append_manifest
 
-    files = identities(rerun.files)
-    if not files and not rerun.manifest:
+    # plain `readtrace fix` names its files as the ones to prefetch; with none named at all, the
+    # strategy (asked for by name) takes any read-only regular file a worker inherited
+    files = identities(rerun.files or rerun.prefetch_files)
+    fix = rerun.strategy == OWN_FD_PER_FORK
+    if not files and not rerun.manifest and not fix:
         return
-    fix = rerun.strategy == OWN_FD_PER_FORK and bool(files)
 
     def check(when: str) -> None:
         found = open_on(files)

@@ -117,7 +117,7 @@ def _rerun():
 _RERUN = _rerun()
 if _RERUN.active or _RERUN.calls_log:
     sys.meta_path.insert(0, _SafetensorsHook(_RERUN.active, bool(_RERUN.calls_log)))
-if _RERUN.files or _RERUN.manifest:
+if _RERUN.active:
     _own_fd_per_fork(_RERUN)
 if _RERUN.start_prefetch():
     _prefetch_at_start()

@@ -195,3 +195,15 @@ def test_exec_children_and_grandchildren_get_their_own_description(ckpt, tmp_pat
     assert out.stdout.split() == ["True", "True", "True"]
     notes = [c for c in read_manifest(tmp_path / "m.jsonl").calls if c["call"] == "fork:shared-fd"]
     assert {c["when"] for c in notes} == {"exec", "fork"} and all(c["reopened"] for c in notes)
+
+
+def test_plain_fix_without_files_reopens_any_inherited_read_only_file(ckpt, tmp_path):
+    """`readtrace fix --strategy own-fd-per-fork -- CMD` (no --compare, no files named): the strategy
+    asked for by name reopens every read-only regular file a forked worker inherited."""
+    script = tmp_path / "pool.py"
+    script.write_text(POOL)
+    with shim_environment("own-fd-per-fork", None) as env:
+        out = subprocess.run([sys.executable, str(script), ckpt, "fork"], env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["parent"] == 7
