@@ -53,7 +53,7 @@ def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, gap: np.nd
         runs = runs.astype(np.int32)
     span, run_bytes = _run_extent(runs, offset, nbytes)  # views of nbytes when every read is a run
     run_group = codes if len(runs) == n else codes[runs]
-    group_first_run = np.searchsorted(runs, starts)
+    group_first_run = np.searchsorted(runs, starts.astype(runs.dtype))  # same dtypes: no cast of every run
     seeks_before = np.arange(len(runs), dtype=runs.dtype)
     bytes_before = np.cumsum(run_bytes)
     bytes_before -= run_bytes

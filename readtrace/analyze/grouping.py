@@ -79,7 +79,8 @@ def stable_by_group(codes: np.ndarray, n_groups: int, base: np.ndarray | None) -
 def group_bounds(sorted_codes: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
     """Start index and length of each group in an array sorted by code (binary search: no pass over
     the rows)."""
-    starts = np.searchsorted(sorted_codes, np.arange(n_groups)).astype(np.int64)
+    # keys of the codes' own dtype: int64 keys would make numpy cast every (int32) code first
+    starts = np.searchsorted(sorted_codes, np.arange(n_groups, dtype=sorted_codes.dtype)).astype(np.int64)
     counts = np.diff(starts, append=len(sorted_codes))
     return starts, counts
 
