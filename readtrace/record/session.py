@@ -112,6 +112,10 @@ class Session:
         self.live_decoded += (self._spool_decoded - before) // EVENT_DTYPE.itemsize
         if self._spool_decoded >= self._spool_bytes:
             self.decoder.forget_before(self._decoded_through_ns)
+            with self._rights():
+                for name in self._buffers:  # a pass's rows (~30 s of them) on disk now, not held to FLUSH_ROWS
+                    self._flush(name)
+            _libc.malloc_trim(0)  # the chunks' frames are freed: give the heap back, so RSS is what is held
             self._live_pass_at = time.monotonic()
 
     def _spool_write(self, events: np.ndarray) -> None:
