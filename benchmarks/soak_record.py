@@ -1,8 +1,9 @@
 """Soak: one `readtrace record` over a long loop of checkpoint loads on the lab mount.
 
 Asserts nothing (a benchmark, not a test); measures what must stay bounded: the recorder's RSS
-(sampled every second from /proc; peak overall and per fifth of the run, so growth shows), the spool
-and trace size, lost events, and that the trace stays readable (`readtrace report --json` on it).
+(sampled every second from /proc; peak overall and per fifth of the run, so growth shows), the disk
+space the spool holds, the trace size, the longest gap between drains, lost events, and that the
+trace stays readable (`readtrace report --json` on it).
 
   python benchmarks/soak_record.py                 # 20 minutes (issue 8)
   nice -n 10 python benchmarks/soak_record.py --minutes 5 --size-mib 32
@@ -52,6 +53,14 @@ def memory_kib(pid: int) -> dict[str, int] | None:
     return found if "Rss" in found else None
 
 
+def _disk_bytes(path: Path) -> int:
+    """Disk space a file holds (the spool's decoded parts are punched out: its size stays)."""
+    try:
+        return path.stat().st_blocks * 512
+    except OSError:
+        return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=20.0)
@@ -84,8 +93,7 @@ def main() -> int:
                 memory = memory_kib(proc.pid)
                 if memory is not None:
                     samples.append((time.monotonic() - started, memory))
-                spool_peak = max([spool_peak] + [p.stat().st_size for p in base.glob(".soak.rtrace.partial-*/*")
-                                                 if p.exists()])
+                spool_peak = max([spool_peak] + [_disk_bytes(p) for p in base.glob(".soak.rtrace.partial-*/*")])
                 time.sleep(1.0)
             out, err = proc.communicate()
             wall = time.monotonic() - started
@@ -105,6 +113,7 @@ def main() -> int:
         "checkpoint_mib": args.size_mib, "latency_ms": args.latency_ms, "record_exit": proc.returncode,
         "loads": out.strip(), "wall_s": round(wall, 1), "records": meta.get("records"),
         "calls": meta.get("calls"), "lost_events": meta.get("lost_events"), "partial": meta.get("partial"),
+        "max_drain_gap_s": meta.get("max_drain_gap_s"), "live_decoded_records": meta.get("live_decoded_records"),
         "rss_peak_mib": round(max((m["Rss"] for _, m in samples), default=0) / 1024, 1),
         "rss_peak_per_fifth_mib": per_fifth("Rss"),
         "anon_peak_per_fifth_mib": per_fifth("Anonymous"),
