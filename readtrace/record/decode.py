@@ -220,6 +220,8 @@ class Decoder:
             self.files[key] = FileInfo(path, int(r["i_size"]))
         else:
             info.size = max(info.size, int(r["i_size"]))
+            if path:  # the latest open names it: a file written under a temporary name, then renamed
+                info.path = path  # (save_pretrained) is read by its final one
 
     def _remember_exec(self, path: str) -> None:
         """The executable is mapped by the kernel, never opened: name it from a stat."""

@@ -140,3 +140,14 @@ def test_forgetting_old_history_keeps_every_later_read_named():
     after, _, _ = d.events(read_records(reads))
     assert list(after.path) == list(before.path)
     assert list(after.path[:3]) == ["/m/a", "/m/b", "/m/a"] and after.path.iloc[-1] == "/m/a"
+
+
+def test_a_file_reopened_under_another_name_is_named_by_the_latest_open():
+    """save_pretrained writes `.tmpXXXX`, renames it, and the loader opens the final name: the same
+    (dev, ino) under two paths; the files table and the reads name it by the latest open."""
+    d = Decoder(root_pid=100, cwd="/")
+    ofd = 0xFFFF8000_00003000
+    d.note_strs(open_records([(1000, ofd, 77, "/m/unet/.tmpab12"), (5000, ofd, 77, "/m/unet/model.safetensors")]))
+    app, _, _ = d.events(read_records([(6000, ofd)]))
+    assert d.files[(40, 77)].path == "/m/unet/model.safetensors"
+    assert list(app.path) == ["/m/unet/model.safetensors"]
