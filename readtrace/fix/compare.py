@@ -220,7 +220,8 @@ def _unproven(c: Comparison) -> list[str]:
         why.append("no checkpoint files were found (nothing was loaded through safetensors or torch.load and "
                    "none were given with --files): nothing was evicted, so the runs were not cold")
     elif c.cold and not c.evictions_cold:
-        warm = [f"{os.path.basename(e.path)} {100 * e.after:.0f} %" for e in c.evictions if e.after > 0.01]
+        warm = [f"{os.path.basename(e.path)} {100 * e.after:.0f} %" + (f" ({e.note})" if e.note else "")
+                for e in c.evictions if e.after > 0.01]
         why.append("the runs were not cold: still cached after eviction: " + ", ".join(warm))
     if c.diff.count == 0:
         why.append("no tensors were seen in any run (the load does not go through safetensors or torch.load): "

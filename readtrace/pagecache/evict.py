@@ -1,9 +1,10 @@
 """Make exactly the given files cold: posix_fadvise(DONTNEED) on each, residency before and after.
 
 Never touches other files (no drop_caches); flushes pages someone else left dirty (fdatasync) so they
-can be dropped, and tries again for about 1.5 s while more than 1 % stays (a loader that just exited
-may still map them). Pages a running process still maps may stay; a
-file system with its own cache (FUSE daemons, NFS servers) or one living in memory is named in a note.
+can be dropped, and tries again for about 5 s while more than 1 % stays (a loader that just exited
+may still map them). Pages a running process still maps may stay: the note names the processes that
+map the file; a file system with its own cache (FUSE daemons, NFS servers) or one living in memory is
+named in a note.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def evict(paths: Iterable[str | os.PathLike]) -> list[Eviction]:
     return [_evict_one(os.fspath(p)) for p in paths]
 
 
-RETRY_WAITS_S = (0.05, 0.1, 0.2, 0.4, 0.8)  # pages of a process still exiting are unmapped soon after
+RETRY_WAITS_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 1.6)  # pages of a process still exiting are unmapped soon after
 
 
 def _evict_one(path: str) -> Eviction:
@@ -67,5 +68,36 @@ def _evict_one(path: str) -> Eviction:
     except OSError as e:
         raise InputError(f"cannot evict {path}: {e.strerror or e}") from None
     if note is None and pages and after > pages // 100:
-        note = f"{after}/{pages} pages stayed cached (mapped by a running process, or dirty)"
+        holders = mapped_by(path)
+        note = f"{after}/{pages} pages stayed cached " + (f"(mapped by {', '.join(holders)})" if holders else
+                                                          "(none maps it now: dirty, or unmapped since)")
     return Eviction(path, pages, before, after, fstype, note)
+
+
+def mapped_by(path: str) -> list[str]:
+    """"PID (comm)" of every process that maps ``path`` now (its /proc/PID/maps names its dev and inode)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return []
+    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    found = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/maps", encoding="ascii", errors="replace") as f:  # noqa: PTH123
+                hit = any(_maps_file(line) == want for line in f)
+            if hit:
+                with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:  # noqa: PTH123
+                    found.append(f"{pid} ({f.read().strip()})")
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
+def _maps_file(line: str) -> tuple[int, int, int] | None:
+    """(major, minor, inode) of a /proc/PID/maps line's file, None for an anonymous mapping."""
+    parts = line.split(maxsplit=5)
+    if len(parts) < 5 or parts[4] == "0":
+        return None
+    major, _, minor = parts[3].partition(":")
+    return int(major, 16), int(minor, 16), int(parts[4])

@@ -63,6 +63,26 @@ def test_evict_touches_only_the_given_files(disk_dir):
     assert resident_fraction(other) > 0.99
 
 
+def test_pages_a_live_process_maps_stay_and_the_note_names_it(disk_dir, monkeypatch):
+    """A process that maps and touches a file keeps its pages through DONTNEED: the eviction says which."""
+    import readtrace.pagecache.evict as evict_module
+
+    monkeypatch.setattr(evict_module, "RETRY_WAITS_S", (0.05,))
+    path = make_file(disk_dir, "held.bin", 8 * MiB)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import mmap, sys\nf = open(sys.argv[1], 'rb'); m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n"
+        "s = sum(m[i] for i in range(0, len(m), 4096)); print('mapped', flush=True); sys.stdin.read()"), path],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "mapped"
+        [ev] = evict([path])
+        assert ev.after > 0.9 and f"mapped by {holder.pid} (python" in ev.note
+    finally:
+        holder.communicate("")
+    [ev] = evict([path])
+    assert ev.after < 0.02 and ev.note is None
+
+
 def test_prefetch_several_files_with_more_threads_than_files(disk_dir):
     paths = [make_file(disk_dir, f"shard{i}.bin", size) for i, size in enumerate([3 * MiB + 1, 0, 5 * MiB, 17])]
     evict(paths)
