@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from readtrace.errors import InputError
 from readtrace.fs.knowledge import cold_cache_caveat
 from readtrace.fs.mounts import file_mount
+from readtrace.fs.procmaps import mapped_by
 from readtrace.loader.fileio import open_fd
 from readtrace.pagecache.residency import cached_pages
 
@@ -73,31 +74,3 @@ def _evict_one(path: str) -> Eviction:
                                                           "(none maps it now: dirty, or unmapped since)")
     return Eviction(path, pages, before, after, fstype, note)
 
-
-def mapped_by(path: str) -> list[str]:
-    """"PID (comm)" of every process that maps ``path`` now (its /proc/PID/maps names its dev and inode)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return []
-    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
-    found = []
-    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
-        try:
-            with open(f"/proc/{pid}/maps", encoding="ascii", errors="replace") as f:  # noqa: PTH123
-                hit = any(_maps_file(line) == want for line in f)
-            if hit:
-                with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:  # noqa: PTH123
-                    found.append(f"{pid} ({f.read().strip()})")
-        except OSError:  # gone, or not ours to read
-            continue
-    return found
-
-
-def _maps_file(line: str) -> tuple[int, int, int] | None:
-    """(major, minor, inode) of a /proc/PID/maps line's file, None for an anonymous mapping."""
-    parts = line.split(maxsplit=5)
-    if len(parts) < 5 or parts[4] == "0":
-        return None
-    major, _, minor = parts[3].partition(":")
-    return int(major, 16), int(minor, 16), int(parts[4])

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from readtrace.fs.procmaps import mapped_files
 from readtrace.record.ranks import rank_of
 from readtrace.record.records import KIND, STR_EVENT_DTYPE, event_view, str_view
 from readtrace.trace.schema import WAIT_IN
@@ -414,23 +415,6 @@ def _first_rows(codes: np.ndarray) -> np.ndarray:
     first = np.empty(codes.max() + 1, dtype=np.int64)
     first[codes[::-1]] = np.arange(len(codes))[::-1]
     return first
-
-
-def mapped_files(pid: int) -> dict[tuple[int, int], str]:
-    """(kernel dev, ino) -> path of the files mapped in a live process."""
-    from readtrace.fs.mounts import kernel_dev
-
-    found = {}
-    try:
-        lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
-    except OSError:  # exited already
-        return found
-    for line in lines:
-        parts = line.split(maxsplit=5)
-        if len(parts) == 6 and parts[5].startswith("/") and parts[4] != "0":
-            major, minor = (int(x, 16) for x in parts[3].split(":"))
-            found[(kernel_dev(major, minor), int(parts[4]))] = parts[5]
-    return found
 
 
 def _size(path: str | None) -> int:

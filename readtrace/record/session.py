@@ -109,14 +109,14 @@ class Session:
         before = self._spool_decoded
         with self._rights():
             self._decode_spool(max_records=LIVE_CHUNK_RECORDS)
-        self.live_decoded += (self._spool_decoded - before) // EVENT_DTYPE.itemsize
-        if self._spool_decoded >= self._spool_bytes:
+            self.live_decoded += (self._spool_decoded - before) // EVENT_DTYPE.itemsize
+            if self._spool_decoded < self._spool_bytes:
+                return
             self.decoder.forget_before(self._decoded_through_ns)
-            with self._rights():
-                for name in self._buffers:  # a pass's rows (~30 s of them) on disk now, not held to FLUSH_ROWS
-                    self._flush(name)
-            _libc.malloc_trim(0)  # the chunks' frames are freed: give the heap back, so RSS is what is held
-            self._live_pass_at = time.monotonic()
+            for name in self._buffers:  # a pass's rows (~30 s of them) on disk now, not held to FLUSH_ROWS
+                self._flush(name)
+        _libc.malloc_trim(0)  # the chunks' frames are freed: give the heap back, so RSS is what is held
+        self._live_pass_at = time.monotonic()
 
     def _spool_write(self, events: np.ndarray) -> None:
         """Append to the spool; on a write error (full disk) keep what is there and drop the rest:

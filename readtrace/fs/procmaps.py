@@ -1,0 +1,41 @@
+"""The one /proc/PID/maps parser: which files a live process maps, by (kernel dev, inode)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from readtrace.fs.mounts import kernel_dev
+
+
+def mapped_files(pid: int) -> dict[tuple[int, int], str]:
+    """(kernel dev, ino) -> path of the files mapped in a live process (empty once it exited, or
+    where its maps are not ours to read)."""
+    found = {}
+    try:
+        lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        parts = line.split(maxsplit=5)
+        if len(parts) == 6 and parts[5].startswith("/") and parts[4] != "0":
+            major, minor = (int(x, 16) for x in parts[3].split(":"))
+            found[(kernel_dev(major, minor), int(parts[4]))] = parts[5]
+    return found
+
+
+def mapped_by(path: str) -> list[str]:
+    """"PID (comm)" of every process that maps ``path`` now."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return []
+    key = (kernel_dev(os.major(st.st_dev), os.minor(st.st_dev)), st.st_ino)
+    found = []
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        if key in mapped_files(pid):
+            try:
+                found.append(f"{pid} ({Path(f'/proc/{pid}/comm').read_text().strip()})")
+            except OSError:  # gone since
+                continue
+    return found
