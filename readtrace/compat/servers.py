@@ -104,6 +104,9 @@ def stop_process(process: subprocess.Popen, timeout: float = 10.0) -> None:
             process.wait(timeout)
 
 
+COPY_CHUNK = 1 << 20
+
+
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -192,10 +195,17 @@ def _handler(server: RangeServer):
                 self.send_header("Content-Range", f"bytes {lo}-{hi - 1}/{size}")
             self.end_headers()
             if body:
+                # copied, not sendfile(): bytes a client leaves unread (httpdirfs abandons read-aheads
+                # on an open connection) would keep the served file's pages referenced from the socket,
+                # and no eviction of that file (the local cells share it) could make it cold
                 with open(path, "rb") as f:
                     sent = lo
                     while sent < hi:
-                        sent += os.sendfile(self.wfile.fileno(), f.fileno(), sent, hi - sent) or hi
+                        chunk = os.pread(f.fileno(), min(hi - sent, COPY_CHUNK), sent)
+                        if not chunk:
+                            break
+                        self.wfile.write(chunk)
+                        sent += len(chunk)
 
         def _reply(self, status: int, data: bytes, ctype: str, body: bool) -> None:
             self.send_response(status)

@@ -1,4 +1,5 @@
-"""The one /proc/PID/maps parser: which files a live process maps, by (kernel dev, inode)."""
+"""The one /proc/PID/maps parser: which files a live process maps, by (kernel dev, inode); and which
+processes map a file or hold it open (/proc/PID/fd), to say who keeps its pages cached."""
 
 from __future__ import annotations
 
@@ -31,11 +32,42 @@ def mapped_by(path: str) -> list[str]:
     except OSError:
         return []
     key = (kernel_dev(os.major(st.st_dev), os.minor(st.st_dev)), st.st_ino)
+    return _named(pid for pid in _pids() if key in mapped_files(pid))
+
+
+def opened_by(path: str) -> list[str]:
+    """"PID (comm)" of every process with an open fd on ``path`` now (its own fds count too)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return []
+    return _named(pid for pid in _pids() if _holds_open(pid, (st.st_dev, st.st_ino)))
+
+
+def _holds_open(pid: int, key: tuple[int, int]) -> bool:
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:  # gone, or not ours to read
+        return False
+    for fd in fds:
+        try:
+            st = os.stat(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == key:
+            return True
+    return False
+
+
+def _pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def _named(pids) -> list[str]:
     found = []
-    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
-        if key in mapped_files(pid):
-            try:
-                found.append(f"{pid} ({Path(f'/proc/{pid}/comm').read_text().strip()})")
-            except OSError:  # gone since
-                continue
+    for pid in pids:
+        try:
+            found.append(f"{pid} ({Path(f'/proc/{pid}/comm').read_text().strip()})")
+        except OSError:  # gone since
+            continue
     return found

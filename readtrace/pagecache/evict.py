@@ -2,9 +2,9 @@
 
 Never touches other files (no drop_caches); flushes pages someone else left dirty (fdatasync) so they
 can be dropped, and tries again for about 5 s while more than 1 % stays (a loader that just exited
-may still map them). Pages a running process still maps may stay: the note names the processes that
-map the file; a file system with its own cache (FUSE daemons, NFS servers) or one living in memory is
-named in a note.
+may still map them). Pages a running process still maps, or that a socket or pipe still references
+(sendfile/splice), may stay: the note names the processes that map the file or hold it open. A file
+system with its own cache (FUSE daemons, NFS servers) or one living in memory is named in a note.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from readtrace.errors import InputError
 from readtrace.fs.knowledge import cold_cache_caveat
 from readtrace.fs.mounts import file_mount
-from readtrace.fs.procmaps import mapped_by
+from readtrace.fs.procmaps import mapped_by, opened_by
 from readtrace.loader.fileio import open_fd
 from readtrace.pagecache.residency import cached_pages
 
@@ -69,8 +69,17 @@ def _evict_one(path: str) -> Eviction:
     except OSError as e:
         raise InputError(f"cannot evict {path}: {e.strerror or e}") from None
     if note is None and pages and after > pages // 100:
-        holders = mapped_by(path)
-        note = f"{after}/{pages} pages stayed cached " + (f"(mapped by {', '.join(holders)})" if holders else
-                                                          "(none maps it now: dirty, or unmapped since)")
+        note = f"{after}/{pages} pages stayed cached ({_held_by(path)})"
     return Eviction(path, pages, before, after, fstype, note)
 
+
+
+def _held_by(path: str) -> str:
+    """Who may keep the pages: a process mapping the file, else one holding it open (a file server that
+    sendfile()s it leaves page references in socket buffers a client has not read yet)."""
+    if mapped := mapped_by(path):
+        return f"mapped by {', '.join(mapped)}"
+    if opened := opened_by(path):
+        return (f"none maps it; open in {', '.join(opened)}: pages sent by sendfile/splice into a socket "
+                "or pipe stay until read")
+    return "none maps or opens it now: dirty, or held by a socket or pipe it was sent into"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -79,6 +80,37 @@ def test_pages_a_live_process_maps_stay_and_the_note_names_it(disk_dir, monkeypa
         assert ev.after > 0.9 and f"mapped by {holder.pid} (python" in ev.note
     finally:
         holder.communicate("")
+    [ev] = evict([path])
+    assert ev.after < 0.02 and ev.note is None
+
+
+def test_pages_sent_into_an_unread_socket_stay_and_the_note_says_who_holds_the_file(disk_dir, monkeypatch):
+    """sendfile() into a loopback socket whose peer has not read leaves page references in the socket
+    buffers (what a file server does for a FUSE client that abandoned a read-ahead): DONTNEED cannot
+    drop those pages, and the note names the process holding the file open instead of blaming nobody."""
+    import socket
+
+    import readtrace.pagecache.evict as evict_module
+
+    monkeypatch.setattr(evict_module, "RETRY_WAITS_S", (0.05,))
+    path = make_file(disk_dir, "served.bin", 16 * MiB)
+    listener = socket.create_server(("127.0.0.1", 0))
+    reader = socket.create_connection(listener.getsockname())
+    sender, _ = listener.accept()
+    sender.setblocking(False)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        sent = 0
+        with contextlib.suppress(BlockingIOError):
+            while sent < 16 * MiB:
+                sent += os.sendfile(sender.fileno(), fd, sent, 16 * MiB - sent)
+        [ev] = evict([path])
+        assert ev.cached_after * 4096 >= min(sent, MiB), (sent, ev)
+        assert f"open in {os.getpid()} (" in ev.note and "sendfile" in ev.note
+    finally:
+        os.close(fd)
+        for s in (reader, sender, listener):
+            s.close()
     [ev] = evict([path])
     assert ev.after < 0.02 and ev.note is None
 
