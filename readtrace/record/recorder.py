@@ -154,7 +154,7 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
                 "pid": child.pid, "cwd": run_cwd, "lost_events": sum(lost.values()), "lost_detail": lost,
                 "records": session.records, "calls": session.calls, "coalesce": coalesce,
                 "max_drain_gap_s": round(session.max_drain_gap_s, 4), "ring_mib": ring_mib,
-                "live_decoded_records": session.live_decoded,
+                "live_decoded_records": session.live_decoded, "bpf_program_misses": session.misses,
                 "strs_ring_mib": strs_ring_bytes(ring_mib << 20) >> 20,
                 "fuse_connections": sorted(connections), "page_size": os.sysconf("SC_PAGE_SIZE"),
                 **partial_fields(session.problems, session.dropped),

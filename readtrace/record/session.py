@@ -16,6 +16,7 @@ import contextlib
 import ctypes
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -228,6 +229,18 @@ class Session:
         totals = [sum(counts[counts.Key(i)]) for i in range(2)]
         return {"events_ring_full": int(totals[0]), "strs_ring_full_or_slot_clash": int(totals[1])}
 
+    def program_misses(self) -> int:
+        """Runs of our programs the kernel skipped (fdinfo recursion_misses): a tracepoint program does not
+        run while another BPF program, or a bpf() map syscall preempted on that CPU, holds it busy."""
+        total = 0
+        for fn in self.bpf.funcs.values():
+            try:
+                info = Path(f"/proc/self/fdinfo/{fn.fd}").read_text()
+            except OSError:
+                continue
+            total += sum(int(line.split()[1]) for line in info.splitlines() if line.startswith("recursion_misses:"))
+        return total
+
     def sched_totals(self) -> list[dict]:
         """Per traced thread: first and last context switch seen, ns on a CPU, runnable, off it
         (probes/sched.bpf.c); the trace's meta["sched"]."""
@@ -241,6 +254,7 @@ class Session:
         """Last drain and everything still held in kernel maps; the probes may be detached after."""
         self.drain()
         self.sched = self.sched_totals()
+        self.misses = self.program_misses()
         self._held_runs = self._pending_runs()
         lost = self.lost()
         self.fast.close()
