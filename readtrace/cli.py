@@ -12,6 +12,7 @@ from readtrace import __version__
 from readtrace.commands import COMMANDS
 from readtrace.commands.exits import HANDLED, fail
 from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.memory import small_pages
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,28 +89,13 @@ def _cwd_exists() -> bool:
     return True
 
 
-def _small_pages() -> None:
-    """No transparent huge pages for this process's numpy arrays (numpy asks for them on Linux). Our
-    analysis touches each of its 10^7-row arrays once: on this kind of VM the first touch of 960 MB
-    of huge pages took 1.80 s, of small pages 0.40 s; `report --what-if` of 10 M events 12.0 -> 10.2 s
-    (docs/report.md). This process only: traced and rerun commands keep their environment. A user's
-    NUMPY_MADVISE_HUGEPAGE wins."""
-    if "NUMPY_MADVISE_HUGEPAGE" in os.environ:
-        return
-    try:
-        from numpy._core.multiarray import _set_madvise_hugepage
-    except ImportError:  # numpy 1.x
-        from numpy.core.multiarray import _set_madvise_hugepage
-    _set_madvise_hugepage(False)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
         parser.print_help(sys.stderr)
         return ExitStatus.USAGE
-    _small_pages()
+    small_pages()
     try:
         with checked_stdout():
             return int(args.run(args) or 0)

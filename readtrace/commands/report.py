@@ -112,6 +112,13 @@ def _ours(marker: bytes) -> Callable[[Path], bool]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from readtrace.memory import reuse_freed_memory
+
+    with reuse_freed_memory():  # one batch analysis: freed arrays serve the next ones
+        return _report(args)
+
+
+def _report(args: argparse.Namespace) -> int:
     from readtrace.analyze import analyze
     from readtrace.replace import replacing_file
     from readtrace.report.jsonreport import write_json
