@@ -15,9 +15,8 @@ def test_help_imports_no_heavy_library():
     assert not {m for m in imported if m.split(".")[0] in HEAVY}
 
 
-
 def test_commands_run_without_numpy_huge_pages_unless_the_user_asks():
-    """Our arrays are touched once: small pages are faster to fault in on this kind of VM (cli._small_pages)."""
+    """Our arrays are touched once: small pages are faster to fault in on this kind of VM (readtrace.memory.small_pages)."""
     import os
 
     probe = ("from readtrace.cli import main; main(['report', '/nonexistent.rtrace'])\n"

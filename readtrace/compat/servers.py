@@ -195,8 +195,8 @@ def _handler(server: RangeServer):
                 self.send_header("Content-Range", f"bytes {lo}-{hi - 1}/{size}")
             self.end_headers()
             if body:
-                # copied, not sendfile(): bytes a client leaves unread (httpdirfs abandons read-aheads
-                # on an open connection) would keep the served file's pages referenced from the socket,
+                # copied, not sendfile(): bytes a client leaves unread (rclone abandons read streams on
+                # connections it keeps open) would keep the served file's pages referenced from the socket,
                 # and no eviction of that file (the local cells share it) could make it cold
                 with open(path, "rb") as f:
                     sent = lo

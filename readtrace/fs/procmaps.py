@@ -36,26 +36,23 @@ def mapped_by(path: str) -> list[str]:
 
 
 def opened_by(path: str) -> list[str]:
-    """"PID (comm)" of every process with an open fd on ``path`` now (its own fds count too)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return []
-    return _named(pid for pid in _pids() if _holds_open(pid, (st.st_dev, st.st_ino)))
+    """"PID (comm)" of every process with an open fd on ``path`` now (its own fds count too). By the
+    fd links' names: a stat of each would ask every file's file system, a hung FUSE daemon included."""
+    target = os.path.realpath(path)
+    return _named(pid for pid in _pids() if _holds_open(pid, target))
 
 
-def _holds_open(pid: int, key: tuple[int, int]) -> bool:
+def _holds_open(pid: int, target: str) -> bool:
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:  # gone, or not ours to read
         return False
     for fd in fds:
         try:
-            st = os.stat(f"/proc/{pid}/fd/{fd}")
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                return True
         except OSError:
             continue
-        if (st.st_dev, st.st_ino) == key:
-            return True
     return False
 
 

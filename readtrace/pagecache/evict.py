@@ -73,7 +73,6 @@ def _evict_one(path: str) -> Eviction:
     return Eviction(path, pages, before, after, fstype, note)
 
 
-
 def _held_by(path: str) -> str:
     """Who may keep the pages: a process mapping the file, else one holding it open (a file server that
     sendfile()s it leaves page references in socket buffers a client has not read yet)."""
