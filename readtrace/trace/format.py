@@ -389,6 +389,21 @@ def _read_mask(parquet: pq.ParquetFile, i: int) -> np.ndarray:
     return _is_read(parquet.read_row_group(i, columns=["op"]).column(0))
 
 
+def _constant(parquet: pq.ParquetFile, groups: list[int], name: str) -> int | None:
+    """The one value column ``name`` holds in every row group of ``groups`` (their Parquet statistics
+    say so: no nulls, min == max), else None."""
+    index = parquet.schema_arrow.get_field_index(name)
+    values = set()
+    for i in groups:
+        column = parquet.metadata.row_group(i).column(index)
+        stats = column.statistics if column.path_in_schema == name else None
+        if stats is None or not (stats.has_min_max and stats.has_null_count) or stats.null_count \
+                or stats.min != stats.max:
+            return None
+        values.add(stats.min)
+    return values.pop() if len(values) == 1 else None
+
+
 def _gather(parquet: pq.ParquetFile, picks: list[tuple[int, np.ndarray | None]], schema: pa.Schema
             ) -> pd.DataFrame:
     """The rows ``picks`` selects ((row group, row mask or None for all of them)) as a DataFrame.
@@ -396,17 +411,23 @@ def _gather(parquet: pq.ParquetFile, picks: list[tuple[int, np.ndarray | None]],
     One row group at a time into numpy columns allocated once: the peak is the result plus one row
     group, not two copies of the table (Arrow's and pandas'). Numeric nulls become 0 (the recorder
     writes none; a full load gives NaN there, which the analysis reads as 0 too). Text stays
-    dictionary-encoded: pandas categoricals."""
-    n = sum(parquet.metadata.row_group(i).num_rows if m is None else int(m.sum()) for i, m in picks)
-    numeric = {f.name: np.empty(n, dtype=f.type.to_pandas_dtype()) for f in schema
-               if not pa.types.is_dictionary(f.type)}
+    dictionary-encoded: pandas categoricals. A numeric column of one value (one fd, one file, one read
+    size) is that value broadcast: read-only, no memory per row, not decoded."""
+    sizes = [parquet.metadata.row_group(i).num_rows if m is None else int(m.sum()) for i, m in picks]
+    n = sum(sizes)
+    numbers = [f for f in schema if not pa.types.is_dictionary(f.type)]
+    same = {f.name: _constant(parquet, [i for i, _ in picks], f.name) for f in numbers}
+    numeric = {f.name: np.empty(n, dtype=f.type.to_pandas_dtype()) for f in numbers if same[f.name] is None}
+    constant = {f.name: np.broadcast_to(np.array(same[f.name], dtype=f.type.to_pandas_dtype()), n)
+                for f in numbers if same[f.name] is not None}
     text: dict[str, list] = {f.name: [] for f in schema if pa.types.is_dictionary(f.type)}
+    read = [name for name in schema.names if name not in constant]
     start = 0
-    for i, mask in picks:
-        group = parquet.read_row_group(i, columns=schema.names).cast(schema)
+    for (i, mask), size in zip(picks, sizes, strict=True):
+        group = parquet.read_row_group(i, columns=read).cast(pa.schema([schema.field(c) for c in read]))
         if mask is not None:
             group = group.filter(mask)
-        stop = start + group.num_rows
+        stop = start + size
         for name, out in numeric.items():
             column = group.column(name)
             out[start:stop] = (pc.fill_null(column, 0) if column.null_count else column).to_numpy()
@@ -414,7 +435,7 @@ def _gather(parquet: pq.ParquetFile, picks: list[tuple[int, np.ndarray | None]],
             chunks.extend(group.column(name).chunks)
         start = stop
         del group
-    columns = {**numeric, **{name: pa.chunked_array(chunks, type=schema.field(name).type).to_pandas()
+    columns = {**numeric, **constant, **{name: pa.chunked_array(chunks, type=schema.field(name).type).to_pandas()
                              for name, chunks in text.items()}}
     return pd.DataFrame({name: columns[name] for name in schema.names}, copy=False)
 

@@ -102,3 +102,16 @@ def test_lean_empty_trace(tmp_path):
     t = load_trace(write_trace(tmp_path / "e.rtrace", files=files_frame(GCS, 1, "ext4")), lean=True)
     assert len(t.reads) == 0 and list(t.reads.columns) == list(READ_COLUMNS) and len(t.others) == 0
     assert len(t.calls()) == 0 and len(t.events) == 0
+
+
+def test_lean_column_of_one_value_takes_no_memory(tmp_path):
+    """A column whose row groups all hold one value (Parquet statistics) loads as that value broadcast:
+    read-only, no memory per row; a column of two values in two row groups loads in full."""
+    writer = TraceWriter(tmp_path / "c.rtrace")
+    for fd in (3, 3, 4):
+        writer.append("events", {"ts_ns": np.arange(5), "pid": 7, "tid": 7, "op": "pread", "fd": fd, "ofd": -9,
+                                 "offset": np.arange(5) * 10, "size": 10, "ret": 10})
+    reads = load_trace(writer.close({}), lean=True).reads
+    ofd, fd = reads["ofd"].to_numpy(), reads["fd"].to_numpy()
+    assert ofd.strides == (0,) and not ofd.flags.writeable and ofd.dtype == np.int64 and (ofd == -9).all()
+    assert fd.strides != (0,) and fd.tolist() == [3] * 10 + [4] * 5 and fd.dtype == np.int32
