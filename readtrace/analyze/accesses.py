@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from readtrace.analyze.fileindex import UNKNOWN, FileIndex
-from readtrace.analyze.grouping import dense_codes
+from readtrace.analyze.grouping import dense_codes, one_value, take
 from readtrace.analyze.nodes import handle_files, node_files
 from readtrace.trace.schema import FUSE_READ
 
@@ -64,6 +64,8 @@ def _i64(series: pd.Series) -> np.ndarray:
     if values.dtype == np.int64:
         return values
     if values.dtype.kind in "iu":
+        if values.strides == (0,) and len(values):  # a lean load's column of one value: stays one
+            return np.broadcast_to(values[:1].astype(np.int64), len(values))
         return values.astype(np.int64)
     return series.to_numpy(dtype=np.int64, na_value=0)
 
@@ -79,6 +81,8 @@ def _lookup_table(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray, defa
     (few) distinct keys: no hash table over the (many) wanted rows."""
     if len(keys) == 0:
         return np.full(len(wanted), default, dtype=np.int64)
+    if wanted.strides == (0,) and len(wanted):  # one key wanted (``one_value``): one lookup
+        return np.broadcast_to(_lookup_table(keys, values, wanted[:1].copy(), default), len(wanted))
     last = pd.Series(values).groupby(keys).last()  # sorted by key
     index, found = last.index.to_numpy(), last.to_numpy(dtype=np.int64)
     if len(index) == 1:  # one key (e.g. one shared open file): a comparison, no search
@@ -113,15 +117,16 @@ def opened_at(keys: np.ndarray, ts: np.ndarray, opens: pd.DataFrame) -> np.ndarr
 
     The kernel recycles a freed struct file's address and a closed fd's number, so one key can name
     several open files in turn; (key, open time) tells them apart. Vectorized as-of join, run only on
-    the accesses whose key was reused."""
-    out = np.zeros(len(keys), dtype=np.int64)
+    the accesses whose key was reused. None reused: 0 broadcast (read-only, no memory per row)."""
+    none = np.broadcast_to(np.int64(0), len(keys))
     if opens.empty or len(keys) == 0:
-        return out
+        return none
     open_keys = _open_key(opens)
     counts = pd.Series(open_keys).value_counts()
     reused = counts.index[counts.to_numpy() > 1].to_numpy()
     if len(reused) == 0:
-        return out
+        return none
+    out = np.zeros(len(keys), dtype=np.int64)
     rows = np.flatnonzero(np.isin(keys, reused))
     left = pd.DataFrame({"ts": ts[rows], "key": keys[rows], "row": rows}).sort_values("ts", kind="stable")
     pick = np.isin(open_keys, reused)
@@ -148,19 +153,20 @@ def read_accesses(others: pd.DataFrame, files: FileIndex, reads: pd.DataFrame) -
     todo = file < 0
     if todo.any():
         with_ofd = named[named["ofd"] != 0]
-        file[todo] = _lookup_table(_i64(with_ofd["ofd"]), with_ofd["file"].to_numpy(), ofd[todo])
+        file[todo] = _lookup_table(_i64(with_ofd["ofd"]), with_ofd["file"].to_numpy(), take(ofd, todo))
         todo = file < 0
         opens = named[named["op"] == "open"]
         file[todo] = _lookup_table(_fd_key(_i64(opens["pid"]), _i64(opens["fd"])), opens["file"].to_numpy(),
-                                   _fd_key(pid[todo], fd[todo]))
+                                   _fd_key(take(pid, todo), take(fd, todo)))
     del todo, fd
+    file = one_value(file)
     ret, offset = col("ret"), col("offset")
     moved = (ret > 0) & (offset >= 0)
     idle = pd.DataFrame({"file": file[~moved], "ret": ret[~moved], "offset": offset[~moved]})
     keep = None if moved.all() else moved
 
     def kept(values: np.ndarray) -> np.ndarray:
-        return values if keep is None else values[keep]
+        return values if keep is None else take(values, keep)
 
     # Without the kernel's struct file id, a (pid, fd) pair stands for the open file description.
     ofd_key = ofd if (ofd != 0).all() else np.where(ofd != 0, ofd, _fd_key(pid, col("fd")) | FD_KEY)

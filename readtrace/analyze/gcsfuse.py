@@ -19,6 +19,8 @@ import numpy as np
 from readtrace.analyze.grouping import sorted_sum
 from readtrace.analyze.thresholds import MiB, Thresholds
 
+_BLOCK = 1 << 20  # runs per block of a test done block by block
+
 
 @dataclass
 class Replay:
@@ -47,22 +49,30 @@ def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, gap: np.nd
     opens = (gap < -th.reorder_window) | (gap > th.gcsfuse_seek_window)  # seeks ...
     seeks = sorted_sum(starts, opens)
     opens[starts] = True  # ... and each group's first read
-    runs = np.flatnonzero(opens)
+    # every read opens a run (a shared handle read in turns): run i is row i, no index of the runs
+    runs = None if opens.all() else np.flatnonzero(opens)
     del opens
-    if len(runs) < 2**31:
-        runs = runs.astype(np.int32)
+    n_runs = n if runs is None else len(runs)
+    dtype = np.int32 if n_runs < 2**31 else np.int64
+    if runs is not None:
+        runs = runs.astype(dtype)
     span, run_bytes = _run_extent(runs, offset, nbytes)  # views of nbytes when every read is a run
-    run_group = codes if len(runs) == n else codes[runs]
-    group_first_run = np.searchsorted(runs, starts.astype(runs.dtype))  # same dtypes: no cast of every run
-    seeks_before = np.arange(len(runs), dtype=runs.dtype)
+    run_group = codes if runs is None else codes[runs]
+    # keys of the runs' own dtype: no cast of every run
+    group_first_run = starts if runs is None else np.searchsorted(runs, starts.astype(dtype))
+    seeks_before = np.arange(n_runs, dtype=dtype)
     bytes_before = np.cumsum(run_bytes)
     bytes_before -= run_bytes
     if n_groups > 1:  # one group starts at run 0 with nothing read before it
-        seeks_before -= group_first_run.astype(runs.dtype)[run_group]  # seeks seen when the run opens
+        seeks_before -= group_first_run.astype(dtype)[run_group]  # seeks seen when the run opens
         bytes_before -= bytes_before[group_first_run][run_group]  # read on the handle before the run
     # random once >= 2 seeks with < 8 MiB read per seek on average (integer form of the average test:
-    # bytes < seeks * 8 MiB  <=>  bytes // 8 MiB < seeks, without an overflowing product)
-    is_random = bytes_before // th.gcsfuse_max_random_read < seeks_before
+    # bytes < seeks * 8 MiB  <=>  bytes // 8 MiB < seeks, without an overflowing product); block by
+    # block: no third array of every run
+    is_random = np.empty(n_runs, dtype=bool)
+    for i in range(0, n_runs, _BLOCK):
+        np.less(bytes_before[i:i + _BLOCK] // th.gcsfuse_max_random_read, seeks_before[i:i + _BLOCK],
+                out=is_random[i:i + _BLOCK])
     is_random &= seeks_before >= th.gcsfuse_min_seeks_for_random
     chunk = bytes_before  # in place from here on: the average read per seek, rounded up to the next MiB
     chunk //= np.maximum(seeks_before, 1, out=seeks_before)
@@ -72,26 +82,27 @@ def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, gap: np.nd
     chunk *= MiB
     np.clip(chunk, th.gcsfuse_min_random_read, th.gcsfuse_max_random_read, out=chunk)
     chunk[~is_random] = th.gcsfuse_sequential_read
-    per_run = span - 1  # ceil(span / chunk) backend requests per run (span >= 1)
-    per_run //= chunk
+    per_run = chunk  # ceil(span / chunk) backend requests per run (span >= 1), in place again
+    np.floor_divide(span - 1, chunk, out=per_run)
     per_run += 1
     del chunk
     requests = sorted_sum(group_first_run, np.maximum(1, per_run, out=per_run))
-    del per_run
     random_after = np.zeros(n_groups, dtype=np.int64)
     first_random = np.flatnonzero(is_random)
     if len(first_random):
         first_random = first_random[np.r_[True, run_group[first_random][1:] != run_group[first_random][:-1]]]
         g = run_group[first_random]
-        random_after[g] = runs[first_random] - starts[g] + 1
-    random_bytes = sorted_sum(group_first_run, np.where(is_random, run_bytes, 0))
+        random_after[g] = (first_random if runs is None else runs[first_random]) - starts[g] + 1
+    random_bytes = sorted_sum(group_first_run, np.multiply(run_bytes, is_random, out=per_run))
     return Replay(seeks=seeks, requests=requests, random_bytes=random_bytes, random_after=random_after)
 
 
-def _run_extent(runs: np.ndarray, offset: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _run_extent(runs: np.ndarray | None, offset: np.ndarray, nbytes: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
     """Per run (rows ``runs[i]`` up to the next run): bytes from its first offset to its furthest end,
-    and bytes read. Every read its own run (a shared handle read in turns): both are the read sizes."""
-    if len(runs) == len(offset):
+    and bytes read. Every read its own run (``runs`` None: a shared handle read in turns): both are the
+    read sizes."""
+    if runs is None:
         return nbytes, nbytes
     end = offset + nbytes
     span = np.maximum.reduceat(end, runs)

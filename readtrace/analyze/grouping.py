@@ -25,11 +25,26 @@ class Factor:
     n: int
 
 
+def one_value(values: np.ndarray) -> np.ndarray:
+    """``values`` as their one value broadcast (read-only, no memory per row) when they all are equal
+    (one file, one open file, one read size): every copy and gather of them then costs nothing."""
+    if len(values) and values.strides != (0,) and values.min() == values.max():
+        return np.broadcast_to(values[:1].copy(), len(values))  # a copy: not a view that keeps them all
+    return values
+
+
+def take(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``values[rows]`` (row indices or a mask); one value broadcast (``one_value``) stays broadcast."""
+    if values.strides == (0,) and len(values):
+        return np.broadcast_to(values[:1], int(rows.sum()) if rows.dtype == bool else len(rows))
+    return values[rows]
+
+
 def factor(key: np.ndarray | Factor) -> Factor:
     if isinstance(key, Factor):
         return key
     if len(key) and key.min() == key.max():  # one value (e.g. no reused open-file ids): nothing to hash
-        return Factor(np.zeros(len(key), dtype=np.int32), 1)
+        return Factor(np.broadcast_to(np.int32(0), len(key)), 1)
     codes, uniques = pd.factorize(key)
     return Factor(codes.astype(np.int32) if len(uniques) < 2**31 else codes, len(uniques))
 
@@ -73,7 +88,9 @@ def stable_by_group(codes: np.ndarray, n_groups: int, base: np.ndarray | None) -
     if n_groups <= np.iinfo(np.uint16).max:
         c = c.astype(np.uint16)
     order = np.argsort(c, kind="stable")
-    return order if base is None else base[order]
+    if base is not None:
+        return base[order]
+    return order.astype(np.int32) if len(order) < 2**31 else order  # kept by the caller: half the memory
 
 
 def group_bounds(sorted_codes: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
@@ -181,6 +198,19 @@ def top_values(codes: np.ndarray, n_groups: int, values: np.ndarray, k: int = 4,
     table = table.sort_values(["g", "n", "v"], ascending=[True, False, True]).groupby("g").head(k)
     for g, v, n in zip(table["g"].to_numpy(), table["v"].to_numpy(), table["n"].to_numpy(), strict=True):
         out[g].append([int(v), int(n)])
+    return out
+
+
+def top_values_sorted(starts: np.ndarray, counts: np.ndarray, values: np.ndarray, k: int = 4
+                      ) -> list[list[list[int]]]:
+    """``top_values`` of rows sorted by group (``group_bounds``' starts and counts), one group's values
+    counted at a time: no per-row codes of every row (for few groups)."""
+    out = []
+    for s, c in zip(starts.tolist(), counts.tolist(), strict=True):
+        counted = pd.Series(values[s:s + c]).value_counts(sort=False)
+        table = pd.DataFrame({"v": counted.index.to_numpy(), "n": counted.to_numpy()})
+        table = table.sort_values(["n", "v"], ascending=[False, True]).head(k)
+        out.append([[int(v), int(n)] for v, n in zip(table["v"].tolist(), table["n"].tolist(), strict=True)])
     return out
 
 

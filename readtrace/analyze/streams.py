@@ -36,7 +36,9 @@ from readtrace.analyze.grouping import (
     selected_quantiles,
     sorted_sum,
     stable_by_group,
+    take,
     top_values,
+    top_values_sorted,
     union_length,
 )
 from readtrace.analyze.histogram import LABELS, size_bin
@@ -92,11 +94,17 @@ class BaseOrders:
 
     @cached_property
     def size_bins(self) -> np.ndarray:
-        return size_bin(self.acc.nbytes).astype(np.int8)
+        nbytes = self.acc.nbytes
+        if nbytes.strides == (0,) and len(nbytes):  # one read size (``one_value``): one bin
+            return np.broadcast_to(size_bin(nbytes[:1]).astype(np.int8), len(nbytes))
+        return size_bin(nbytes).astype(np.int8)
 
     @cached_property
     def size_codes(self) -> tuple[np.ndarray, np.ndarray]:
-        codes, uniques = pd.factorize(self.acc.nbytes)
+        nbytes = self.acc.nbytes
+        if nbytes.strides == (0,) and len(nbytes):  # one read size (``one_value``)
+            return np.broadcast_to(np.int32(0), len(nbytes)), nbytes[:1].copy()
+        codes, uniques = pd.factorize(nbytes)
         return codes.astype(np.int32) if len(uniques) < 2**31 else codes, np.asarray(uniques)
 
 
@@ -166,7 +174,7 @@ def classify(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders) -> Cl
     if n <= 1 and orders.time_ordered:  # one stream, already in time order: views, no copies
         c, offset, nbytes = codes, acc.offset, acc.nbytes
     else:
-        c, offset, nbytes = codes[order], acc.offset[order], acc.nbytes[order]
+        c, offset, nbytes = take(codes, order), acc.offset[order], take(acc.nbytes, order)
     first = first_in_group(c)
     gap = np.empty_like(offset)
     if len(offset):
@@ -181,14 +189,20 @@ def fractions(cl: Classified, starts: np.ndarray, counts: np.ndarray, nbytes: np
               ) -> dict[str, np.ndarray]:
     """consecutive / sequential / random / seek / in-order fractions, byte- and count-weighted."""
     out = {}
-    weighted = np.empty_like(cl.nbytes)  # one buffer for every flag's bytes
+    one_size = cl.nbytes.strides == (0,) and len(cl.nbytes)  # every read one size: bytes = reads * size
+    weighted = None if one_size else np.empty_like(cl.nbytes)  # one buffer for every flag's bytes
     with np.errstate(invalid="ignore", divide="ignore"):
         for name, flag in (("consecutive", cl.consecutive), ("sequential", cl.sequential),
                            ("seek", cl.seek(th.gcsfuse_seek_window, th.reorder_window)),
                            ("in_order", cl.in_order(th.interleave_max_gap, th.reorder_window))):
-            np.multiply(cl.nbytes, flag, out=weighted)
-            out[f"{name}_fraction"] = sorted_sum(starts, weighted) / nbytes
-            out[f"{name}_count_fraction"] = sorted_sum(starts, flag) / counts
+            flagged = sorted_sum(starts, flag)
+            if one_size:
+                flagged_bytes = flagged * cl.nbytes[0]
+            else:
+                np.multiply(cl.nbytes, flag, out=weighted)
+                flagged_bytes = sorted_sum(starts, weighted)
+            out[f"{name}_fraction"] = flagged_bytes / nbytes
+            out[f"{name}_count_fraction"] = flagged / counts
     out["random_fraction"] = 1 - out["sequential_fraction"]
     out["random_count_fraction"] = 1 - out["sequential_count_fraction"]
     return out
@@ -225,7 +239,8 @@ def summarize(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: 
         **fractions(cl, starts, counts, nbytes, th),
         "first_ts_ns": acc.ts[first_rows], "last_ts_ns": acc.ts[last_rows],
     })
-    df["top_strides"] = top_values(cl.codes, n, cl.gap)
+    df["top_strides"] = top_values_sorted(starts, counts, cl.gap) if n <= _SELECT_STREAMS \
+        else top_values(cl.codes, n, cl.gap)
     latency_quantiles = _latency_quantiles(acc, codes, n, orders, cl, starts, counts)
     if extents:
         df.attrs["extents"] = group_extents(cl, starts)
@@ -263,8 +278,10 @@ def _latency_quantiles(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrd
         timed = stable_by_group(codes, n, orders.timed) if len(orders.timed) else orders.timed
         timed_codes, latency = codes[timed], acc.latency[timed]
         return tuple(quantiles(timed_codes, n, latency, q) for q in (0.5, 0.99))
-    latency = acc.latency if n <= 1 and orders.time_ordered else acc.latency[cl.order]
-    per = np.array([selected_quantiles(latency[s:s + c], (0.5, 0.99), keep=lambda v: v > 0)
+    in_order = n <= 1 and orders.time_ordered
+    # one stream's latencies gathered at a time: not a second copy of every row's
+    per = np.array([selected_quantiles(acc.latency[s:s + c] if in_order else acc.latency[cl.order[s:s + c]],
+                                       (0.5, 0.99), keep=lambda v: v > 0)
                     for s, c in zip(starts.tolist(), counts.tolist(), strict=True)], dtype=float).reshape(n, 2)
     return per[:, 0], per[:, 1]
 
