@@ -276,9 +276,10 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     app = Accesses.concat([reads, faults])
     fuse, handles = fuse_accesses(trace.fuse, events, app, index)
     pages = pagecache.page_rows(trace.pages, index)
-    waits = timesplit.sched_waits(trace.others, index) or timesplit.syscall_waits(app, fuse)
     files = index.finish()
     streams, stream_tasks = _streams(app, fuse, handles, th)
+    # after the streams: the waits of a read trace are a row per read, not held through their passes
+    waits = timesplit.sched_waits(trace.others, index) or timesplit.syscall_waits(app, fuse)
     _label_streams(streams, files, handles)
     pagecache.add_to_streams(streams, pagecache.attribute(pages, app), page_view=len(trace.pages) > 0)
     sampled = views.PAGE_CACHE in views.inferred(trace.meta)

@@ -14,6 +14,7 @@ import pandas as pd
 _OFFSET_BITS = 44  # offsets below 16 TiB; code << 44 + end stays inside int64 for < 2**19 groups
 
 
+_BLOCK = 1 << 20  # rows per block of an in-place pass done block by block
 _DENSE_TABLE = 1 << 24  # combine codes through a lookup table up to this many (code, code) pairs
 
 
@@ -34,9 +35,12 @@ def one_value(values: np.ndarray) -> np.ndarray:
 
 
 def take(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``values[rows]`` (row indices or a mask); one value broadcast (``one_value``) stays broadcast."""
+    """``values[rows]`` (row indices or a mask); one value broadcast (``one_value``), or one row taken
+    for every row, stays broadcast."""
     if values.strides == (0,) and len(values):
         return np.broadcast_to(values[:1], int(rows.sum()) if rows.dtype == bool else len(rows))
+    if rows.strides == (0,) and len(rows) and rows.dtype != bool:
+        return np.broadcast_to(values[rows[:1]], len(rows))
     return values[rows]
 
 
@@ -112,11 +116,20 @@ def group_sum(codes: np.ndarray, n_groups: int, weights=None) -> np.ndarray:
     return np.bincount(codes, weights=weights, minlength=n_groups)
 
 
+_FEW_GROUPS = 64  # up to this many groups, a per-group pass sums each group on its own
+
+
 def sorted_sum(starts: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Exact int64 sums per group of an array sorted by group; ``starts`` of the (non-empty) groups."""
+    """Exact int64 sums per group of an array sorted by group; ``starts`` of the (non-empty) groups.
+    Values narrower than int64 (flags) in few groups: summed group by group (reduceat would first
+    cast every row to int64: a second array of them)."""
     if len(values) == 0:
         return np.zeros(len(starts), dtype=np.int64)
-    return np.add.reduceat(values, starts, dtype=np.int64)
+    if values.dtype == np.int64 or len(starts) > _FEW_GROUPS:
+        return np.add.reduceat(values, starts, dtype=np.int64)
+    ends = [*starts[1:].tolist(), len(values)]
+    return np.array([np.add.reduce(values[s:e], dtype=np.int64) if e > s else values[s]  # reduceat's rule
+                     for s, e in zip(starts.tolist(), ends, strict=True)], dtype=np.int64)
 
 
 def running_max_in_group(sorted_codes: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -139,12 +152,18 @@ def union_length(sorted_codes: np.ndarray, n_groups: int, start: np.ndarray, end
         return np.zeros(n_groups)
     # in place where possible: this runs on every access of the trace
     reach = running_max_in_group(sorted_codes, end)
-    reach[1:] = reach[:-1].copy()
-    first = first_in_group(sorted_codes)
-    np.copyto(reach, start, where=first)  # a group's first interval continues nothing
-    np.maximum(reach, start, out=reach)
+    # each interval starts at the furthest end before it or later: block by block from the end (the
+    # shift of a block reads the one below it, still unchanged): no shifted copy of every row
+    for hi in range(len(reach), 1, -_BLOCK):
+        lo = max(1, hi - _BLOCK)
+        np.maximum(reach[lo - 1:hi - 1], start[lo:hi], out=reach[lo:hi])
+    reach[0] = start[0]
+    if sorted_codes.strides != (0,):  # one group broadcast (``one_value``): no group starts but the first
+        np.copyto(reach, start, where=first_in_group(sorted_codes))  # a group's first interval continues nothing
     np.subtract(end, reach, out=reach)
     np.clip(reach, 0, None, out=reach)
+    if sorted_codes.strides == (0,):  # exact sum of integers: bincount's float sum of them, less the codes
+        return np.array([float(reach.sum())] + [0.0] * (n_groups - 1))
     return group_sum(sorted_codes, n_groups, reach)
 
 
@@ -207,7 +226,13 @@ def top_values_sorted(starts: np.ndarray, counts: np.ndarray, values: np.ndarray
     counted at a time: no per-row codes of every row (for few groups)."""
     out = []
     for s, c in zip(starts.tolist(), counts.tolist(), strict=True):
-        counted = pd.Series(values[s:s + c]).value_counts(sort=False)
+        # block by block: a hash table sized for a block, not for every row of a 10 M-row stream
+        parts = [pd.Series(values[i:min(i + _BLOCK, s + c)]).value_counts(sort=False)
+                 for i in range(s, s + c, _BLOCK)]
+        if not parts:
+            out.append([])
+            continue
+        counted = parts[0] if len(parts) == 1 else pd.concat(parts).groupby(level=0).sum()
         table = pd.DataFrame({"v": counted.index.to_numpy(), "n": counted.to_numpy()})
         table = table.sort_values(["n", "v"], ascending=[False, True]).head(k)
         out.append([[int(v), int(n)] for v, n in zip(table["v"].tolist(), table["n"].tolist(), strict=True)])

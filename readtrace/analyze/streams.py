@@ -185,11 +185,16 @@ def classify(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders) -> Cl
     return Classified(order=order, codes=c, offset=offset, nbytes=nbytes, gap=gap, first=first)
 
 
+def _one_size(cl: Classified) -> bool:
+    """Whether every read has one size, broadcast (``one_value``)."""
+    return cl.nbytes.strides == (0,) and len(cl.nbytes) > 0
+
+
 def fractions(cl: Classified, starts: np.ndarray, counts: np.ndarray, nbytes: np.ndarray, th: Thresholds
               ) -> dict[str, np.ndarray]:
     """consecutive / sequential / random / seek / in-order fractions, byte- and count-weighted."""
     out = {}
-    one_size = cl.nbytes.strides == (0,) and len(cl.nbytes)  # every read one size: bytes = reads * size
+    one_size = _one_size(cl)  # bytes = reads * size
     weighted = None if one_size else np.empty_like(cl.nbytes)  # one buffer for every flag's bytes
     with np.errstate(invalid="ignore", divide="ignore"):
         for name, flag in (("consecutive", cl.consecutive), ("sequential", cl.sequential),
@@ -212,6 +217,8 @@ def group_extents(cl: Classified, starts: np.ndarray) -> tuple[np.ndarray, np.nd
     """Per group: the lowest offset read and the furthest end."""
     if len(starts) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if _one_size(cl):  # the furthest end is the furthest offset + the size: no ends of every row
+        return np.minimum.reduceat(cl.offset, starts), np.maximum.reduceat(cl.offset, starts) + cl.nbytes[0]
     return np.minimum.reduceat(cl.offset, starts), np.maximum.reduceat(cl.offset + cl.nbytes, starts)
 
 

@@ -22,7 +22,7 @@ import pandas as pd
 
 from readtrace.analyze.accesses import SOURCE_READ, Accesses
 from readtrace.analyze.fileindex import FileIndex
-from readtrace.analyze.grouping import union_length
+from readtrace.analyze.grouping import one_value, take, union_length
 from readtrace.analyze.roles import file_roles
 from readtrace.trace.schema import READ_OPS, WAIT_IN
 
@@ -51,7 +51,7 @@ def _union_sorted(s: np.ndarray, e: np.ndarray, g: np.ndarray | None, n: int) ->
     no packing of the groups on one int64 time axis, which overflowed for times near 2**63)."""
     if len(s) == 0:
         return np.zeros(n, dtype=np.int64)
-    codes = np.zeros(len(s), dtype=np.int64) if g is None else g
+    codes = np.broadcast_to(np.int64(0), len(s)) if g is None else g  # one group: no codes per row
     return union_length(codes, n, s, e).astype(np.int64)
 
 
@@ -174,9 +174,9 @@ def _task_spans(events: pd.DataFrame, waits: Waits, sched: list[dict] | None) ->
 def time_split(events: pd.DataFrame, waits: Waits, files: pd.DataFrame, meta: dict) -> tuple[dict, pd.DataFrame,
                                                                                             pd.Series]:
     """(summary fields, one row per task, wait seconds per file id (union over the tasks))."""
-    ids = np.maximum(waits.file, 0)  # file ids index the files table (0..n-1)
+    ids = one_value(np.maximum(waits.file, 0))  # file ids index the files table (0..n-1)
     by_id = files.reindex(np.arange(int(ids.max(initial=-1)) + 1))
-    named = by_id["path"].fillna("").str.startswith("/").to_numpy()[ids]
+    named = take(by_id["path"].fillna("").str.startswith("/").to_numpy(), ids)
     if not named.all():  # pipes, sockets: a read that waits there is not file I/O
         waits = Waits(*(getattr(waits, k)[named] for k in ("start", "end", "tid", "pid", "file", "fault")),
                       waits.source)
@@ -186,14 +186,14 @@ def time_split(events: pd.DataFrame, waits: Waits, files: pd.DataFrame, meta: di
     tids = spans.index.to_numpy()
     task = np.searchsorted(tids, waits.tid)
     n = len(tids)
-    on_fuse = by_id["fstype"].fillna("").str.startswith("fuse").to_numpy()[ids]
-    data = (file_roles(by_id["path"]) == "data")[ids]
+    on_fuse = take(by_id["fstype"].fillna("").str.startswith("fuse").to_numpy(), ids)
+    data = take(np.asarray(file_roles(by_id["path"]) == "data"), ids)
     reads = ~waits.fault
     overall = Unions(waits.start, waits.end)
     if waits.source == "sched" or reads.all():  # a task's waits follow one another: sums are unions
         dur = (waits.end - waits.start).astype(np.float64)
-        every, read, fuse = (np.bincount(task, weights=np.where(m, dur, 0), minlength=n).astype(np.int64)
-                             for m in (np.ones(len(dur), bool), reads, on_fuse))
+        every, read, fuse = (np.bincount(task, weights=dur if m is None or m.all() else np.where(m, dur, 0),
+                                         minlength=n).astype(np.int64) for m in (None, reads, on_fuse))
     else:  # a FUSE request inside a read of the same task: counted once
         per_task = Unions(waits.start, waits.end, task, n)
         every, read, fuse = per_task.per_group(), per_task.per_group(reads), per_task.per_group(on_fuse)
@@ -206,9 +206,12 @@ def time_split(events: pd.DataFrame, waits: Waits, files: pd.DataFrame, meta: di
     tasks["other_off_s"] = tasks["off_s"] - tasks["io_wait_s"]  # sleeping, joining, blocked elsewhere
     tasks = tasks.drop(columns="off_s").sort_values("io_wait_s", ascending=False, kind="stable")
     # per file: the union over tasks of the waits on it (wall time the load waited on that file)
-    codes, uniq = pd.factorize(waits.file)
-    per_file = pd.Series((union_by_group(waits.start, waits.end, codes, len(uniq)) if len(uniq) > 1
-                          else np.array([overall.total()] * len(uniq), dtype=np.int64)) / NS, index=uniq)
+    if len(waits) and waits.file.min() == waits.file.max():  # one file: no codes per wait
+        per_file = pd.Series(np.array([overall.total()], dtype=np.int64) / NS, index=waits.file[:1].copy())
+    else:
+        codes, uniq = pd.factorize(waits.file)
+        per_file = pd.Series((union_by_group(waits.start, waits.end, codes, len(uniq)) if len(uniq) > 1
+                              else np.array([overall.total()] * len(uniq), dtype=np.int64)) / NS, index=uniq)
     io = overall.total() / NS
     wall = meta.get("wall_s")
     top = per_file.idxmax() if len(per_file) else None

@@ -1,13 +1,25 @@
 """The vectorized primitives against plain-Python references on random inputs (hypothesis)."""
 
+from unittest import mock
+
 import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from readtrace.analyze import analyze
-from readtrace.analyze.grouping import dense_codes, max_overlap, same_partition, union_length
+from readtrace.analyze import analyze, grouping
+from readtrace.analyze.grouping import (
+    dense_codes,
+    max_overlap,
+    one_value,
+    same_partition,
+    sorted_sum,
+    take,
+    top_values,
+    top_values_sorted,
+    union_length,
+)
 from readtrace.analyze.synthetic import files_frame
 from readtrace.trace import make_trace
 
@@ -30,6 +42,31 @@ def test_union_length_matches_reference(rows):
     start = np.array([r[1] for r in rows_sorted])
     end = start + np.array([r[2] for r in rows_sorted])
     assert union_length(g, 4, start, end).tolist() == _union_reference(rows, 4)
+    with mock.patch.object(grouping, "_BLOCK", 3):  # the in-place pass block by block
+        assert union_length(g, 4, start, end).tolist() == _union_reference(rows, 4)
+    one = sorted(rows, key=lambda r: r[1])  # every interval in one group, its codes one value broadcast
+    start = np.array([r[1] for r in one])
+    end = start + np.array([r[2] for r in one])
+    assert union_length(one_value(np.zeros(len(one), np.int64)), 1, start, end).tolist() == \
+        [sum(_union_reference([(0, s, n) for _, s, n in rows], 1))]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-3, 3)), min_size=1, max_size=80))
+def test_per_group_passes_of_few_groups_match_the_vectorized_ones(rows):
+    """top values counted per group (block by block) and sums of flags per group equal the passes over
+    every row at once."""
+    rows = sorted(rows, key=lambda r: r[0])
+    codes, _ = dense_codes(np.array([r[0] for r in rows]))
+    values = np.array([r[1] for r in rows], dtype=np.int64)
+    n = int(codes.max()) + 1
+    starts = np.searchsorted(codes, np.arange(n))
+    counts = np.diff(starts, append=len(codes))
+    with mock.patch.object(grouping, "_BLOCK", 4):
+        assert top_values_sorted(starts, counts, values) == top_values(codes, n, values)
+    flags = values > 0
+    assert sorted_sum(starts, flags).tolist() == np.add.reduceat(flags, starts, dtype=np.int64).tolist()
+    assert take(one_value(np.full(len(values), 7)), flags).tolist() == [7] * int(flags.sum())
 
 
 @settings(max_examples=100, deadline=None)
