@@ -16,10 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from readtrace.analyze.grouping import sorted_sum
+from readtrace.analyze.grouping import BLOCK, FEW_GROUPS, sorted_sum
 from readtrace.analyze.thresholds import MiB, Thresholds
-
-_BLOCK = 1 << 20  # runs per block of a test done block by block
 
 
 @dataclass
@@ -70,9 +68,9 @@ def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, gap: np.nd
     # bytes < seeks * 8 MiB  <=>  bytes // 8 MiB < seeks, without an overflowing product); block by
     # block: no third array of every run
     is_random = np.empty(n_runs, dtype=bool)
-    for i in range(0, n_runs, _BLOCK):
-        np.less(bytes_before[i:i + _BLOCK] // th.gcsfuse_max_random_read, seeks_before[i:i + _BLOCK],
-                out=is_random[i:i + _BLOCK])
+    for i in range(0, n_runs, BLOCK):
+        np.less(bytes_before[i:i + BLOCK] // th.gcsfuse_max_random_read, seeks_before[i:i + BLOCK],
+                out=is_random[i:i + BLOCK])
     is_random &= seeks_before >= th.gcsfuse_min_seeks_for_random
     chunk = bytes_before  # in place from here on: the average read per seek, rounded up to the next MiB
     chunk //= np.maximum(seeks_before, 1, out=seeks_before)
@@ -82,19 +80,34 @@ def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, gap: np.nd
     chunk *= MiB
     np.clip(chunk, th.gcsfuse_min_random_read, th.gcsfuse_max_random_read, out=chunk)
     chunk[~is_random] = th.gcsfuse_sequential_read
-    per_run = chunk  # ceil(span / chunk) backend requests per run (span >= 1), in place again
-    np.floor_divide(span - 1, chunk, out=per_run)
+    per_run = chunk  # ceil(span / chunk) backend requests per run (span >= 1), in place block by block
+    for i in range(0, n_runs, BLOCK):
+        np.floor_divide(span[i:i + BLOCK] - 1, chunk[i:i + BLOCK], out=per_run[i:i + BLOCK])
     per_run += 1
     del chunk
     requests = sorted_sum(group_first_run, np.maximum(1, per_run, out=per_run))
     random_after = np.zeros(n_groups, dtype=np.int64)
-    first_random = np.flatnonzero(is_random)
+    first_random, g = _first_in_groups(is_random, group_first_run, run_group)
     if len(first_random):
-        first_random = first_random[np.r_[True, run_group[first_random][1:] != run_group[first_random][:-1]]]
-        g = run_group[first_random]
         random_after[g] = (first_random if runs is None else runs[first_random]) - starts[g] + 1
     random_bytes = sorted_sum(group_first_run, np.multiply(run_bytes, is_random, out=per_run))
     return Replay(seeks=seeks, requests=requests, random_bytes=random_bytes, random_after=random_after)
+
+
+def _first_in_groups(flags: np.ndarray, group_first: np.ndarray, group: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(index of each group's first flagged row, its group) for the groups with one; rows ordered by
+    group, ``group_first``: each group's first row. Few groups: searched group by group (no index of
+    every flagged row: the shared handle's every run turns random)."""
+    if len(group_first) > FEW_GROUPS:
+        first = np.flatnonzero(flags)
+        if len(first):
+            first = first[np.r_[True, group[first][1:] != group[first][:-1]]]
+        return first, group[first]
+    ends = [*group_first[1:].tolist(), len(flags)]
+    found = [(s + int(np.argmax(flags[s:e])), g) for g, (s, e) in enumerate(zip(group_first.tolist(), ends, strict=True))
+             if e > s and flags[s:e].any()]
+    return (np.array([f for f, _ in found], dtype=np.int64), np.array([g for _, g in found], dtype=np.int64))
 
 
 def _run_extent(runs: np.ndarray | None, offset: np.ndarray, nbytes: np.ndarray

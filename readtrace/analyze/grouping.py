@@ -14,7 +14,7 @@ import pandas as pd
 _OFFSET_BITS = 44  # offsets below 16 TiB; code << 44 + end stays inside int64 for < 2**19 groups
 
 
-_BLOCK = 1 << 20  # rows per block of an in-place pass done block by block
+BLOCK = 1 << 20  # rows per block of a pass done block by block (its temporaries: a block, not every row)
 _DENSE_TABLE = 1 << 24  # combine codes through a lookup table up to this many (code, code) pairs
 
 
@@ -61,10 +61,13 @@ def dense_codes(*keys: np.ndarray | Factor) -> tuple[np.ndarray, int]:
         sub = factor(key)
         if sub.n == 1:  # one value: the tuples are those of the keys so far (no 10 M-row passes)
             continue
+        if n == 1:  # one tuple so far: the tuples are this key's values, numbered as it numbers them
+            codes, n = sub.codes, sub.n
+            continue
         packed = codes.astype(np.int64) * sub.n + sub.codes
         if n * sub.n <= _DENSE_TABLE:  # no hashing: mark the pairs present, number them
             present = np.bincount(packed, minlength=n * sub.n) > 0
-            remap = np.cumsum(present) - 1
+            remap = (np.cumsum(present) - 1).astype(np.int32)  # < 2**24 pairs: int32 codes, no int64 copy
             codes, n = remap[packed], int(present.sum())
         else:
             codes, uniques = pd.factorize(packed)
@@ -116,7 +119,7 @@ def group_sum(codes: np.ndarray, n_groups: int, weights=None) -> np.ndarray:
     return np.bincount(codes, weights=weights, minlength=n_groups)
 
 
-_FEW_GROUPS = 64  # up to this many groups, a per-group pass sums each group on its own
+FEW_GROUPS = 64  # up to this many groups, passes go group by group (no temporaries of every row)
 
 
 def sorted_sum(starts: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -125,7 +128,7 @@ def sorted_sum(starts: np.ndarray, values: np.ndarray) -> np.ndarray:
     cast every row to int64: a second array of them)."""
     if len(values) == 0:
         return np.zeros(len(starts), dtype=np.int64)
-    if values.dtype == np.int64 or len(starts) > _FEW_GROUPS:
+    if values.dtype == np.int64 or len(starts) > FEW_GROUPS:
         return np.add.reduceat(values, starts, dtype=np.int64)
     ends = [*starts[1:].tolist(), len(values)]
     return np.array([np.add.reduce(values[s:e], dtype=np.int64) if e > s else values[s]  # reduceat's rule
@@ -154,8 +157,8 @@ def union_length(sorted_codes: np.ndarray, n_groups: int, start: np.ndarray, end
     reach = running_max_in_group(sorted_codes, end)
     # each interval starts at the furthest end before it or later: block by block from the end (the
     # shift of a block reads the one below it, still unchanged): no shifted copy of every row
-    for hi in range(len(reach), 1, -_BLOCK):
-        lo = max(1, hi - _BLOCK)
+    for hi in range(len(reach), 1, -BLOCK):
+        lo = max(1, hi - BLOCK)
         np.maximum(reach[lo - 1:hi - 1], start[lo:hi], out=reach[lo:hi])
     reach[0] = start[0]
     if sorted_codes.strides != (0,):  # one group broadcast (``one_value``): no group starts but the first
@@ -227,8 +230,8 @@ def top_values_sorted(starts: np.ndarray, counts: np.ndarray, values: np.ndarray
     out = []
     for s, c in zip(starts.tolist(), counts.tolist(), strict=True):
         # block by block: a hash table sized for a block, not for every row of a 10 M-row stream
-        parts = [pd.Series(values[i:min(i + _BLOCK, s + c)]).value_counts(sort=False)
-                 for i in range(s, s + c, _BLOCK)]
+        parts = [pd.Series(values[i:min(i + BLOCK, s + c)]).value_counts(sort=False)
+                 for i in range(s, s + c, BLOCK)]
         if not parts:
             out.append([])
             continue

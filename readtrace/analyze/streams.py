@@ -27,6 +27,7 @@ import pandas as pd
 from readtrace.analyze import gcsfuse
 from readtrace.analyze.accesses import SOURCE_FAULT, Accesses
 from readtrace.analyze.grouping import (
+    FEW_GROUPS,
     Factor,
     factor,
     first_in_group,
@@ -45,7 +46,6 @@ from readtrace.analyze.histogram import LABELS, size_bin
 from readtrace.analyze.thresholds import Thresholds
 
 KINDS = ("task", "process", "ofd", "fuse_handle", "file")
-_SELECT_STREAMS = 64  # up to this many streams, latency quantiles by selection per stream (no sort)
 
 
 def _narrow(rows: np.ndarray) -> np.ndarray:
@@ -246,7 +246,7 @@ def summarize(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: 
         **fractions(cl, starts, counts, nbytes, th),
         "first_ts_ns": acc.ts[first_rows], "last_ts_ns": acc.ts[last_rows],
     })
-    df["top_strides"] = top_values_sorted(starts, counts, cl.gap) if n <= _SELECT_STREAMS \
+    df["top_strides"] = top_values_sorted(starts, counts, cl.gap) if n <= FEW_GROUPS \
         else top_values(cl.codes, n, cl.gap)
     latency_quantiles = _latency_quantiles(acc, codes, n, orders, cl, starts, counts)
     if extents:
@@ -281,7 +281,7 @@ def _latency_quantiles(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrd
                        starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per stream: p50 and p99 of the latencies > 0. Few streams: selected per stream (no sort of
     every row by latency); many: one shared latency order, reordered by stream."""
-    if n > _SELECT_STREAMS:
+    if n > FEW_GROUPS:
         timed = stable_by_group(codes, n, orders.timed) if len(orders.timed) else orders.timed
         timed_codes, latency = codes[timed], acc.latency[timed]
         return tuple(quantiles(timed_codes, n, latency, q) for q in (0.5, 0.99))

@@ -190,6 +190,7 @@ def time_split(events: pd.DataFrame, waits: Waits, files: pd.DataFrame, meta: di
     data = take(np.asarray(file_roles(by_id["path"]) == "data"), ids)
     reads = ~waits.fault
     overall = Unions(waits.start, waits.end)
+    dur = None
     if waits.source == "sched" or reads.all():  # a task's waits follow one another: sums are unions
         dur = (waits.end - waits.start).astype(np.float64)
         every, read, fuse = (np.bincount(task, weights=dur if m is None or m.all() else np.where(m, dur, 0),
@@ -218,7 +219,7 @@ def time_split(events: pd.DataFrame, waits: Waits, files: pd.DataFrame, meta: di
     top_tasks, on_top = 0, None
     if top is not None:  # the tasks that waited on that file for more than 1 % of its wait
         on_top = waits.file == top
-        top_task, waited = task, waits.end - waits.start
+        top_task, waited = task, waits.end - waits.start if dur is None else dur  # bincount: float weights
         if not on_top.all():
             top_task, waited = top_task[on_top], waited[on_top]
         waited = np.bincount(top_task, weights=waited, minlength=n)[np.bincount(top_task, minlength=n) > 0]

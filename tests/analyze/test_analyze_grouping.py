@@ -42,7 +42,7 @@ def test_union_length_matches_reference(rows):
     start = np.array([r[1] for r in rows_sorted])
     end = start + np.array([r[2] for r in rows_sorted])
     assert union_length(g, 4, start, end).tolist() == _union_reference(rows, 4)
-    with mock.patch.object(grouping, "_BLOCK", 3):  # the in-place pass block by block
+    with mock.patch.object(grouping, "BLOCK", 3):  # the in-place pass block by block
         assert union_length(g, 4, start, end).tolist() == _union_reference(rows, 4)
     one = sorted(rows, key=lambda r: r[1])  # every interval in one group, its codes one value broadcast
     start = np.array([r[1] for r in one])
@@ -62,7 +62,7 @@ def test_per_group_passes_of_few_groups_match_the_vectorized_ones(rows):
     n = int(codes.max()) + 1
     starts = np.searchsorted(codes, np.arange(n))
     counts = np.diff(starts, append=len(codes))
-    with mock.patch.object(grouping, "_BLOCK", 4):
+    with mock.patch.object(grouping, "BLOCK", 4):
         assert top_values_sorted(starts, counts, values) == top_values(codes, n, values)
     flags = values > 0
     assert sorted_sum(starts, flags).tolist() == np.add.reduceat(flags, starts, dtype=np.int64).tolist()
