@@ -139,12 +139,19 @@ def running_max_in_group(sorted_codes: np.ndarray, values: np.ndarray) -> np.nda
     """Running maximum of ``values`` restarting at each group (codes ascending)."""
     if len(values) == 0 or sorted_codes[0] == sorted_codes[-1]:  # one group: a plain running max
         return np.maximum.accumulate(values)
-    sorted_codes = sorted_codes.astype(np.int64, copy=False)
     lo = values.min()
     span = int(values.max()) - int(lo) + 1  # Python ints: the difference of int64 extremes overflows
     if span < (1 << _OFFSET_BITS) and int(sorted_codes[-1]) < (1 << (62 - _OFFSET_BITS)):
-        packed = (sorted_codes << _OFFSET_BITS) + (values - lo)
-        return np.maximum.accumulate(packed) - (sorted_codes << _OFFSET_BITS) + lo
+        packed = sorted_codes.astype(np.int64)  # in place from here on: one array of every row
+        packed <<= _OFFSET_BITS
+        packed += values
+        packed -= lo
+        np.maximum.accumulate(packed, out=packed)
+        for i in range(0, len(packed), BLOCK):  # the codes back out, block by block
+            packed[i:i + BLOCK] -= sorted_codes[i:i + BLOCK].astype(np.int64) << _OFFSET_BITS
+        packed += lo
+        return packed
+    sorted_codes = sorted_codes.astype(np.int64, copy=False)
     # >= 2**18 groups or a span >= 16 TiB do not pack into int64; pandas hands back a read-only view
     return pd.Series(values).groupby(sorted_codes).cummax().to_numpy(copy=True)
 

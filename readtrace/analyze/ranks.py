@@ -46,9 +46,11 @@ class Touches:
     @classmethod
     def of(cls, app: Accesses, pages: pd.DataFrame) -> Touches:
         mapped = pages[pages["op"] == "map_pages"] if len(pages) else pages
-        off = mapped["offset"].to_numpy(np.int64) if len(mapped) else np.zeros(0, np.int64)
-        end = off + (mapped["size"].to_numpy(np.int64) if len(mapped) else np.zeros(0, np.int64))
-        col = (lambda name: mapped[name].to_numpy(np.int64)) if len(mapped) else (lambda _: np.zeros(0, np.int64))
+        if not len(mapped):  # the accesses' own columns: no copy of every access
+            return cls(pid=app.pid, file=app.file, offset=app.offset, end=app.end, ts=app.ts, latency=app.latency)
+        off = mapped["offset"].to_numpy(np.int64)
+        end = off + mapped["size"].to_numpy(np.int64)
+        col = lambda name: mapped[name].to_numpy(np.int64)  # noqa: E731
         return cls(pid=np.concatenate([app.pid.astype(np.int64), col("pid")]),
                    file=np.concatenate([app.file, col("file")]),
                    offset=np.concatenate([app.offset, off]), end=np.concatenate([app.end, end]),
@@ -71,19 +73,19 @@ def per_rank(touches: Touches | None, ranks: dict[int, dict[str, int]], t0_ns: i
     pids, rank_ids = _by_pid(ranks)
     rank = _rank_of(touches.pid, pids, rank_ids)
     mine = (rank >= 0) & np.isin(touches.file, data_files)
-    rank, file = rank[mine], touches.file[mine]
-    offset, end = touches.offset[mine], touches.end[mine]
-    ts, latency = touches.ts[mine], touches.latency[mine]
+    rank, file, offset, end, ts, latency = _rows(mine, rank, touches.file, touches.offset, touches.end,
+                                                 touches.ts, touches.latency)
     out = pd.DataFrame({"rank": np.unique(rank_ids)})
     out = out.set_index("rank", drop=False)
     if len(rank):
-        grouped = pd.DataFrame({"rank": rank, "file": file, "ts": ts, "nbytes": end - offset, "latency": latency})
-        g = grouped.groupby("rank")
-        out["bytes_read"] = g["nbytes"].sum()
-        out["wait_s"] = g["latency"].sum() / 1e9
-        out["files"] = g["file"].nunique()
-        out["first_s"] = (g["ts"].min() - t0_ns) / 1e9
-        out["last_s"] = (g["ts"].max() - t0_ns) / 1e9
+        # one column at a time (a frame of every column would be copied into one block)
+        out["bytes_read"] = pd.Series(end - offset, copy=False).groupby(rank).sum()
+        out["wait_s"] = pd.Series(latency, copy=False).groupby(rank).sum() / 1e9
+        out["files"] = pd.Series(file, copy=False).groupby(rank).nunique()
+        by_ts = pd.Series(ts, copy=False).groupby(rank)
+        out["first_s"] = (by_ts.min() - t0_ns) / 1e9
+        out["last_s"] = (by_ts.max() - t0_ns) / 1e9
+        del by_ts
         out["span_bytes"] = _span_bytes(rank, file, offset, end)
     if waits is not None and len(waits.pid):
         out["wait_s"] = _wait_union(waits, pids, rank_ids)
@@ -112,8 +114,26 @@ def _by_pid(ranks: dict[int, dict[str, int]]) -> tuple[np.ndarray, np.ndarray]:
 
 def _rank_of(pid: np.ndarray, pids: np.ndarray, rank_ids: np.ndarray) -> np.ndarray:
     """The rank of each pid (pids sorted, as _by_pid gives them); -1 for a pid of no rank."""
-    pos = np.clip(np.searchsorted(pids, pid), 0, len(pids) - 1)
-    return np.where(pids[pos] == pid, rank_ids[pos], -1)
+    pos = np.searchsorted(pids, pid)
+    np.clip(pos, 0, len(pids) - 1, out=pos)  # in place from here on: one array of every row
+    unknown = pids[pos] != pid
+    out = np.take(rank_ids, pos, out=pos)
+    out[unknown] = -1
+    return out
+
+
+def _rows(keep: np.ndarray, *columns: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The ``keep`` rows of each column; every row kept: the columns themselves (no copies)."""
+    return columns if keep.all() else tuple(c[keep] for c in columns)
+
+
+def _union_by_code(codes: np.ndarray, n: int, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per code 0..n-1: length of the union of its [start, end) ranges (the sort order freed before
+    the union's own arrays)."""
+    order = np.lexsort((start, codes))
+    codes, start, end = codes[order], start[order], end[order]
+    del order
+    return union_length(codes, n, start, end)
 
 
 def _first_rows(codes: np.ndarray, n: int) -> np.ndarray:
@@ -129,10 +149,10 @@ def _wait_union(waits, pids: np.ndarray, rank_ids: np.ndarray) -> pd.Series:
     mine = rank >= 0
     if not mine.any():
         return pd.Series(dtype=float)
-    rank, start, end = rank[mine], waits.start[mine].astype(np.int64), waits.end[mine].astype(np.int64)
+    rank, start, end = _rows(mine, rank, waits.start.astype(np.int64, copy=False),
+                             waits.end.astype(np.int64, copy=False))
     codes, n = dense_codes(rank)
-    order = np.lexsort((start, codes))
-    union = union_length(codes[order], n, start[order].copy(), end[order].copy())
+    union = _union_by_code(codes, n, start, end)
     first = _first_rows(codes, n)
     return pd.Series(union / 1e9, index=rank[first])
 
@@ -140,8 +160,7 @@ def _wait_union(waits, pids: np.ndarray, rank_ids: np.ndarray) -> pd.Series:
 def _span_bytes(rank: np.ndarray, file: np.ndarray, offset: np.ndarray, end: np.ndarray) -> pd.Series:
     """Per rank: bytes covered by the union of its [offset, end) ranges, file by file."""
     codes, n = dense_codes(rank, file)
-    order = np.lexsort((offset, codes))
-    union = union_length(codes[order], n, offset[order].copy(), end[order].copy())
+    union = _union_by_code(codes, n, offset, end)
     first = _first_rows(codes, n)
     return pd.Series(union).groupby(rank[first]).sum().astype(np.int64)
 
@@ -154,10 +173,9 @@ def replicated_bytes(touches: Touches, ranks: dict[int, dict[str, int]], spans: 
     ranked = np.isin(touches.pid, np.fromiter(ranks, dtype=np.int64)) & np.isin(touches.file, data_files)
     if not ranked.any():
         return 0
-    file, offset, end = touches.file[ranked], touches.offset[ranked], touches.end[ranked]
+    file, offset, end = _rows(ranked, touches.file, touches.offset, touches.end)
     codes, n = dense_codes(file)
-    order = np.lexsort((offset, codes))
-    union = union_length(codes[order], n, offset[order].copy(), end[order].copy())
+    union = _union_by_code(codes, n, offset, end)
     return max(0, int(spans["span_bytes"].sum() - union.sum()))
 
 
@@ -171,12 +189,12 @@ def byte_spans(touches: Touches | None, ranks: dict[int, dict[str, int]], data_f
     mine = (rank >= 0) & np.isin(touches.file, data_files) & (touches.end > touches.offset)
     if not mine.any():
         return {}
-    rank, file = rank[mine], touches.file[mine].astype(np.int64)
-    start, end = touches.offset[mine].astype(np.int64), touches.end[mine].astype(np.int64)
+    rank, file, start, end = _rows(mine, rank, touches.file.astype(np.int64, copy=False),
+                                   touches.offset.astype(np.int64, copy=False), touches.end.astype(np.int64, copy=False))
     codes, _ = dense_codes(rank, file)
     order = np.lexsort((start, codes))
     codes, rank, file, start, end = codes[order], rank[order], file[order], start[order], end[order]
-    reach = running_max_in_group(codes, end.copy())
+    reach = running_max_in_group(codes, end)
     opens = first_in_group(codes).copy()
     opens[1:] |= start[1:] > reach[:-1] + gap  # a span starts where nothing before it reaches
     heads = np.flatnonzero(opens)
