@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from readtrace.analyze.fileindex import UNKNOWN, FileIndex
-from readtrace.analyze.grouping import dense_codes, one_value, take
+from readtrace.analyze.grouping import dense_codes, is_one_value, one_value, take
 from readtrace.analyze.nodes import handle_files, node_files
 from readtrace.trace.schema import FUSE_READ
 
@@ -64,7 +64,7 @@ def _i64(series: pd.Series) -> np.ndarray:
     if values.dtype == np.int64:
         return values
     if values.dtype.kind in "iu":
-        if values.strides == (0,) and len(values):  # a lean load's column of one value: stays one
+        if is_one_value(values):  # a lean load's column of one value: stays one
             return np.broadcast_to(values[:1].astype(np.int64), len(values))
         return values.astype(np.int64)
     return series.to_numpy(dtype=np.int64, na_value=0)
@@ -81,7 +81,7 @@ def _lookup_table(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray, defa
     (few) distinct keys: no hash table over the (many) wanted rows."""
     if len(keys) == 0:
         return np.full(len(wanted), default, dtype=np.int64)
-    if wanted.strides == (0,) and len(wanted):  # one key wanted (``one_value``): one lookup
+    if is_one_value(wanted):  # one key wanted: one lookup
         return np.broadcast_to(_lookup_table(keys, values, wanted[:1].copy(), default), len(wanted))
     last = pd.Series(values).groupby(keys).last()  # sorted by key
     index, found = last.index.to_numpy(), last.to_numpy(dtype=np.int64)

@@ -26,10 +26,15 @@ class Factor:
     n: int
 
 
+def is_one_value(values: np.ndarray) -> bool:
+    """Whether ``values`` are one value broadcast (``one_value``, a lean load's column of one value)."""
+    return len(values) > 0 and values.strides == (0,)
+
+
 def one_value(values: np.ndarray) -> np.ndarray:
     """``values`` as their one value broadcast (read-only, no memory per row) when they all are equal
     (one file, one open file, one read size): every copy and gather of them then costs nothing."""
-    if len(values) and values.strides != (0,) and values.min() == values.max():
+    if len(values) and not is_one_value(values) and values.min() == values.max():
         return np.broadcast_to(values[:1].copy(), len(values))  # a copy: not a view that keeps them all
     return values
 
@@ -37,9 +42,9 @@ def one_value(values: np.ndarray) -> np.ndarray:
 def take(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``values[rows]`` (row indices or a mask); one value broadcast (``one_value``), or one row taken
     for every row, stays broadcast."""
-    if values.strides == (0,) and len(values):
+    if is_one_value(values):
         return np.broadcast_to(values[:1], int(rows.sum()) if rows.dtype == bool else len(rows))
-    if rows.strides == (0,) and len(rows) and rows.dtype != bool:
+    if is_one_value(rows) and rows.dtype != bool:
         return np.broadcast_to(values[rows[:1]], len(rows))
     return values[rows]
 
@@ -168,11 +173,11 @@ def union_length(sorted_codes: np.ndarray, n_groups: int, start: np.ndarray, end
         lo = max(1, hi - BLOCK)
         np.maximum(reach[lo - 1:hi - 1], start[lo:hi], out=reach[lo:hi])
     reach[0] = start[0]
-    if sorted_codes.strides != (0,):  # one group broadcast (``one_value``): no group starts but the first
+    if not is_one_value(sorted_codes):  # one group broadcast: no group starts but the first
         np.copyto(reach, start, where=first_in_group(sorted_codes))  # a group's first interval continues nothing
     np.subtract(end, reach, out=reach)
     np.clip(reach, 0, None, out=reach)
-    if sorted_codes.strides == (0,):  # exact sum of integers: bincount's float sum of them, less the codes
+    if is_one_value(sorted_codes):  # exact sum of integers: bincount's float sum of them, less the codes
         return np.array([float(reach.sum())] + [0.0] * (n_groups - 1))
     return group_sum(sorted_codes, n_groups, reach)
 

@@ -32,6 +32,7 @@ from readtrace.analyze.grouping import (
     factor,
     first_in_group,
     group_bounds,
+    is_one_value,
     max_overlap,
     quantiles,
     selected_quantiles,
@@ -95,14 +96,14 @@ class BaseOrders:
     @cached_property
     def size_bins(self) -> np.ndarray:
         nbytes = self.acc.nbytes
-        if nbytes.strides == (0,) and len(nbytes):  # one read size (``one_value``): one bin
+        if is_one_value(nbytes):  # one read size: one bin
             return np.broadcast_to(size_bin(nbytes[:1]).astype(np.int8), len(nbytes))
         return size_bin(nbytes).astype(np.int8)
 
     @cached_property
     def size_codes(self) -> tuple[np.ndarray, np.ndarray]:
         nbytes = self.acc.nbytes
-        if nbytes.strides == (0,) and len(nbytes):  # one read size (``one_value``)
+        if is_one_value(nbytes):  # one read size
             return np.broadcast_to(np.int32(0), len(nbytes)), nbytes[:1].copy()
         codes, uniques = pd.factorize(nbytes)
         return codes.astype(np.int32) if len(uniques) < 2**31 else codes, np.asarray(uniques)
@@ -185,16 +186,11 @@ def classify(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders) -> Cl
     return Classified(order=order, codes=c, offset=offset, nbytes=nbytes, gap=gap, first=first)
 
 
-def _one_size(cl: Classified) -> bool:
-    """Whether every read has one size, broadcast (``one_value``)."""
-    return cl.nbytes.strides == (0,) and len(cl.nbytes) > 0
-
-
 def fractions(cl: Classified, starts: np.ndarray, counts: np.ndarray, nbytes: np.ndarray, th: Thresholds
               ) -> dict[str, np.ndarray]:
     """consecutive / sequential / random / seek / in-order fractions, byte- and count-weighted."""
     out = {}
-    one_size = _one_size(cl)  # bytes = reads * size
+    one_size = is_one_value(cl.nbytes)  # bytes = reads * size
     weighted = None if one_size else np.empty_like(cl.nbytes)  # one buffer for every flag's bytes
     with np.errstate(invalid="ignore", divide="ignore"):
         for name, flag in (("consecutive", cl.consecutive), ("sequential", cl.sequential),
@@ -217,7 +213,7 @@ def group_extents(cl: Classified, starts: np.ndarray) -> tuple[np.ndarray, np.nd
     """Per group: the lowest offset read and the furthest end."""
     if len(starts) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    if _one_size(cl):  # the furthest end is the furthest offset + the size: no ends of every row
+    if is_one_value(cl.nbytes):  # the furthest end is the furthest offset + the size: no ends of every row
         return np.minimum.reduceat(cl.offset, starts), np.maximum.reduceat(cl.offset, starts) + cl.nbytes[0]
     return np.minimum.reduceat(cl.offset, starts), np.maximum.reduceat(cl.offset + cl.nbytes, starts)
 
