@@ -140,6 +140,20 @@ def sorted_sum(starts: np.ndarray, values: np.ndarray) -> np.ndarray:
                      for s, e in zip(starts.tolist(), ends, strict=True)], dtype=np.int64)
 
 
+def sorted_sum_where(starts: np.ndarray, values: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """``sorted_sum`` of ``values`` where ``where`` (0 elsewhere). Few groups: block by block, no
+    product of every row."""
+    if len(values) == 0 or len(starts) > FEW_GROUPS:
+        return sorted_sum(starts, values * where)
+    ends = [*starts[1:].tolist(), len(values)]
+    out = []
+    for s, e in zip(starts.tolist(), ends, strict=True):
+        out.append(sum(int(np.add.reduce(values[i:min(i + BLOCK, e)], where=where[i:min(i + BLOCK, e)],
+                                          dtype=np.int64)) for i in range(s, e, BLOCK))
+                   if e > s else int(values[s]) * int(where[s]))  # reduceat's rule
+    return np.array(out, dtype=np.int64)
+
+
 def running_max_in_group(sorted_codes: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Running maximum of ``values`` restarting at each group (codes ascending)."""
     if len(values) == 0 or sorted_codes[0] == sorted_codes[-1]:  # one group: a plain running max

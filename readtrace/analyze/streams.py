@@ -37,6 +37,7 @@ from readtrace.analyze.grouping import (
     quantiles,
     selected_quantiles,
     sorted_sum,
+    sorted_sum_where,
     stable_by_group,
     take,
     top_values,
@@ -191,17 +192,15 @@ def fractions(cl: Classified, starts: np.ndarray, counts: np.ndarray, nbytes: np
     """consecutive / sequential / random / seek / in-order fractions, byte- and count-weighted."""
     out = {}
     one_size = is_one_value(cl.nbytes)  # bytes = reads * size
-    weighted = None if one_size else np.empty_like(cl.nbytes)  # one buffer for every flag's bytes
     with np.errstate(invalid="ignore", divide="ignore"):
-        for name, flag in (("consecutive", cl.consecutive), ("sequential", cl.sequential),
-                           ("seek", cl.seek(th.gcsfuse_seek_window, th.reorder_window)),
-                           ("in_order", cl.in_order(th.interleave_max_gap, th.reorder_window))):
+        # one flag of every row alive at a time
+        for name, flags in (("consecutive", lambda: cl.consecutive), ("sequential", lambda: cl.sequential),
+                            ("seek", lambda: cl.seek(th.gcsfuse_seek_window, th.reorder_window)),
+                            ("in_order", lambda: cl.in_order(th.interleave_max_gap, th.reorder_window))):
+            flag = flags()
             flagged = sorted_sum(starts, flag)
-            if one_size:
-                flagged_bytes = flagged * cl.nbytes[0]
-            else:
-                np.multiply(cl.nbytes, flag, out=weighted)
-                flagged_bytes = sorted_sum(starts, weighted)
+            flagged_bytes = flagged * cl.nbytes[0] if one_size else sorted_sum_where(starts, cl.nbytes, flag)
+            del flag
             out[f"{name}_fraction"] = flagged_bytes / nbytes
             out[f"{name}_count_fraction"] = flagged / counts
     out["random_fraction"] = 1 - out["sequential_fraction"]

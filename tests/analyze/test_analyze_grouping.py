@@ -122,3 +122,13 @@ def test_task_fractions_match_a_python_loop(rows):
             prev = off + size
         assert tasks.loc[tid, "consecutive_fraction"] == pytest.approx(con / total)
         assert tasks.loc[tid, "sequential_fraction"] == pytest.approx(seq / total)
+
+
+def test_sorted_sum_where_matches_the_product():
+    """Few groups summed block by block equal reduceat over the product of every row."""
+    values = np.arange(1, 21, dtype=np.int64)
+    where = values % 3 != 0
+    starts = np.array([0, 5, 12])
+    with mock.patch.object(grouping, "BLOCK", 4):
+        assert grouping.sorted_sum_where(starts, values, where).tolist() == \
+            np.add.reduceat(values * where, starts, dtype=np.int64).tolist()
