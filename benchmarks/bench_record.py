@@ -196,6 +196,14 @@ def bpftrace_program(mode: str) -> str:
             f"{exits} /@start[tid]/ {{ @ns[probe] = hist(nsecs - @start[tid]); delete(@start[tid]); }}")
 
 
+def missing_tools(modes: list[str]) -> dict[str, str]:
+    """Modes whose tracer is not installed here -> the tool's name (those columns are left out)."""
+    import shutil
+
+    tools = {m: m.split("_")[0] for m in modes if m.startswith(("bpftrace", "strace"))}
+    return {m: tool for m, tool in tools.items() if shutil.which(tool) is None}
+
+
 def tracer_argv(mode: str, cmd: list[str], scratch: Path) -> list[str]:
     """The command line that runs ``cmd`` under ``mode``'s tracer (its output kept out of the way)."""
     import shlex
@@ -294,7 +302,11 @@ def main() -> int:
     if os.geteuid() != 0:
         print("bench_record: needs root (eBPF)", file=sys.stderr)
         return 3
-    modes = ["untraced", *(m for m in args.modes if m != "untraced")]
+    absent = missing_tools(args.modes)
+    for tool in sorted(set(absent.values())):
+        print(f"bench_record: {tool} is not installed (apt-get install {tool}): its columns are left out",
+              file=sys.stderr)
+    modes = ["untraced", *(m for m in args.modes if m != "untraced" and m not in absent)]
     files = make_files()
     names = args.only or RUNS
     results = {}
