@@ -118,6 +118,9 @@ def main() -> int:
                     "dd_s": dd_seconds(checkpoint_files(directory)),
                     "warm_local_s": warm_local_seconds(loader, built[loader.checkpoint], cell_work),
                     "best_lever": best_lever(r.fix), "fix_error": None if r.fix else r.fix_stderr[-300:],
+                    "left_alone": fix.get("left_alone"),
+                    "candidates": [{"label": c["label"], "wall_s": c.get("wall_s"), "exit_code": c.get("exit_code")}
+                                   for c in ((fix.get("choice") or {}).get("candidates") or [])],
                 }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -140,6 +143,37 @@ def machine() -> dict:
             "python": platform.python_version()}
 
 
+SLOW, LEVER_MARGIN, FLOOR_MARGIN, NO_HARM = 1.2, 1.10, 1.2, 0.97  # issue 10's Done-when
+
+
+def left_alone(r: dict) -> bool:
+    """auto left the load unchanged (rows saved before the field existed: no speedup claimed)."""
+    return bool(r.get("left_alone", r["speedup"] is None and r["fixed_s"] is not None))
+
+
+def verdict(r: dict) -> str:
+    """Issue 10's Done-when for one cell. A cell is slow when its baseline is over 1.2x the floor
+    (dd + warm local): the fix must then be within 10 % of the fastest one-line lever of the loader
+    (``lever ...`` candidates) and within 1.2x of the floor. Every cell: no slower than 0.97x of its
+    baseline (a load left alone is the unchanged command: nothing to be slower)."""
+    floor = (r["dd_s"] or 0) + (r["warm_local_s"] or 0)
+    base, fixed = r["baseline_s"], r["fixed_s"]
+    if not (base and fixed and floor):
+        return "-"
+    failed = []
+    if not left_alone(r) and base / fixed < NO_HARM:
+        failed.append("slower")
+    if base > SLOW * floor:
+        levers = [c["wall_s"] for c in r.get("candidates", [])
+                  if c["label"].startswith("lever") and c.get("exit_code") == 0 and c.get("wall_s")]
+        if levers and fixed > LEVER_MARGIN * min(levers):
+            failed.append(f"lever {min(levers):.1f} s")
+        if fixed > FLOOR_MARGIN * floor:
+            failed.append("floor")
+        return "slow: " + ("; ".join(failed) if failed else "met")
+    return "not slow: " + ("; ".join(failed) if failed else "met")
+
+
 def _s(x) -> str:
     return "-" if x is None else f"{x:.1f}"
 
@@ -153,17 +187,17 @@ def print_tables(rows: list[dict], handles: list[dict]) -> None:
                   f"{_s(h['own_seconds'])} | {h['shared_requests'] if h['shared_requests'] is not None else '-'} | "
                   f"{h['own_requests'] if h['own_requests'] is not None else '-'} |")
     print("\n| file system | loader | findings | baseline s | fixed s | speedup | identical | dd s | warm local s "
-          "| fixed / (dd + local) | best one-line lever |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| fixed / (dd + local) | best one-line lever | issue 10 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         target = (r["dd_s"] or 0) + (r["warm_local_s"] or 0)
         ratio = r["fixed_s"] / target if r["fixed_s"] and target else None
         findings = ", ".join(f for f in r["findings"] if not f.endswith(":info")) or "-"
         speedup = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
         print(f"| {r['client']} {r['latency_ms']:g} ms | {r['loader']} | {findings} | {_s(r['baseline_s'])} | "
-              f"{_s(r['fixed_s'])} | {speedup} | "
+              f"{_s(r['fixed_s'])}{' (left alone)' if left_alone(r) else ''} | {speedup} | "
               f"{'yes' if r['identical'] else 'NO'} | {_s(r['dd_s'])} | {_s(r['warm_local_s'])} | "
-              f"{'-' if ratio is None else f'{ratio:.2f}'} | {r['best_lever']} |")
+              f"{'-' if ratio is None else f'{ratio:.2f}'} | {r['best_lever']} | {verdict(r)} |")
 
 
 if __name__ == "__main__":
