@@ -72,11 +72,11 @@ def main() -> int:
     p.add_argument("--no-handles", action="store_true", help="skip the shared vs own handle probe")
     p.add_argument("--work", help="keep checkpoints and runs here (default: a temporary directory)")
     p.add_argument("--out", default="bench-results/compat_matrix.json")
-    p.add_argument("--table", metavar="JSON", help="only print the tables of a saved run")
+    p.add_argument("--table", metavar="JSON", nargs="+", help="only print the tables of saved runs (their cells in order)")
     args = p.parse_args()
     if args.table:
-        saved = json.loads(Path(args.table).read_text())
-        print_tables(saved["cells"], saved["handles"])
+        saved = [json.loads(Path(t).read_text()) for t in args.table]
+        print_tables([c for run in saved for c in run["cells"]], [h for run in saved for h in run["handles"]])
         return 0
 
     work = Path(args.work or tempfile.mkdtemp(prefix="readtrace-compat-"))
@@ -144,6 +144,7 @@ def machine() -> dict:
 
 
 SLOW, LEVER_MARGIN, FLOOR_MARGIN, NO_HARM = 1.2, 1.10, 1.2, 0.97  # issue 10's Done-when
+SLOW_ABS_S = 1.0  # less than a second over the floor is one cold run's noise here (fix's own rule)
 
 
 def left_alone(r: dict) -> bool:
@@ -153,7 +154,7 @@ def left_alone(r: dict) -> bool:
 
 def verdict(r: dict) -> str:
     """Issue 10's Done-when for one cell. A cell is slow when its baseline is over 1.2x the floor
-    (dd + warm local): the fix must then be within 10 % of the fastest one-line lever of the loader
+    (dd + warm local) and over it by more than a second: the fix must then be within 10 % of the fastest one-line lever of the loader
     (``lever ...`` candidates) and within 1.2x of the floor. Every cell: no slower than 0.97x of its
     baseline (a load left alone is the unchanged command: nothing to be slower)."""
     floor = (r["dd_s"] or 0) + (r["warm_local_s"] or 0)
@@ -163,7 +164,7 @@ def verdict(r: dict) -> str:
     failed = []
     if not left_alone(r) and base / fixed < NO_HARM:
         failed.append("slower")
-    if base > SLOW * floor:
+    if base > SLOW * floor and base - floor > SLOW_ABS_S:
         levers = [c["wall_s"] for c in r.get("candidates", [])
                   if c["label"].startswith("lever") and c.get("exit_code") == 0 and c.get("wall_s")]
         if levers and fixed > LEVER_MARGIN * min(levers):
