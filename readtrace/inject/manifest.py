@@ -12,15 +12,19 @@ import json
 import os
 from collections import Counter
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from readtrace.errors import ReadtraceError
 from readtrace.loader.fileio import tensor_bytes
 
+if TYPE_CHECKING:  # the host reads and compares manifests without torch (1.5 s of imports)
+    import torch
+
 
 def raw_bytes(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor's bytes as a contiguous 1-D uint8 CPU tensor (a copy only where needed)."""
+    import torch
+
     flat = tensor.detach().contiguous().reshape(-1)
     if flat.dtype != torch.uint8:
         flat = flat.view(torch.uint8)

@@ -64,3 +64,11 @@ def test_injected_code_imports_only_the_loader_and_standard_library_helpers():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     # inject (itself), loader (the own-fd loader), and the standard-library-only pagecache, fs and lazy
     assert set(json.loads(out.stdout.replace("'", '"'))) <= {"errors", "fs", "inject", "lazy", "loader", "pagecache"}
+
+
+def test_the_fix_host_does_not_import_torch():
+    """`readtrace fix -- CMD` runs CMD after the host's imports: torch there cost every fixed load
+    ~1.5 s before the command even started. The host reads and compares manifests without it."""
+    code = "import sys, readtrace.commands.fix, readtrace.fix.compare, readtrace.inject.manifest; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
