@@ -38,8 +38,9 @@ class Accesses:
     handle: np.ndarray
     opened: np.ndarray  # int64: when that open file was opened, where its key was reused (else 0)
     offset: np.ndarray  # int64
-    nbytes: np.ndarray  # int64, bytes returned (> 0)
-    latency: np.ndarray  # int64 ns (0 unknown)
+    # int32 (a lean load's, where every value fits: sums of them must name int64) or int64
+    nbytes: np.ndarray  # bytes returned (> 0)
+    latency: np.ndarray  # ns (0 unknown)
     source: np.ndarray  # int8 SOURCE_*
 
     def __len__(self) -> int:
@@ -160,7 +161,7 @@ def read_accesses(others: pd.DataFrame, files: FileIndex, reads: pd.DataFrame) -
                                    _fd_key(take(pid, todo), take(fd, todo)))
     del todo, fd
     file = one_value(file)
-    ret, offset = col("ret"), col("offset")
+    ret, offset = col("ret", _ints), col("offset")
     moved = (ret > 0) & (offset >= 0)
     idle = pd.DataFrame({"file": file[~moved], "ret": ret[~moved], "offset": offset[~moved]})
     keep = None if moved.all() else moved
@@ -174,7 +175,7 @@ def read_accesses(others: pd.DataFrame, files: FileIndex, reads: pd.DataFrame) -
     opened = opened_at(ofd_key, ts, others[others["op"] == "open"])
     acc = Accesses(
         ts=kept(ts), pid=kept(pid), tid=kept(col("tid", _ints)), file=kept(file), handle=kept(ofd_key),
-        opened=kept(opened), offset=kept(offset), nbytes=kept(ret), latency=kept(col("latency_ns")),
+        opened=kept(opened), offset=kept(offset), nbytes=kept(ret), latency=kept(col("latency_ns", _ints)),
         source=np.full(int(moved.sum()), SOURCE_READ, np.int8))
     return acc, idle
 

@@ -121,7 +121,7 @@ def _run_extent(runs: np.ndarray | None, offset: np.ndarray, nbytes: np.ndarray
     span = np.maximum.reduceat(end, runs)
     del end
     span -= offset[runs]
-    return span, np.add.reduceat(nbytes, runs)
+    return span, np.add.reduceat(nbytes, runs, dtype=np.int64)
 
 
 def sequential_requests(unique_bytes: np.ndarray, th: Thresholds) -> np.ndarray:

@@ -293,8 +293,7 @@ def _unique_bytes(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders) 
     (Streams that only move forward read disjoint ranges: their union is their bytes, no sort.)"""
     by_off = stable_by_group(codes, n, orders.by_offset)
     offset = acc.offset[by_off]
-    end = acc.nbytes[by_off]
-    end += offset
+    end = np.add(offset, acc.nbytes[by_off], dtype=np.int64)
     return union_length(codes[by_off], n, offset, end).astype(np.int64)
 
 

@@ -34,6 +34,7 @@ from readtrace.errors import ReadtraceError, TraceError
 from readtrace.trace.meta import check_meta
 from readtrace.trace.runs import calls_per_row, expand_coalesced
 from readtrace.trace.schema import (
+    NARROW_READ_COLUMNS,
     OPTIONAL_COLUMNS,
     OPTIONAL_TABLES,
     READ_COLUMNS,
@@ -52,6 +53,7 @@ META_FILE = "meta.json"
 RESERVE_FILE = ".reserve"  # space held back so a trace can still be finished on a full disk
 RESERVE_BYTES = 4 << 20
 EXTRA_FILES = {"events.spool", "strace.out"}  # spools the recorders write into a trace while running
+INT32 = np.iinfo(np.int32)
 
 
 def is_trace_dir(path: Path) -> bool:
@@ -88,7 +90,8 @@ class Trace:
     - ``calls()``: the same reads, one row per call (merged runs expanded).
     - ``others``: every other application event (open, close, dup, mmap, ..., fork, exec, exit).
     - ``events``: all application events in recorded order (a lean load reads them again on first use).
-    A lean load differs in dtypes only: text columns are categoricals, ``reads`` has ``READ_COLUMNS``.
+    A lean load differs in dtypes only: text columns are categoricals, ``reads`` has ``READ_COLUMNS``
+    (NARROW_READ_COLUMNS int32 where every value fits).
     """
 
     meta: dict
@@ -389,37 +392,46 @@ def _read_mask(parquet: pq.ParquetFile, i: int) -> np.ndarray:
     return _is_read(parquet.read_row_group(i, columns=["op"]).column(0))
 
 
-def _constant(parquet: pq.ParquetFile, groups: list[int], name: str) -> int | None:
-    """The one value column ``name`` holds in every row group of ``groups`` (their Parquet statistics
-    say so: no nulls, min == max), else None."""
+def _bounds(parquet: pq.ParquetFile, groups: list[int], name: str) -> tuple[int, int] | None:
+    """(min, max) of column ``name`` over row groups ``groups`` from their Parquet statistics (no
+    nulls), else None."""
     index = parquet.schema_arrow.get_field_index(name)
-    values = set()
+    low, high = [], []
     for i in groups:
         column = parquet.metadata.row_group(i).column(index)
         stats = column.statistics if column.path_in_schema == name else None
-        if stats is None or not (stats.has_min_max and stats.has_null_count) or stats.null_count \
-                or stats.min != stats.max:
+        if stats is None or not (stats.has_min_max and stats.has_null_count) or stats.null_count:
             return None
-        values.add(stats.min)
-    return values.pop() if len(values) == 1 else None
+        low.append(stats.min)
+        high.append(stats.max)
+    return (min(low), max(high)) if groups else None
 
 
-def _gather(parquet: pq.ParquetFile, picks: list[tuple[int, np.ndarray | None]], schema: pa.Schema
-            ) -> pd.DataFrame:
+def _dtype(field: pa.Field, bounds: tuple[int, int] | None, narrow: tuple[str, ...]) -> np.dtype:
+    """A numeric column's numpy dtype: int32 for a ``narrow`` column whose values fit."""
+    if field.name in narrow and bounds is not None and INT32.min <= bounds[0] and bounds[1] <= INT32.max:
+        return np.dtype(np.int32)
+    return np.dtype(field.type.to_pandas_dtype())
+
+
+def _gather(parquet: pq.ParquetFile, picks: list[tuple[int, np.ndarray | None]], schema: pa.Schema,
+            narrow: tuple[str, ...] = ()) -> pd.DataFrame:
     """The rows ``picks`` selects ((row group, row mask or None for all of them)) as a DataFrame.
 
     One row group at a time into numpy columns allocated once: the peak is the result plus one row
     group, not two copies of the table (Arrow's and pandas'). Numeric nulls become 0 (the recorder
     writes none; a full load gives NaN there, which the analysis reads as 0 too). Text stays
     dictionary-encoded: pandas categoricals. A numeric column of one value (one fd, one file, one read
-    size) is that value broadcast: read-only, no memory per row, not decoded."""
+    size) is that value broadcast: read-only, no memory per row, not decoded. A ``narrow`` column
+    whose values fit in int32 (the statistics again) is int32: half the memory, sums stay int64."""
     sizes = [parquet.metadata.row_group(i).num_rows if m is None else int(m.sum()) for i, m in picks]
     n = sum(sizes)
     numbers = [f for f in schema if not pa.types.is_dictionary(f.type)]
-    same = {f.name: _constant(parquet, [i for i, _ in picks], f.name) for f in numbers}
-    numeric = {f.name: np.empty(n, dtype=f.type.to_pandas_dtype()) for f in numbers if same[f.name] is None}
-    constant = {f.name: np.broadcast_to(np.array(same[f.name], dtype=f.type.to_pandas_dtype()), n)
-                for f in numbers if same[f.name] is not None}
+    bounds = {f.name: _bounds(parquet, [i for i, _ in picks], f.name) for f in numbers}
+    same = {name: b is not None and b[0] == b[1] for name, b in bounds.items()}
+    numeric = {f.name: np.empty(n, dtype=_dtype(f, bounds[f.name], narrow)) for f in numbers if not same[f.name]}
+    constant = {f.name: np.broadcast_to(np.array(bounds[f.name][0], dtype=f.type.to_pandas_dtype()), n)
+                for f in numbers if same[f.name]}
     text: dict[str, list] = {f.name: [] for f in schema if pa.types.is_dictionary(f.type)}
     read = [name for name in schema.names if name not in constant]
     start = 0
@@ -460,7 +472,7 @@ def _split_reads(parquet: pq.ParquetFile) -> tuple[pd.DataFrame, pd.DataFrame]:
     masks = [_read_mask(parquet, i) for i in range(parquet.num_row_groups)]
     reads = [(i, None if m.all() else m) for i, m in enumerate(masks) if m.any()]
     others = [(i, None if not m.any() else ~m) for i, m in enumerate(masks) if not m.all()]
-    return (_gather(parquet, reads, _target_schema("events", READ_COLUMNS, lean=True)),
+    return (_gather(parquet, reads, _target_schema("events", READ_COLUMNS, lean=True), NARROW_READ_COLUMNS),
             _gather(parquet, others, _target_schema("events", lean=True)))
 
 

@@ -14,7 +14,8 @@ Conventions shared by every table:
 
 Readers (``readtrace.trace.Trace``, from ``load_trace`` or ``make_trace``). On disk the application
 view is one ``events`` table; in memory it is split by kind, and each reader means the same in a full
-and a lean load (lean: text as categoricals, ``reads`` with READ_COLUMNS only):
+and a lean load (lean: text as categoricals, ``reads`` with READ_COLUMNS only, NARROW_READ_COLUMNS as
+int32 where every value fits):
 - ``trace.reads`` / ``trace.runs()``: the read syscalls (READ_OPS) as recorded, one row per run: the
   recorder merges consecutive complete reads of one size by one thread on one open file description
   into a row of ``count`` calls (``offset`` = the first call's, ``size``/``ret``/``latency_ns`` totals).
@@ -47,6 +48,9 @@ WAIT_IN = ("", "read", "fault", "syscall", "other")
 READ_OPS = ("read", "pread", "readv", "preadv")
 READ_COLUMNS = ("ts_ns", "pid", "tid", "fd", "ofd", "path", "dev", "ino", "offset", "size", "ret", "latency_ns",
                 "count")
+# Read columns a lean load holds as int32 where the trace's values fit (sizes, latencies: byte sums
+# and offsets are int64).
+NARROW_READ_COLUMNS = ("size", "ret", "latency_ns")
 PAGE_OPS = ("fault", "map_pages", "get_pages", "miss", "sync_ra", "async_ra")
 
 RUN_SPAN_NS = 1_000_000  # the recorder's bound on a merged row's time span (record/program.py)

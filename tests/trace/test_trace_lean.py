@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from readtrace.analyze import analyze
-from readtrace.analyze.synthetic import FUSE_DEV, NODE, files_frame, load_case
+from readtrace.analyze.synthetic import FUSE_DEV, NODE, files_frame, load_case, opens, worker_reads
 from readtrace.errors import TraceError
 from readtrace.report.jsonreport import report_json
 from readtrace.trace import READ_COLUMNS, READ_OPS, TABLES, TraceWriter, load_trace, write_trace
@@ -115,3 +115,28 @@ def test_lean_column_of_one_value_takes_no_memory(tmp_path):
     ofd, fd = reads["ofd"].to_numpy(), reads["fd"].to_numpy()
     assert ofd.strides == (0,) and not ofd.flags.writeable and ofd.dtype == np.int64 and (ofd == -9).all()
     assert fd.strides != (0,) and fd.tolist() == [3] * 10 + [4] * 5 and fd.dtype == np.int32
+
+
+@pytest.mark.parametrize("layout", ["shared", "own", "pairs"])
+def test_lean_int32_columns_near_the_limit_report_as_int64(tmp_path, layout):
+    """Read sizes and latencies that fit in int32 load as int32 (half the memory); values at the
+    limit (ret = 2**31 - 1) in every row give the very report of int64 columns: byte sums far above
+    2**31 exact. ``pairs``: each task reads runs of two contiguous reads, the runs backwards."""
+    limit = 2**31 - 1
+    reads = worker_reads(2, 1500, limit, layout == "shared", path=GCS)
+    row = np.arange(len(reads))
+    second = (row // 2) % 2 if layout == "pairs" else row % 2  # of a pair (a task's every other read)
+    reads["ret"] = reads["size"] = limit - second  # varying: not one value broadcast
+    reads["latency_ns"] = limit - row % 7
+    if layout == "pairs":
+        task, pair = row % 2, 749 - row // 4
+        reads["offset"] = (task * 750 + pair) * 2 * limit + second * limit
+    events = pd.concat([opens(reads, GCS), reads], ignore_index=True)
+    path = write_trace(tmp_path / "n.rtrace", events=events,
+                       files=files_frame(GCS, 3000 * limit, "fuse.gcsfuse"))
+    full, lean = load_trace(path), load_trace(path, lean=True)
+    assert {lean.reads[c].dtype for c in ("size", "ret", "latency_ns")} == {np.dtype(np.int32)}
+    assert full.events["ret"].dtype == np.int64
+    expected = report_json(analyze(full))
+    assert report_json(analyze(lean)) == expected
+    assert expected["summary"]["bytes_read"] == sum(reads["ret"].tolist()) > 2**42
