@@ -13,7 +13,13 @@ import numpy as np
 import pandas as pd
 
 from readtrace.analyze.accesses import Accesses
-from readtrace.analyze.grouping import dense_codes, first_in_group, running_max_in_group, union_length
+from readtrace.analyze.grouping import (
+    FEW_GROUPS,
+    dense_codes,
+    first_in_group,
+    running_max_in_group,
+    union_length,
+)
 
 RANK_COLUMNS = ("rank", "local_rank", "world_size", "pids", "bytes_read", "wait_s", "files", "span_bytes",
                 "first_s", "last_s", "load_s")
@@ -39,7 +45,7 @@ class Touches:
     pid: np.ndarray
     file: np.ndarray
     offset: np.ndarray
-    end: np.ndarray
+    nbytes: np.ndarray  # the ends are offset + nbytes: no array of them held through the ranks
     ts: np.ndarray
     latency: np.ndarray
 
@@ -47,13 +53,13 @@ class Touches:
     def of(cls, app: Accesses, pages: pd.DataFrame) -> Touches:
         mapped = pages[pages["op"] == "map_pages"] if len(pages) else pages
         if not len(mapped):  # the accesses' own columns: no copy of every access
-            return cls(pid=app.pid, file=app.file, offset=app.offset, end=app.end, ts=app.ts, latency=app.latency)
+            return cls(pid=app.pid, file=app.file, offset=app.offset, nbytes=app.nbytes, ts=app.ts,
+                       latency=app.latency)
         off = mapped["offset"].to_numpy(np.int64)
-        end = off + mapped["size"].to_numpy(np.int64)
         col = lambda name: mapped[name].to_numpy(np.int64)  # noqa: E731
         return cls(pid=np.concatenate([app.pid.astype(np.int64), col("pid")]),
                    file=np.concatenate([app.file, col("file")]),
-                   offset=np.concatenate([app.offset, off]), end=np.concatenate([app.end, end]),
+                   offset=np.concatenate([app.offset, off]), nbytes=np.concatenate([app.nbytes, col("size")]),
                    ts=np.concatenate([app.ts, col("ts_ns")]),
                    latency=np.concatenate([app.latency, np.zeros(len(off), np.int64)]))
 
@@ -73,20 +79,20 @@ def per_rank(touches: Touches | None, ranks: dict[int, dict[str, int]], t0_ns: i
     pids, rank_ids = _by_pid(ranks)
     rank = _rank_of(touches.pid, pids, rank_ids)
     mine = (rank >= 0) & np.isin(touches.file, data_files)
-    rank, file, offset, end, ts, latency = _rows(mine, rank, touches.file, touches.offset, touches.end,
-                                                 touches.ts, touches.latency)
+    rank, file, offset, nbytes, ts, latency = _rows(mine, rank, touches.file, touches.offset, touches.nbytes,
+                                                    touches.ts, touches.latency)
     out = pd.DataFrame({"rank": np.unique(rank_ids)})
     out = out.set_index("rank", drop=False)
     if len(rank):
         # one column at a time (a frame of every column would be copied into one block)
-        out["bytes_read"] = pd.Series(end - offset, copy=False).groupby(rank).sum()
+        out["bytes_read"] = pd.Series(nbytes, copy=False).groupby(rank).sum()
         out["wait_s"] = pd.Series(latency, copy=False).groupby(rank).sum() / 1e9
         out["files"] = pd.Series(file, copy=False).groupby(rank).nunique()
         by_ts = pd.Series(ts, copy=False).groupby(rank)
         out["first_s"] = (by_ts.min() - t0_ns) / 1e9
         out["last_s"] = (by_ts.max() - t0_ns) / 1e9
         del by_ts
-        out["span_bytes"] = _span_bytes(rank, file, offset, end)
+        out["span_bytes"] = _span_bytes(rank, file, offset, nbytes)
     if waits is not None and len(waits.pid):
         out["wait_s"] = _wait_union(waits, pids, rank_ids)
     first_meta = {}
@@ -127,20 +133,45 @@ def _rows(keep: np.ndarray, *columns: np.ndarray) -> tuple[np.ndarray, ...]:
     return columns if keep.all() else tuple(c[keep] for c in columns)
 
 
-def _union_by_code(codes: np.ndarray, n: int, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Per code 0..n-1: length of the union of its [start, end) ranges (the sort order freed before
-    the union's own arrays)."""
+def _by_code(codes: np.ndarray, n: int, start: np.ndarray, end: np.ndarray, sizes: bool = False):
+    """(code, its start, its end) per code 0..n-1 (few codes), in start order: one code's rows at a
+    time, sorted only where they are not in order already (a rank's reads in time order mostly are).
+    ``sizes``: ``end`` holds the ranges' sizes (their ends made one code at a time)."""
+    for k in range(n):
+        rows = None if n == 1 else np.flatnonzero(codes == k)
+        s, e = (start, end) if rows is None else (start[rows], end[rows])
+        del rows
+        if sizes:
+            e = np.add(s, e, dtype=np.int64)
+        if len(s) > 1 and (s[1:] < s[:-1]).any():
+            order = np.argsort(s, kind="stable")
+            s, e = s[order], e[order]
+        yield k, s, e
+
+
+def _union_by_code(codes: np.ndarray, n: int, start: np.ndarray, end: np.ndarray, sizes: bool = False
+                   ) -> np.ndarray:
+    """Per code 0..n-1: length of the union of its [start, end) ranges (few codes: code by code, no
+    sort of every row; else the sort order freed before the union's own arrays). ``sizes``: as
+    ``_by_code``."""
+    if n <= FEW_GROUPS:
+        out = np.zeros(n)
+        for k, s, e in _by_code(codes, n, start, end, sizes):
+            out[k] = union_length(np.broadcast_to(np.int32(0), len(s)), 1, s, e)[0] if len(s) else 0.0
+        return out
+    if sizes:
+        end = np.add(start, end, dtype=np.int64)
     order = np.lexsort((start, codes))
     codes, start, end = codes[order], start[order], end[order]
     del order
     return union_length(codes, n, start, end)
 
 
-def _first_rows(codes: np.ndarray, n: int) -> np.ndarray:
-    """The first row of each of the ``n`` groups (codes unsorted)."""
-    first = np.zeros(n, dtype=np.int64)
-    first[codes[::-1]] = np.arange(len(codes))[::-1]
-    return first
+def _labels(codes: np.ndarray, n: int, values: np.ndarray) -> np.ndarray:
+    """The value of each of the ``n`` codes (``values`` the same for every row of a code)."""
+    out = np.zeros(n, dtype=values.dtype)
+    out[codes] = values
+    return out
 
 
 def _wait_union(waits, pids: np.ndarray, rank_ids: np.ndarray) -> pd.Series:
@@ -153,16 +184,14 @@ def _wait_union(waits, pids: np.ndarray, rank_ids: np.ndarray) -> pd.Series:
                              waits.end.astype(np.int64, copy=False))
     codes, n = dense_codes(rank)
     union = _union_by_code(codes, n, start, end)
-    first = _first_rows(codes, n)
-    return pd.Series(union / 1e9, index=rank[first])
+    return pd.Series(union / 1e9, index=_labels(codes, n, rank))
 
 
-def _span_bytes(rank: np.ndarray, file: np.ndarray, offset: np.ndarray, end: np.ndarray) -> pd.Series:
-    """Per rank: bytes covered by the union of its [offset, end) ranges, file by file."""
+def _span_bytes(rank: np.ndarray, file: np.ndarray, offset: np.ndarray, nbytes: np.ndarray) -> pd.Series:
+    """Per rank: bytes covered by the union of its [offset, offset + nbytes) ranges, file by file."""
     codes, n = dense_codes(rank, file)
-    union = _union_by_code(codes, n, offset, end)
-    first = _first_rows(codes, n)
-    return pd.Series(union).groupby(rank[first]).sum().astype(np.int64)
+    union = _union_by_code(codes, n, offset, nbytes, sizes=True)
+    return pd.Series(union).groupby(_labels(codes, n, rank)).sum().astype(np.int64)
 
 
 def replicated_bytes(touches: Touches, ranks: dict[int, dict[str, int]], spans: pd.DataFrame,
@@ -173,9 +202,9 @@ def replicated_bytes(touches: Touches, ranks: dict[int, dict[str, int]], spans: 
     ranked = np.isin(touches.pid, np.fromiter(ranks, dtype=np.int64)) & np.isin(touches.file, data_files)
     if not ranked.any():
         return 0
-    file, offset, end = _rows(ranked, touches.file, touches.offset, touches.end)
+    file, offset, nbytes = _rows(ranked, touches.file, touches.offset, touches.nbytes)
     codes, n = dense_codes(file)
-    union = _union_by_code(codes, n, offset, end)
+    union = _union_by_code(codes, n, offset, nbytes, sizes=True)
     return max(0, int(spans["span_bytes"].sum() - union.sum()))
 
 
@@ -186,12 +215,26 @@ def byte_spans(touches: Touches | None, ranks: dict[int, dict[str, int]], data_f
     if not ranks or touches is None or not len(touches.pid):
         return {}
     rank = _rank_of(touches.pid, *_by_pid(ranks))
-    mine = (rank >= 0) & np.isin(touches.file, data_files) & (touches.end > touches.offset)
+    mine = (rank >= 0) & np.isin(touches.file, data_files) & (touches.nbytes > 0)
     if not mine.any():
         return {}
-    rank, file, start, end = _rows(mine, rank, touches.file.astype(np.int64, copy=False),
-                                   touches.offset.astype(np.int64, copy=False), touches.end.astype(np.int64, copy=False))
-    codes, _ = dense_codes(rank, file)
+    rank, file, start, nbytes = _rows(mine, rank, touches.file.astype(np.int64, copy=False),
+                                      touches.offset.astype(np.int64, copy=False), touches.nbytes)
+    codes, n = dense_codes(rank, file)
+    out: dict[int, list[tuple[int, int, int]]] = {}
+    if n <= FEW_GROUPS:
+        rank_of, file_of = _labels(codes, n, rank), _labels(codes, n, file)
+        for k, s, e in _by_code(codes, n, start, nbytes, sizes=True):
+            reach = np.maximum.accumulate(e)
+            opens = np.ones(len(s), dtype=bool)
+            opens[1:] = s[1:] > reach[:-1] + gap  # a span starts where nothing before it reaches
+            heads = np.flatnonzero(opens)
+            tails = np.append(heads[1:], len(s)) - 1
+            spans = out.setdefault(int(rank_of[k]), [])
+            spans += [(int(file_of[k]), int(s[h]), int(reach[t])) for h, t in zip(heads.tolist(), tails.tolist(),
+                                                                                 strict=True)]
+        return out
+    end = np.add(start, nbytes, dtype=np.int64)
     order = np.lexsort((start, codes))
     codes, rank, file, start, end = codes[order], rank[order], file[order], start[order], end[order]
     reach = running_max_in_group(codes, end)
@@ -199,7 +242,6 @@ def byte_spans(touches: Touches | None, ranks: dict[int, dict[str, int]], data_f
     opens[1:] |= start[1:] > reach[:-1] + gap  # a span starts where nothing before it reaches
     heads = np.flatnonzero(opens)
     tails = np.append(heads[1:], len(start)) - 1
-    out: dict[int, list[tuple[int, int, int]]] = {}
     for h, t in zip(heads.tolist(), tails.tolist(), strict=True):
         out.setdefault(int(rank[h]), []).append((int(file[h]), int(start[h]), int(reach[t])))
     return out
