@@ -83,17 +83,19 @@ def per_rank(touches: Touches | None, ranks: dict[int, dict[str, int]], t0_ns: i
                                                     touches.ts, touches.latency)
     out = pd.DataFrame({"rank": np.unique(rank_ids)})
     out = out.set_index("rank", drop=False)
+    waited = waits is not None and len(waits.pid)
     if len(rank):
-        # one column at a time (a frame of every column would be copied into one block)
-        out["bytes_read"] = pd.Series(nbytes, copy=False).groupby(rank).sum()
-        out["wait_s"] = pd.Series(latency, copy=False).groupby(rank).sum() / 1e9
-        out["files"] = pd.Series(file, copy=False).groupby(rank).nunique()
-        by_ts = pd.Series(ts, copy=False).groupby(rank)
-        out["first_s"] = (by_ts.min() - t0_ns) / 1e9
-        out["last_s"] = (by_ts.max() - t0_ns) / 1e9
-        del by_ts
+        codes, n = dense_codes(rank)
+        figures = {"bytes_read": (nbytes, "sum"), "files": (file, "nunique"), "first_s": (ts, "min"),
+                   "last_s": (ts, "max"), **({} if waited else {"wait_s": (latency, "sum")})}
+        for name, values in _per_code(codes, n, figures).items():
+            out[name] = pd.Series(values, index=_labels(codes, n, rank))
+        for name in ("first_s", "last_s"):
+            out[name] = (out[name] - t0_ns) / 1e9
+        if not waited:
+            out["wait_s"] = out["wait_s"] / 1e9
         out["span_bytes"] = _span_bytes(rank, file, offset, nbytes)
-    if waits is not None and len(waits.pid):
+    if waited:
         out["wait_s"] = _wait_union(waits, pids, rank_ids)
     first_meta = {}
     for pid in sorted(ranks):
@@ -131,6 +133,21 @@ def _rank_of(pid: np.ndarray, pids: np.ndarray, rank_ids: np.ndarray) -> np.ndar
 def _rows(keep: np.ndarray, *columns: np.ndarray) -> tuple[np.ndarray, ...]:
     """The ``keep`` rows of each column; every row kept: the columns themselves (no copies)."""
     return columns if keep.all() else tuple(c[keep] for c in columns)
+
+
+def _per_code(codes: np.ndarray, n: int, figures: dict[str, tuple[np.ndarray, str]]) -> dict[str, np.ndarray]:
+    """Per code 0..n-1, each figure's reduction ("sum", "min", "max", "nunique") of its values. Few
+    codes: one code's rows at a time (a pandas groupby factorizes every row again for each figure)."""
+    if n > FEW_GROUPS:
+        return {name: getattr(pd.Series(values, copy=False).groupby(codes), how)().to_numpy()
+                for name, (values, how) in figures.items()}
+    out: dict[str, list] = {name: [] for name in figures}
+    for k in range(n):
+        rows = np.flatnonzero(codes == k)
+        for name, (values, how) in figures.items():
+            v = values[rows]
+            out[name].append(len(np.unique(v)) if how == "nunique" else getattr(v, how)())
+    return {name: np.array(v) for name, v in out.items()}
 
 
 def _by_code(codes: np.ndarray, n: int, start: np.ndarray, end: np.ndarray, sizes: bool = False):
