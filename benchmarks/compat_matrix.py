@@ -26,6 +26,7 @@ from readtrace.compat.checkpoints import build_all
 from readtrace.compat.clients import CLIENTS, missing, mounted
 from readtrace.compat.handles import probe
 from readtrace.compat.loaders import LOADERS
+from readtrace.fix.candidates import NO_HARM, SLOW_ABS_S, SLOW_MARGIN
 from readtrace.pagecache.evict import evict
 
 # Latency applies where the backend is an HTTP server or the lab model; sshfs and bindfs have none.
@@ -143,8 +144,7 @@ def machine() -> dict:
             "python": platform.python_version()}
 
 
-SLOW, LEVER_MARGIN, FLOOR_MARGIN, NO_HARM = 1.2, 1.10, 1.2, 0.97  # issue 10's Done-when
-SLOW_ABS_S = 1.0  # less than a second over the floor is one cold run's noise here (fix's own rule)
+LEVER_MARGIN, FLOOR_MARGIN = 1.10, 1.2  # issue 10's Done-when: within 10 % of the best lever, 1.2x the floor
 
 
 def left_alone(r: dict) -> bool:
@@ -153,9 +153,10 @@ def left_alone(r: dict) -> bool:
 
 
 def verdict(r: dict) -> str:
-    """Issue 10's Done-when for one cell. A cell is slow when its baseline is over 1.2x the floor
-    (dd + warm local) and over it by more than a second: the fix must then be within 10 % of the fastest one-line lever of the loader
-    (``lever ...`` candidates) and within 1.2x of the floor. Every cell: no slower than 0.97x of its
+    """Issue 10's Done-when for one cell. A cell is slow when its baseline is more than 10 % + 1 s
+    over the floor (dd + warm local; fix's own rule for "nothing to gain"): the fix must then be
+    within 10 % of the loader's fastest one-line lever (``lever ...`` candidates) and within 1.2x of
+    the floor. Every cell: no slower than 0.97x of its
     baseline (a load left alone is the unchanged command: nothing to be slower)."""
     floor = (r["dd_s"] or 0) + (r["warm_local_s"] or 0)
     base, fixed = r["baseline_s"], r["fixed_s"]
@@ -164,7 +165,7 @@ def verdict(r: dict) -> str:
     failed = []
     if not left_alone(r) and base / fixed < NO_HARM:
         failed.append("slower")
-    if base > SLOW * floor and base - floor > SLOW_ABS_S:
+    if base > SLOW_MARGIN * floor + SLOW_ABS_S:
         levers = [c["wall_s"] for c in r.get("candidates", [])
                   if c["label"].startswith("lever") and c.get("exit_code") == 0 and c.get("wall_s")]
         if levers and fixed > LEVER_MARGIN * min(levers):
