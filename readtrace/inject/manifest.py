@@ -45,7 +45,7 @@ def tensor_record(file: str, name: str, tensor: torch.Tensor, *, index=None, dig
     """
     record = {"event": "tensor", "file": file, "name": name, "dtype": str(tensor.dtype).removeprefix("torch."),
               "shape": list(tensor.shape)}
-    if index is not None:
+    if index is not None and not selects_all(index):
         record["name"] = f"{name}[{index_text(index)}]"
         try:
             record["tensor"], record["index"] = name, encode_index(index)
@@ -53,6 +53,14 @@ def tensor_record(file: str, name: str, tensor: torch.Tensor, *, index=None, dig
             digest = True
     record["sha256"] = tensor_digest(tensor) if digest else None
     return record
+
+
+def selects_all(index) -> bool:
+    """Whether a get_slice index takes the whole tensor (``[...]``, ``[:]``, ``[:, :]``): transformers
+    reads every tensor as ``get_slice(name)[...]``, and that record must match the same tensor loaded
+    whole (by load_file, or from bytes under disable_mmap)."""
+    items = index if isinstance(index, tuple) else (index,)
+    return all(item is Ellipsis or (isinstance(item, slice) and item == slice(None)) for item in items)
 
 
 def encode_index(index) -> list:

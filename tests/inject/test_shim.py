@@ -118,6 +118,34 @@ def test_baseline_recording_reads_nothing_the_script_does_not(workload):
         assert record["sha256"] == tensor_digest(f.get_tensor("w3")[:2])
 
 
+def test_a_whole_slice_is_the_tensor_loaded_whole(workload):
+    """transformers reads every tensor as ``get_slice(name)[...]``; its ``disable_mmap`` lever and
+    load_file load each tensor whole. Both loaded the same tensors, so their manifests must match
+    (they did not: ``w1[...]`` vs ``w1``, and auto never considered transformers' own lever)."""
+    path = workload / "a.safetensors"
+    part = "from safetensors import safe_open\nwith safe_open(sys.argv[1], 'pt') as f: p = f.get_slice('b1')[1:3]\n"
+    scripts = {
+        "sliced": ("import sys; from safetensors import safe_open\n"
+                   "with safe_open(sys.argv[1], 'pt') as f:\n"
+                   "    t = {k: f.get_slice(k)[...] for k in f.keys() if k != 'w1'}\n"
+                   "    t['w1'] = f.get_slice('w1')[:, :]\n" + part),
+        "whole": "import sys; from safetensors.torch import load_file\nt = load_file(sys.argv[1])\n" + part,
+    }
+    manifests = {}
+    for label, code in scripts.items():
+        manifest = workload / f"{label}.jsonl"
+        with shim_environment("none", manifest) as env:
+            out = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True,
+                                 text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        manifests[label] = read_manifest(manifest)
+        fill_digests(manifests[label])
+    names = sorted(t["name"] for t in manifests["sliced"].tensors)
+    assert names == ["b1", "b1[1:3]", "empty", "mask", "s", "w1"]  # a part keeps its index
+    diff = compare_manifests(manifests["sliced"], manifests["whole"])
+    assert diff.all_identical and diff.count == 6, diff
+
+
 def test_manifest_difference_names_the_tensor(workload):
     _, base = run_script(workload, "none")
     save_file({"emb": torch.randn(10, 4), "head": torch.randn(6, 4).half()}, workload / "b.safetensors",
