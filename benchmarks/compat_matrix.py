@@ -71,6 +71,8 @@ def main() -> int:
     p.add_argument("--latency-ms", type=float, default=20.0)
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--no-handles", action="store_true", help="skip the shared vs own handle probe")
+    p.add_argument("--cell-timeout", type=float, default=3600.0,
+                   help="seconds for each of a cell's commands (httpdirfs' auto takes ~20 min a loader)")
     p.add_argument("--work", help="keep checkpoints and runs here (default: a temporary directory)")
     p.add_argument("--out", default="bench-results/compat_matrix.json")
     p.add_argument("--table", metavar="JSON", nargs="+", help="only print the tables of saved runs (their cells in order)")
@@ -104,7 +106,14 @@ def main() -> int:
                 loader = LOADERS[name]
                 directory = m.mountpoint / built[loader.checkpoint].name
                 cell_work = work / "cells" / f"{client}-{name}"
-                r = run_cell(loader, directory, cell_work, repeat=args.repeat)
+                try:
+                    r = run_cell(loader, directory, cell_work, repeat=args.repeat, timeout=args.cell_timeout)
+                except subprocess.TimeoutExpired as e:  # one cell's overrun is a row, not the end of the run
+                    rows.append({"client": client, "loader": name, "fstype": m.fstype, "latency_ms": latency,
+                                 "size_mib": args.size_mib, "error": f"timed out after {e.timeout:.0f} s: {e.cmd[1:3]}"})
+                    print(json.dumps(rows[-1]), flush=True)
+                    save(out, args, handles, rows)
+                    continue
                 fix = r.fix or {}
                 row = {
                     "client": client, "fstype": m.fstype, "latency_ms": latency, "loader": name,
@@ -192,6 +201,9 @@ def print_tables(rows: list[dict], handles: list[dict]) -> None:
           "| fixed / (dd + local) | best one-line lever | issue 10 |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
+        if "error" in r:
+            print(f"| {r['client']} {r['latency_ms']:g} ms | {r['loader']} | {r['error']} |" + " - |" * 9)
+            continue
         target = (r["dd_s"] or 0) + (r["warm_local_s"] or 0)
         ratio = r["fixed_s"] / target if r["fixed_s"] and target else None
         findings = ", ".join(f for f in r["findings"] if not f.endswith(":info")) or "-"
