@@ -25,6 +25,12 @@ def test_the_table_is_the_documented_one():
         assert f"| {code} | `{name}` |" in readme, f"README's exit-code table lacks {code} {name}"
 
 
+def _as_from_a_terminal() -> None:
+    """A command started from a terminal takes Ctrl-C by default. A test run started in the
+    background (``.ci/run &``) inherits SIGINT ignored, Python keeps it ignored, and so would readtrace."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt_group(proc: subprocess.Popen, ready, timeout_s: float = 120) -> None:
     """Wait until ``ready(line)`` on the output, then Ctrl-C as a terminal sends it: to the group."""
     deadline = time.monotonic() + timeout_s
@@ -40,7 +46,8 @@ def test_ctrl_c_in_fix_exits_130(tmp_path, leftovers):
     script.write_text("import time\nprint('loading', flush=True)\ntime.sleep(60)\n")
     proc = subprocess.Popen(READTRACE + ["fix", "--compare", "--no-record", "--files", str(script), "--",
                                          sys.executable, str(script)], cwd=tmp_path, env=leftovers.env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=_as_from_a_terminal)
     _interrupt_group(proc, lambda line: "run" in line.lower())
     rest = proc.communicate(timeout=60)[0]
     assert proc.returncode == ExitStatus.INTERRUPTED, rest
@@ -51,7 +58,7 @@ def test_ctrl_c_in_fix_exits_130(tmp_path, leftovers):
 def test_ctrl_c_in_demo_exits_130_and_unmounts(need_fuse, tmp_path, leftovers):
     proc = subprocess.Popen(READTRACE + ["demo", "--no-record", "--size-mib", "8", "--latency-ms", "200"],
                             cwd=tmp_path, env=leftovers.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, preexec_fn=_as_from_a_terminal)
     seen = []
 
     def ready(line):
