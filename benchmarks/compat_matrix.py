@@ -161,13 +161,18 @@ def left_alone(r: dict) -> bool:
     return bool(r.get("left_alone", r["speedup"] is None and r["fixed_s"] is not None))
 
 
+def floor_s(r: dict) -> float:
+    """The cell's floor: dd of the same bytes on the mount + the same script on a warm local copy."""
+    return (r["dd_s"] or 0) + (r["warm_local_s"] or 0)
+
+
 def verdict(r: dict) -> str:
     """Issue 10's Done-when for one cell. A cell is slow when its baseline is more than 10 % + 1 s
     over the floor (dd + warm local; fix's own rule for "nothing to gain"): the fix must then be
     within 10 % of the loader's fastest one-line lever (``lever ...`` candidates) and within 1.2x of
-    the floor. Every cell: no slower than 0.97x of its
-    baseline (a load left alone is the unchanged command: nothing to be slower)."""
-    floor = (r["dd_s"] or 0) + (r["warm_local_s"] or 0)
+    the floor. Every cell: no slower than 0.97x of its baseline (a load left alone is the unchanged
+    command: nothing to be slower)."""
+    floor = floor_s(r)
     base, fixed = r["baseline_s"], r["fixed_s"]
     if not (base and fixed and floor):
         return "-"
@@ -204,8 +209,8 @@ def print_tables(rows: list[dict], handles: list[dict]) -> None:
         if "error" in r:
             print(f"| {r['client']} {r['latency_ms']:g} ms | {r['loader']} | {r['error']} |" + " - |" * 9)
             continue
-        target = (r["dd_s"] or 0) + (r["warm_local_s"] or 0)
-        ratio = r["fixed_s"] / target if r["fixed_s"] and target else None
+        floor = floor_s(r)
+        ratio = r["fixed_s"] / floor if r["fixed_s"] and floor else None
         findings = ", ".join(f for f in r["findings"] if not f.endswith(":info")) or "-"
         speedup = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
         print(f"| {r['client']} {r['latency_ms']:g} ms | {r['loader']} | {findings} | {_s(r['baseline_s'])} | "

@@ -209,10 +209,9 @@ def time_split(events: pd.DataFrame, waits: Waits, files: pd.DataFrame, meta: di
     # per file: the union over tasks of the waits on it (wall time the load waited on that file)
     if len(waits) and waits.file.min() == waits.file.max():  # one file: no codes per wait
         per_file = pd.Series(np.array([overall.total()], dtype=np.int64) / NS, index=waits.file[:1].copy())
-    else:
+    else:  # several files, or no waits
         codes, uniq = pd.factorize(waits.file)
-        per_file = pd.Series((union_by_group(waits.start, waits.end, codes, len(uniq)) if len(uniq) > 1
-                              else np.array([overall.total()] * len(uniq), dtype=np.int64)) / NS, index=uniq)
+        per_file = pd.Series(union_by_group(waits.start, waits.end, codes, len(uniq)) / NS, index=uniq)
     io = overall.total() / NS
     wall = meta.get("wall_s")
     top = per_file.idxmax() if len(per_file) else None
