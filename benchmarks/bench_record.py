@@ -10,6 +10,10 @@ Modes (per repeat every workload runs once in each mode, modes interleaved):
                   (syscalls:sys_enter_X / sys_exit_X, X = read, pread64, readv, preadv, preadv2; pid == cpid)
   bpftrace_count  `bpftrace -c WORKLOAD`: one count per read-syscall enter tracepoint (pid == cpid)
   strace          `strace -f -o /dev/null -e trace=<the syscalls readtrace records> WORKLOAD`
+  hooks_empty     readtrace's hook set attached, every handler returning at once (hooks_floor.py):
+                  the floor of any recorder on these hooks (the kernel's traced-syscall path + the
+                  program invocations)
+  hooks_filter    the same, every handler doing readtrace's first test only (is this tgid traced?)
 Workloads (each times only its own I/O section, wall and CPU time, so the probe compile and Python
 start-up are not counted; the recorder's CPU use during the run is, since it shares the machine):
   safetensors  load_file() of a 1 GiB safetensors file + touch every page, warm, 10 times in a row
@@ -181,7 +185,7 @@ def make_files() -> dict[str, Path]:
 
 
 # ---- tracers ---------------------------------------------------------------------------------
-MODES = ("untraced", "readtrace", "bpftrace_hist", "bpftrace_count", "strace")
+MODES = ("untraced", "readtrace", "bpftrace_hist", "bpftrace_count", "strace", "hooks_empty", "hooks_filter")
 READ_SYSCALLS = ("read", "pread64", "readv", "preadv", "preadv2")
 # what readtrace records (record/program.py SYSCALL_NUMBERS), for strace's -e trace=
 STRACE_SET = "open,openat,openat2,close,dup,dup2,dup3,fcntl,read,pread64,readv,preadv,preadv2,mmap,munmap,lseek,fadvise64,readahead"
@@ -214,6 +218,8 @@ def tracer_argv(mode: str, cmd: list[str], scratch: Path) -> list[str]:
         return ["bpftrace", "-o", str(scratch / "bpftrace.out"), "-c", shlex.join(cmd), "-e", bpftrace_program(mode)]
     if mode == "strace":
         return ["strace", "-f", "-o", "/dev/null", "-e", f"trace={STRACE_SET}", *cmd]
+    if mode.startswith("hooks_"):
+        return [sys.executable, str(Path(__file__).resolve().parent / "hooks_floor.py"), mode.removeprefix("hooks_"), "--", *cmd]
     return cmd
 
 

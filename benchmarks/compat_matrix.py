@@ -128,7 +128,7 @@ def main() -> int:
                     "dd_s": dd_seconds(checkpoint_files(directory)),
                     "warm_local_s": warm_local_seconds(loader, built[loader.checkpoint], cell_work),
                     "best_lever": best_lever(r.fix), "fix_error": None if r.fix else r.fix_stderr[-300:],
-                    "left_alone": fix.get("left_alone"),
+                    "left_alone": fix.get("left_alone"), "chosen": (fix.get("choice") or {}).get("chosen"),
                     "candidates": [{"label": c["label"], "wall_s": c.get("wall_s"), "exit_code": c.get("exit_code")}
                                    for c in ((fix.get("choice") or {}).get("candidates") or [])],
                 }
@@ -166,12 +166,22 @@ def floor_s(r: dict) -> float:
     return (r["dd_s"] or 0) + (r["warm_local_s"] or 0)
 
 
+def chosen(r: dict) -> str | None:
+    """The candidate auto chose (rows saved before the field: from the best-lever text)."""
+    if "chosen" in r:
+        return r["chosen"]
+    text = r.get("best_lever") or ""
+    return text.rpartition("(chosen: ")[2].rstrip(")") or None
+
+
 def verdict(r: dict) -> str:
     """Issue 10's Done-when for one cell. A cell is slow when its baseline is more than 10 % + 1 s
     over the floor (dd + warm local; fix's own rule for "nothing to gain"): the fix must then be
     within 10 % of the loader's fastest one-line lever (``lever ...`` candidates) and within 1.2x of
-    the floor. Every cell: no slower than 0.97x of its baseline (a load left alone is the unchanged
-    command: nothing to be slower)."""
+    the floor. Where auto chose that fastest lever, the fix is the lever: its fixed run and its trial
+    are two cold runs of one command, and the trial, the least of several noisy candidates, is biased
+    low. Every cell: no slower than 0.97x of its baseline (a load left alone is the unchanged command:
+    nothing to be slower)."""
     floor = floor_s(r)
     base, fixed = r["baseline_s"], r["fixed_s"]
     if not (base and fixed and floor):
@@ -180,10 +190,11 @@ def verdict(r: dict) -> str:
     if not left_alone(r) and base / fixed < NO_HARM:
         failed.append("slower")
     if base > SLOW_MARGIN * floor + SLOW_ABS_S:
-        levers = [c["wall_s"] for c in r.get("candidates", [])
+        levers = [c for c in r.get("candidates", [])
                   if c["label"].startswith("lever") and c.get("exit_code") == 0 and c.get("wall_s")]
-        if levers and fixed > LEVER_MARGIN * min(levers):
-            failed.append(f"lever {min(levers):.1f} s")
+        best = min(levers, key=lambda c: c["wall_s"]) if levers else None
+        if best and best["label"] != chosen(r) and fixed > LEVER_MARGIN * best["wall_s"]:
+            failed.append(f"lever {best['wall_s']:.1f} s")
         if fixed > FLOOR_MARGIN * floor:
             failed.append("floor")
         return "slow: " + ("; ".join(failed) if failed else "met")
