@@ -54,6 +54,7 @@ class Rerun:
     files: tuple[str, ...] = ()  # the checkpoint files of the comparison (names a load from bytes)
     lever: str | None = None  # apply this loader lever (readtrace.fix.levers) instead of a strategy
     calls_log: str | None = None  # record loader entry-point calls here (readtrace record; inject/calls.py)
+    early_read: bool = True  # own-fd files on mounts that drop the cache: read them at start-up (inject/early.py)
 
     @property
     def active(self) -> bool:
@@ -63,6 +64,14 @@ class Rerun:
     def start_prefetch(self) -> tuple[str, ...]:
         """The files to prefetch before the script runs (none once a parent process did)."""
         return () if self.prefetched or not prefetches(self.strategy) else self.prefetch_files
+
+    def early_read_candidates(self) -> tuple[str, ...]:
+        """The files this process may read early (inject/early.py keeps those on mounts that drop the
+        cache): the own-fd loader will load them, and no parent process read them already."""
+        mode = "both" if self.strategy == "auto" else self.strategy  # auto: both on remote files
+        if not self.early_read or self.prefetched or self.prefetch_plan or not routes(mode):
+            return ()
+        return self.prefetch_files or self.files
 
     def to_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """``base`` (default: os.environ) without any READTRACE_* variable of ours, plus this rerun's."""
@@ -133,6 +142,7 @@ _VARIABLES = {
     "files": "READTRACE_FILES",
     "lever": "READTRACE_LEVER",
     "calls_log": "READTRACE_CALLS",  # also read by inject/calls.py (standard library only)
+    "early_read": "READTRACE_EARLY_READ",
 }
 _NAMES = frozenset(_VARIABLES.values())
 _NUMBERS = {"chunk_mib": float, "threads": int, "prefetch_threads": int, "prefetch_pin_s": float}

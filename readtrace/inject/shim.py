@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 
 from readtrace.errors import ReadtraceError
 from readtrace.fs.knowledge import is_remote
-from readtrace.inject import loaded
+from readtrace.inject import early, loaded
 from readtrace.inject.manifest import tensor_record
 from readtrace.inject.protocol import Rerun, append_manifest, prefetches, process_rank, routes
 from readtrace.inject.startup import already_prefetched, release_pin, wait_prefetched
 from readtrace.loader import loader
 from readtrace.loader.errors import LoaderError
-from readtrace.loader.fileio import MiB, open_fd, read_into
+from readtrace.loader.fileio import chunk_bytes_of, open_fd, read_into
 from readtrace.loader.header import read_header
 from readtrace.pagecache import prefetch as prefetcher
 from readtrace.pagecache.populate import populate
@@ -67,7 +67,7 @@ class Config:
             strategy=rerun.strategy,
             device=rerun.device,
             manifest=rerun.manifest,
-            chunk_bytes=int(rerun.chunk_mib * MiB) if rerun.chunk_mib else loader.DEFAULT_CHUNK_BYTES,
+            chunk_bytes=chunk_bytes_of(rerun.chunk_mib),
             threads=rerun.threads,
             prefetch_threads=rerun.prefetch_threads or prefetcher.DEFAULT_THREADS,
             prefetch_distributed=None if rerun.prefetch_distributed else False,
@@ -197,9 +197,7 @@ def load_file(filename, device="cpu", *args, **kwargs):
     with _routed(path, device, record) as call:
         if routes(call.mode) and not args and set(kwargs) <= {"backend"}:
             try:
-                call.result = loader.load_file(path, device, chunk_bytes=_STATE.config.chunk_bytes,
-                                               threads=_STATE.config.threads)
-                release_pin(path)
+                call.result = _own_fd_tensors(path, device)
             except _REFUSED as e:
                 call.fallback = str(e)
                 call.result = original(filename, device, *args, **kwargs)
@@ -270,8 +268,30 @@ def torch_load(f, *args, **kwargs):
     return call.result
 
 
-def _read_own_fd(path: str) -> bytearray:
-    """The whole file, read front to back on an fd of our own in large chunks."""
+def _own_fd_tensors(path: str, device) -> dict:
+    """The own-fd loader's tensors of ``path``: from its early read when there is one, else read now."""
+    data = _early_bytes(path)
+    if data is not None:
+        return loader.tensors_from_memory(path, data, device)
+    tensors = loader.load_file(path, device, chunk_bytes=_STATE.config.chunk_bytes, threads=_STATE.config.threads)
+    release_pin(path)
+    return tensors
+
+
+def _early_bytes(path: str) -> memoryview | None:
+    """``path``'s bytes as read at start-up (early.py), noted in the manifest; None: there are none."""
+    data, note = early.take(path)
+    if note is not None:
+        _pending({"event": "call", **note, "strategy": _STATE.config.strategy, "tensors": 0, "nested": True,
+                  "pid": os.getpid()})
+    return data
+
+
+def _read_own_fd(path: str) -> bytearray | memoryview:
+    """The whole file, read front to back on an fd of our own in large chunks (or read early)."""
+    data = _early_bytes(path)
+    if data is not None:
+        return data
     with open_fd(path) as fd:
         size = os.fstat(fd).st_size
         buf = bytearray(size)
@@ -361,9 +381,7 @@ class _Handle:
         """Load the whole file with the own-fd loader on first use; False: serve from the original."""
         if self._header is not None and self._tensors is None:
             try:
-                self._tensors = loader.load_file(self._path, self._device, chunk_bytes=_STATE.config.chunk_bytes,
-                                                 threads=_STATE.config.threads)
-                release_pin(self._path)
+                self._tensors = _own_fd_tensors(self._path, self._device)
             except _REFUSED as e:  # e.g. no GPU: the original handle serves every tensor
                 self._fallback, self._header = str(e), None
                 self._inner = _STATE.originals["safe_open"](self._path, "pt", self._device)
@@ -460,6 +478,11 @@ def _populate_mapping(path: str) -> None:
               "seconds": seconds, "bytes": done, "tensors": 0, "nested": True, "pid": os.getpid()}
     if why:
         record["note"] = why
+    _pending(record)
+
+
+def _pending(record: dict) -> None:
+    """A manifest record written with the next flush."""
     if _STATE.config.manifest:
         with _STATE.lock:
             _STATE.pending.append(record)

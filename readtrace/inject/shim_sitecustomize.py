@@ -119,7 +119,7 @@ if _RERUN.active or _RERUN.calls_log:
     sys.meta_path.insert(0, _SafetensorsHook(_RERUN.active, bool(_RERUN.calls_log)))
 if _RERUN.active:
     _own_fd_per_fork(_RERUN)
-if _RERUN.start_prefetch():
+if _RERUN.start_prefetch() or _RERUN.early_read_candidates():
     _prefetch_at_start()
 del _RERUN
 _run_shadowed_sitecustomize()

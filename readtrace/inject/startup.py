@@ -16,7 +16,9 @@ from dataclasses import replace
 
 from readtrace.errors import ReadtraceError
 from readtrace.fs.knowledge import is_remote
+from readtrace.inject import early
 from readtrace.inject.protocol import Rerun, append_manifest, process_rank
+from readtrace.loader.fileio import chunk_bytes_of
 from readtrace.pagecache.pin import DEFAULT_HOLD_S, Pins
 from readtrace.pagecache.prefetch import DEFAULT_THREADS, local_rank_and_size, prefetch_pieces
 from readtrace.pagecache.residency import cache_survives_open
@@ -32,6 +34,7 @@ def prefetch_at_start(env=os.environ) -> None:
     thread while the interpreter imports the script's libraries (the loads the shim sees wait for
     it: ``wait_prefetched``)."""
     rerun = Rerun.from_env(env)
+    rerun = _read_early(rerun, env)
     files = rerun.start_prefetch()
     if rerun.strategy == "auto":
         files = [f for f in files if is_remote(f)]  # auto prefetches on FUSE and network file systems only
@@ -52,6 +55,18 @@ def prefetch_at_start(env=os.environ) -> None:
                          daemon=True).start()
         return
     _prefetch(rerun, pieces, None, peers)
+
+
+def _read_early(rerun: Rerun, env) -> Rerun:
+    """Start the early reads (inject/early.py) of the files the own-fd loader will load from a mount
+    that drops the page cache on every open; the first process only (its children are told)."""
+    files = [f for f in rerun.early_read_candidates() if is_remote(f) and not _cache_kept(f)]
+    started = early.start(files, chunk_bytes=chunk_bytes_of(rerun.chunk_mib))
+    if not started:
+        return rerun
+    rerun = replace(rerun, prefetched=(*rerun.prefetched, *started))
+    rerun.export(env)
+    return rerun
 
 
 def _rank_pieces(rerun: Rerun, rank: int, files: list[str]) -> tuple[list, tuple[str, ...]]:

@@ -15,6 +15,12 @@ if TYPE_CHECKING:
     import torch
 
 MiB = 1 << 20
+DEFAULT_CHUNK_BYTES = 16 * MiB  # the own-fd loader's reads
+
+
+def chunk_bytes_of(mib: float | None) -> int:
+    """A chunk size given in MiB (a rerun's chunk_mib), or the default."""
+    return int(mib * MiB) if mib else DEFAULT_CHUNK_BYTES
 
 
 def read_error(fd: int, e: OSError) -> OSError:

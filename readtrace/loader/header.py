@@ -79,17 +79,26 @@ class Header:
 
 def read_header(fd: int, path: str | os.PathLike) -> Header:
     """Read and validate the header of the safetensors file open on ``fd``."""
-    file_size = os.fstat(fd).st_size
+    return _header(lambda size, offset: _pread_exact(fd, size, offset, path), os.fstat(fd).st_size, path)
+
+
+def header_from_bytes(data: memoryview, path: str | os.PathLike) -> Header:
+    """Validate the header of a safetensors file whose whole bytes are ``data``."""
+    return _header(lambda size, offset: bytes(data[offset:offset + size]), len(data), path)
+
+
+def _header(read, file_size: int, path) -> Header:
+    """The header, given ``read(size, offset) -> exactly size bytes`` of a ``file_size``-byte file."""
     if file_size == 0:
         raise CheckpointFormatError(path, "the file is empty")
     if file_size < 8:
         raise CheckpointFormatError(path, f"{file_size} bytes is shorter than the 8-byte header length")
-    (n,) = struct.unpack("<Q", _pread_exact(fd, 8, 0, path))
+    (n,) = struct.unpack("<Q", read(8, 0))
     if n > MAX_HEADER_BYTES:
         raise CheckpointFormatError(path, f"header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit")
     if 8 + n > file_size:
         raise CheckpointFormatError(path, f"header length {n} runs past the end of the {file_size}-byte file")
-    raw = _pread_exact(fd, n, 8, path)
+    raw = read(n, 8)
     return parse_header_json(raw, data_start=8 + n, data_len=file_size - 8 - n, path=path)
 
 

@@ -24,11 +24,10 @@ import torch
 
 from readtrace.fs.knowledge import is_remote
 from readtrace.loader.errors import CheckpointFormatError, DeviceUnavailableError
-from readtrace.loader.fileio import MiB, open_fd, read_into, tensor_bytes
-from readtrace.loader.header import Header, read_header
+from readtrace.loader.fileio import DEFAULT_CHUNK_BYTES, open_fd, read_into, tensor_bytes
+from readtrace.loader.header import Header, header_from_bytes, read_header
 from readtrace.loader.spans import split_spans
 
-DEFAULT_CHUNK_BYTES = 16 * MiB
 DEFAULT_BUFFERS = 2
 MAX_CUDA_THREADS = 16
 MADV_POPULATE_READ = 22  # linux/mman.h; not in Python's mmap module
@@ -80,6 +79,21 @@ def load_file(
             reader = _host_reader(chunk_bytes)
         _read_section(path, fd, header, storage, reader, threads)
     if storage.device != target:
+        storage = storage.to(target)
+    return tensor_views(header, storage)
+
+
+def tensors_from_memory(path: str | os.PathLike, data: memoryview,
+                        device: str | int | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """The tensors of the safetensors file ``path`` whose whole bytes are already in ``data`` (a
+    writable buffer, e.g. an early read), onto ``device``: on the CPU they view ``data`` itself."""
+    target = resolve_device(device)
+    header = header_from_bytes(data, path)
+    if header.data_len == 0:
+        storage = torch.empty(0, dtype=torch.uint8)
+    else:
+        storage = torch.frombuffer(data, dtype=torch.uint8, count=header.data_len, offset=header.data_start)
+    if target.type != "cpu":
         storage = storage.to(target)
     return tensor_views(header, storage)
 

@@ -78,3 +78,27 @@ def test_mount_that_drops_the_cache_gets_the_loaders_mapping_populated(tmp_path,
     [pop] = [c for c in fixed.calls if c["call"] == "populate"]
     assert pop["bytes"] >= path.stat().st_size - 4096 and "note" not in pop
     assert compare_manifests(base, fixed).all_identical and len(fixed.tensors) == 8
+
+
+SAFE_OPEN = """
+import sys, torch
+from safetensors import safe_open
+with safe_open(sys.argv[1], "pt") as f:
+    state = {k: f.get_slice(k)[...] for k in f.keys()}
+print(len(state))
+"""
+
+
+@pytest.mark.fuse
+@pytest.mark.parametrize("script,name", [(LOAD, "model.safetensors"), (SAFE_OPEN, "model.safetensors"),
+                                         (TORCH_LOAD, "model.pt")])
+def test_mount_that_drops_the_cache_has_the_own_fd_files_read_at_start_up(tmp_path, dropping, script, name):
+    path = dropping / name
+    base = run(tmp_path, script, path, "none", "base")
+    fixed = run(tmp_path, script, path, "own-fd", "fixed")
+    [read] = [c for c in fixed.calls if c["call"] == "early read"]
+    assert read["bytes"] == path.stat().st_size and "note" not in read and read["nested"] is True
+    assert compare_manifests(base, fixed).all_identical and len(fixed.tensors) == 8
+    off = run(tmp_path, script, path, "own-fd", "off", early_read=False)
+    assert not any(c["call"] == "early read" for c in off.calls)
+    assert compare_manifests(base, off).all_identical

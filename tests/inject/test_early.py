@@ -1,0 +1,55 @@
+"""Early reads (inject/early.py): a file read into memory of our own at start-up, taken once, and
+given up when the file changed since; the own-fd loader's tensors built from those bytes."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from readtrace.inject import early
+from readtrace.loader.loader import tensors_from_memory
+
+
+def checkpoint(path):
+    torch.manual_seed(3)
+    tensors = {f"w{i}": torch.randn(64, 257) for i in range(5)} | {"odd": torch.arange(7, dtype=torch.int8)}
+    save_file(tensors, path)
+    return tensors
+
+
+def test_taken_once_with_the_files_bytes_and_the_same_tensors(tmp_path):
+    path = tmp_path / "model.safetensors"
+    expected = checkpoint(path)
+    assert early.start([str(path)], chunk_bytes=4096) == [str(path)]
+    data, note = early.take(str(path))
+    assert bytes(data) == path.read_bytes()
+    assert note["bytes"] == path.stat().st_size and "note" not in note
+    loaded = tensors_from_memory(path, data)
+    assert loaded.keys() == expected.keys() == load_file(path).keys()
+    assert all(torch.equal(loaded[k], expected[k]) for k in expected)
+    assert early.take(str(path)) == (None, None)  # once: a second load reads the file itself
+
+
+def test_a_file_changed_since_is_not_used(tmp_path):
+    path = tmp_path / "model.safetensors"
+    checkpoint(path)
+    early.start([str(path)], chunk_bytes=1 << 20)
+    early._EARLY[str(path)].done.wait()
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # rewritten in place
+    data, note = early.take(str(path))
+    assert data is None and "changed" in note["note"]
+
+
+def test_nothing_is_read_early_that_does_not_fit_in_memory(tmp_path, monkeypatch):
+    path = tmp_path / "model.safetensors"
+    checkpoint(path)
+    monkeypatch.setattr(early, "MEMORY_SHARE", 0.0)
+    assert early.start([str(path)], chunk_bytes=1 << 20) == []
+    assert early.take(str(path)) == (None, None)
+
+
+def test_a_file_that_cannot_be_read_is_left_to_the_loader(tmp_path):
+    assert early.start([str(tmp_path / "missing.safetensors")], chunk_bytes=1 << 20) == []
