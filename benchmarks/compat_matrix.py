@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,22 +34,28 @@ from readtrace.pagecache.evict import evict
 LATENCY_CLIENTS = ("lab", "s3fs", "rclone", "httpdirfs")
 
 
-def dd_seconds(files: list[str]) -> float:
-    """Cold ``dd bs=16M`` of every file, one after another."""
-    evict(files)
-    started = time.perf_counter()
-    for f in files:
-        subprocess.run(["dd", f"if={f}", "of=/dev/null", "bs=16M"], check=True, capture_output=True)
-    return time.perf_counter() - started
+def dd_seconds(files: list[str], runs: int = 1) -> float:
+    """Cold ``dd bs=16M`` of every file, one after another: the median of ``runs``."""
+    times = []
+    for _ in range(runs):
+        evict(files)
+        started = time.perf_counter()
+        for f in files:
+            subprocess.run(["dd", f"if={f}", "of=/dev/null", "bs=16M"], check=True, capture_output=True)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
 
 
-def warm_local_seconds(loader, local_dir: Path, work: Path) -> float:
-    """The same script on the local copy, warm: one run to warm it, the second one timed."""
+def warm_local_seconds(loader, local_dir: Path, work: Path, runs: int = 1) -> float:
+    """The same script on the local copy, warm: one run to warm it, then the median of ``runs``
+    (as many as the cell's cold runs per side, so the floor is measured as often as the fix)."""
     digests = work / "local-digests.jsonl"
-    for _ in range(2):
+    times = []
+    for _ in range(1 + runs):
         started = time.perf_counter()
         subprocess.run(loader.command(local_dir, digests), check=True, capture_output=True)
-    return time.perf_counter() - started
+        times.append(time.perf_counter() - started)
+    return statistics.median(times[1:])
 
 
 def best_lever(fix: dict | None) -> str:
@@ -125,8 +132,8 @@ def main() -> int:
                     "identical": fix.get("tensors_identical") is not False
                     and len({d["digest"] for d in r.digests}) == 1 and len(r.digests) >= 3,
                     "tensors": r.digests[0]["tensors"] if r.digests else 0,
-                    "dd_s": dd_seconds(checkpoint_files(directory)),
-                    "warm_local_s": warm_local_seconds(loader, built[loader.checkpoint], cell_work),
+                    "dd_s": dd_seconds(checkpoint_files(directory), args.repeat),
+                    "warm_local_s": warm_local_seconds(loader, built[loader.checkpoint], cell_work, args.repeat),
                     "best_lever": best_lever(r.fix), "fix_error": None if r.fix else r.fix_stderr[-300:],
                     "left_alone": fix.get("left_alone"), "chosen": (fix.get("choice") or {}).get("chosen"),
                     "candidates": [{"label": c["label"], "wall_s": c.get("wall_s"), "exit_code": c.get("exit_code")}
