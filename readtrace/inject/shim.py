@@ -26,6 +26,7 @@ import atexit
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -278,6 +279,36 @@ def _own_fd_tensors(path: str, device) -> dict:
     return tensors
 
 
+class _Tensors(dict):
+    """One own-fd load's tensors (a dict that can be weakly referenced)."""
+
+
+@dataclass
+class _SharedLoad:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    tensors: weakref.ref | None = None
+    identity: tuple | None = None
+
+
+_SHARED: dict[tuple[str, str], _SharedLoad] = {}
+os.register_at_fork(after_in_child=_SHARED.clear)  # a lock another thread held would never be released
+
+
+def _shared_own_fd_tensors(path: str, device) -> dict:
+    """The own-fd tensors of ``path`` for a safe_open handle: one load shared by every handle of the
+    file that is open at the same time (threads that each open the checkpoint read it once, not once
+    per thread); a file that changed since is loaded again."""
+    with _STATE.lock:
+        shared = _SHARED.setdefault((path, str(device)), _SharedLoad())
+    with shared.lock:
+        tensors = shared.tensors() if shared.tensors is not None else None
+        current = early.identity(os.stat(path))
+        if tensors is None or shared.identity != current:
+            tensors = _Tensors(_own_fd_tensors(path, device))
+            shared.tensors, shared.identity = weakref.ref(tensors), current
+        return tensors
+
+
 def _early_bytes(path: str) -> memoryview | None:
     """``path``'s bytes as read at start-up (early.py), noted in the manifest; None: there are none."""
     data, note = early.take(path)
@@ -381,7 +412,7 @@ class _Handle:
         """Load the whole file with the own-fd loader on first use; False: serve from the original."""
         if self._header is not None and self._tensors is None:
             try:
-                self._tensors = _own_fd_tensors(self._path, self._device)
+                self._tensors = _shared_own_fd_tensors(self._path, self._device)
             except _REFUSED as e:  # e.g. no GPU: the original handle serves every tensor
                 self._fallback, self._header = str(e), None
                 self._inner = _STATE.originals["safe_open"](self._path, "pt", self._device)

@@ -102,3 +102,41 @@ def test_mount_that_drops_the_cache_has_the_own_fd_files_read_at_start_up(tmp_pa
     off = run(tmp_path, script, path, "own-fd", "off", early_read=False)
     assert not any(c["call"] == "early read" for c in off.calls)
     assert compare_manifests(base, off).all_identical
+
+
+SAFE_OPEN_THREADS = """
+import sys, threading, torch
+from safetensors import safe_open
+names, state, ready = [f"w{i}" for i in range(8)], {}, threading.Barrier(4)
+def worker(part):
+    with safe_open(sys.argv[1], "pt") as f:  # every thread opens the file, all at the same time
+        ready.wait()
+        state.update({k: f.get_tensor(k) for k in names[part::4]})
+threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(len(state))
+"""
+
+
+@pytest.mark.fuse
+@pytest.mark.parametrize("early_read", [True, False])
+def test_threads_that_each_open_the_file_share_one_own_fd_load(tmp_path, early_read):
+    from readtrace.simfs import force_unmount, mount
+
+    src, mnt = tmp_path / "src", tmp_path / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    save_file(tensors(tmp_path, 8), src / "model.safetensors")
+    path = mnt / "model.safetensors"
+    try:
+        with mount(src, mnt, profile="gcsfuse", latency_ms=2, keep_cache=False, log=tmp_path / "reads.jsonl") as lab:
+            base = run(tmp_path, SAFE_OPEN_THREADS, path, "none", "base")
+            before = lab.counters()["bytes"]
+            fixed = run(tmp_path, SAFE_OPEN_THREADS, path, "own-fd", "fixed", early_read=early_read)
+            read = lab.counters()["bytes"] - before
+    finally:
+        force_unmount(mnt)
+    size = (src / "model.safetensors").stat().st_size
+    assert size <= read < 1.5 * size  # the file once, not once per thread (4x)
+    assert compare_manifests(base, fixed).all_identical and len(fixed.tensors) == 8
