@@ -185,9 +185,10 @@ def verdict(r: dict) -> str:
     """Issue 10's Done-when for one cell. A cell is slow when its baseline is more than 10 % + 1 s
     over the floor (dd + warm local; fix's own rule for "nothing to gain"): the fix must then be
     within 10 % of the loader's fastest one-line lever (``lever ...`` candidates) and within 1.2x of
-    the floor. Where auto chose that fastest lever, the fix is the lever: its fixed run and its trial
-    are two cold runs of one command, and the trial, the least of several noisy candidates, is biased
-    low. Every cell: no slower than 0.97x of its baseline (a load left alone is the unchanged command:
+    the floor. Like is compared with like: the chosen candidate's trial with the lever's trial (one
+    cold run each, measured side by side by auto), not the fixed side's later runs with a trial that,
+    as the least of several noisy candidates, is biased low; where auto chose that fastest lever, the
+    fix is the lever. The fixed side's own runs must meet the floor. Every cell: no slower than 0.97x of its baseline (a load left alone is the unchanged command:
     nothing to be slower)."""
     floor = floor_s(r)
     base, fixed = r["baseline_s"], r["fixed_s"]
@@ -200,7 +201,8 @@ def verdict(r: dict) -> str:
         levers = [c for c in r.get("candidates", [])
                   if c["label"].startswith("lever") and c.get("exit_code") == 0 and c.get("wall_s")]
         best = min(levers, key=lambda c: c["wall_s"]) if levers else None
-        if best and best["label"] != chosen(r) and fixed > LEVER_MARGIN * best["wall_s"]:
+        trial = next((c["wall_s"] for c in r.get("candidates", []) if c["label"] == chosen(r) and c.get("wall_s")), fixed)
+        if best and best["label"] != chosen(r) and trial > LEVER_MARGIN * best["wall_s"]:
             failed.append(f"lever {best['wall_s']:.1f} s")
         if fixed > FLOOR_MARGIN * floor:
             failed.append("floor")
