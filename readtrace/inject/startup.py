@@ -34,8 +34,8 @@ def prefetch_at_start(env=os.environ) -> None:
     thread while the interpreter imports the script's libraries (the loads the shim sees wait for
     it: ``wait_prefetched``)."""
     rerun = Rerun.from_env(env)
+    files = rerun.start_prefetch()  # before the early reads mark their files as read for the children
     rerun = _read_early(rerun, env)
-    files = rerun.start_prefetch()
     if rerun.strategy == "auto":
         files = [f for f in files if is_remote(f)]  # auto prefetches on FUSE and network file systems only
     files = [f for f in files if _cache_kept(f)]  # else the loader's own open() drops what we read
@@ -47,7 +47,7 @@ def prefetch_at_start(env=os.environ) -> None:
         if rank is None:
             return  # the launcher (torchrun): each rank prefetches its own pieces
         pieces, peers = _rank_pieces(rerun, rank, files)
-    replace(rerun, prefetched=tuple(files)).export(env)  # children of this process need not read them
+    replace(rerun, prefetched=(*rerun.prefetched, *files)).export(env)  # children of this process need not read them
     if rerun.prefetch_background:
         done = threading.Event()
         _PENDING.update((os.path.abspath(f), done) for f in files)

@@ -53,3 +53,22 @@ def test_nothing_is_read_early_that_does_not_fit_in_memory(tmp_path, monkeypatch
 
 def test_a_file_that_cannot_be_read_is_left_to_the_loader(tmp_path):
     assert early.start([str(tmp_path / "missing.safetensors")], chunk_bytes=1 << 20) == []
+
+
+def test_start_up_reads_early_on_dropping_mounts_and_still_prefetches_the_others(tmp_path, monkeypatch):
+    """One rerun, two files: the one on a mount that drops the page cache is read early, the one on a
+    mount that keeps it is still prefetched into the page cache; children are told both were read."""
+    from readtrace.inject import startup
+    from readtrace.inject.protocol import Rerun
+
+    drop, keep = tmp_path / "drop.safetensors", tmp_path / "keep.safetensors"
+    checkpoint(drop)
+    checkpoint(keep)
+    monkeypatch.setattr(startup, "is_remote", lambda f: True)  # both "remote"; which one keeps its cache:
+    monkeypatch.setattr(startup, "_cache_kept", lambda f: str(f) == str(keep))
+    env = Rerun(strategy="both", prefetch_files=(str(drop), str(keep)), prefetch_pin_s=0).to_env({})
+    startup.prefetch_at_start(env)
+    data, _ = early.take(str(drop))
+    assert bytes(data) == drop.read_bytes()
+    assert early.take(str(keep)) == (None, None)
+    assert set(Rerun.from_env(env).prefetched) == {str(drop), str(keep)}
