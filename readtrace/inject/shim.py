@@ -26,7 +26,6 @@ import atexit
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -279,34 +278,43 @@ def _own_fd_tensors(path: str, device) -> dict:
     return tensors
 
 
-class _Tensors(dict):
-    """One own-fd load's tensors (a dict that can be weakly referenced)."""
-
-
 @dataclass
 class _SharedLoad:
+    """One own-fd load of a file, shared by the safe_open handles open on it at the same time
+    (threads that each open the checkpoint read it once, not once per thread)."""
+
+    handles: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
-    tensors: weakref.ref | None = None
+    tensors: dict | None = None
     identity: tuple | None = None
+
+    def tensors_of(self, path: str, device) -> dict:
+        """The tensors, loaded by the first handle that asks; a file that changed since, again."""
+        with self.lock:
+            current = early.identity(os.stat(path))
+            if self.tensors is None or self.identity != current:
+                self.tensors, self.identity = _own_fd_tensors(path, device), current
+            return self.tensors
 
 
 _SHARED: dict[tuple[str, str], _SharedLoad] = {}
 os.register_at_fork(after_in_child=_SHARED.clear)  # a lock another thread held would never be released
 
 
-def _shared_own_fd_tensors(path: str, device) -> dict:
-    """The own-fd tensors of ``path`` for a safe_open handle: one load shared by every handle of the
-    file that is open at the same time (threads that each open the checkpoint read it once, not once
-    per thread); a file that changed since is loaded again."""
+def _share(key: tuple[str, str]) -> _SharedLoad:
+    """A handle of ``key`` = (path, device) opens: the load it shares with the others open."""
     with _STATE.lock:
-        shared = _SHARED.setdefault((path, str(device)), _SharedLoad())
-    with shared.lock:
-        tensors = shared.tensors() if shared.tensors is not None else None
-        current = early.identity(os.stat(path))
-        if tensors is None or shared.identity != current:
-            tensors = _Tensors(_own_fd_tensors(path, device))
-            shared.tensors, shared.identity = weakref.ref(tensors), current
-        return tensors
+        shared = _SHARED.setdefault(key, _SharedLoad())
+        shared.handles += 1
+        return shared
+
+
+def _unshare(key: tuple[str, str], shared: _SharedLoad) -> None:
+    """A handle closes: the last one lets go of the load (its tensors live on where they are used)."""
+    with _STATE.lock:
+        shared.handles -= 1
+        if shared.handles == 0 and _SHARED.get(key) is shared:
+            del _SHARED[key]
 
 
 def _early_bytes(path: str) -> memoryview | None:
@@ -362,7 +370,7 @@ class _Handle:
     def __init__(self, original, filename, framework, device, args, kwargs):
         self._path = os.path.abspath(os.fspath(filename))
         self._seconds, self._fallback, self._records = 0.0, None, []
-        self._tensors = self._header = self._inner = None
+        self._tensors = self._header = self._inner = self._shared = None
         self._mode = "none"
         with self._timed():
             self._mode = strategy_for(self._path, device)
@@ -373,6 +381,7 @@ class _Handle:
                 try:
                     with open_fd(self._path) as fd:
                         self._header = read_header(fd, self._path)
+                    self._shared = _share(self._key)
                 except _REFUSED as e:
                     self._fallback = str(e)
             if self._header is None:
@@ -412,7 +421,7 @@ class _Handle:
         """Load the whole file with the own-fd loader on first use; False: serve from the original."""
         if self._header is not None and self._tensors is None:
             try:
-                self._tensors = _shared_own_fd_tensors(self._path, self._device)
+                self._tensors = self._shared.tensors_of(self._path, self._device)
             except _REFUSED as e:  # e.g. no GPU: the original handle serves every tensor
                 self._fallback, self._header = str(e), None
                 self._inner = _STATE.originals["safe_open"](self._path, "pt", self._device)
@@ -429,6 +438,13 @@ class _Handle:
             _flush()
         if self._inner is not None and hasattr(self._inner, "__exit__"):
             self._inner.__exit__(None, None, None)
+        if self._shared is not None:
+            _unshare(self._key, self._shared)
+            self._shared = None
+
+    @property
+    def _key(self) -> tuple[str, str]:
+        return self._path, str(self._device)
 
     def __enter__(self):
         if self._inner is not None and hasattr(self._inner, "__enter__"):
