@@ -32,6 +32,7 @@ from readtrace.fix.candidates import (
     LEAVE_ALONE,
     NO_HARM,
     OWN,
+    ROUTED_CALLS,
     SLOW_ABS_S,
     SLOW_MARGIN,
     Candidate,
@@ -246,6 +247,7 @@ class _Session:
     count: int = 0
     plan: RankPlan | None = None  # torchrun: what each rank prefetches in fixed runs
     plan_path: Path | None = None
+    routed: bool | None = None  # the baseline loaded through calls the own-fd loader routes (None: not run yet)
 
     def prepare(self, what: str) -> None:
         if self.cold:
@@ -260,11 +262,15 @@ class _Session:
         self.prepare(f"run {self.count} {side} [{candidate.label if side != 'baseline' else 'unchanged'}]")
         if self.plan is not None and prefetches(candidate.strategy):
             candidate = replace(candidate, settings={**candidate.settings, "prefetch_plan": str(self.plan_path)})
+        if self.routed is False:  # nothing the shim routes: no file is read early for it (inject/early.py)
+            candidate = replace(candidate, settings={**candidate.settings, "early_read": False})
         run = _run(self.command, side, index, candidate.strategy, self.work, self.device, self.cwd,
                    self.recorder, self.files, candidate, stem=f"{self.count:02d}-{side}")
         run.label = candidate.label
         if side == "baseline":
             _must_succeed(run)
+            if self.routed is None:
+                self.routed = any(c in ROUTED_CALLS for c in seen_in(run.manifest.calls))
             if self.plan is None:
                 self._plan_from(run)
         return run

@@ -113,6 +113,17 @@ def take(path: str) -> tuple[memoryview | None, dict | None]:
     return memoryview(entry.buffer), note
 
 
+def never_taken() -> list[dict]:
+    """What to note of the early reads no load took (a loader the shim does not route read the file
+    its own way: these bytes were read for nothing); forgets them."""
+    with _LOCK:
+        left = list(_EARLY.values())
+        _EARLY.clear()
+    return [{"call": "early read", "file": e.path, "seconds": e.seconds, "bytes": e.got,
+             "note": "never used: no load the shim routes asked for this file" if e.done.is_set()
+             else "never used, and still reading at exit"} for e in left]
+
+
 def _forget_in_child() -> None:
     """A forked child has no reading thread: it keeps the reads that finished (copy-on-write)."""
     global _LOCK

@@ -8,6 +8,7 @@ readtrace.fix.rankplan) the launcher reads nothing and each rank reads its own p
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import threading
@@ -64,6 +65,7 @@ def _read_early(rerun: Rerun, env) -> Rerun:
     started = early.start(files, chunk_bytes=chunk_bytes_of(rerun.chunk_mib))
     if not started:
         return rerun
+    atexit.register(_note_never_taken, rerun, os.getpid())
     rerun = replace(rerun, prefetched=(*rerun.prefetched, *started))
     rerun.export(env)
     return rerun
@@ -153,6 +155,13 @@ def _cache_kept(path: str) -> bool:
         return cache_survives_open(path)
     except (OSError, ReadtraceError):
         return False
+
+
+def _note_never_taken(rerun: Rerun, pid: int) -> None:
+    if os.getpid() == pid:  # a forked child runs its parent's atexit handlers too
+        for record in early.never_taken():
+            _note(rerun, {"event": "call", **record, "strategy": rerun.strategy, "tensors": 0, "nested": True,
+                          "pid": pid})
 
 
 def _note(rerun: Rerun, record: dict) -> None:

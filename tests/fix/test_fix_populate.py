@@ -140,3 +140,26 @@ def test_threads_that_each_open_the_file_share_one_own_fd_load(tmp_path, early_r
     size = (src / "model.safetensors").stat().st_size
     assert size <= read < 1.5 * size  # the file once, not once per thread (4x)
     assert compare_manifests(base, fixed).all_identical and len(fixed.tensors) == 8
+
+
+RAW_MMAP = """
+import mmap, sys
+with open(sys.argv[1], "rb") as f:
+    m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    print(sum(m[i] for i in range(0, len(m), 4096)))
+"""
+
+
+@pytest.mark.fuse
+@pytest.mark.parametrize("script,routed", [(LOAD, True), (RAW_MMAP, False)])
+def test_fix_reads_early_only_for_loads_the_shim_routes(tmp_path, dropping, script, routed):
+    """A loader the shim cannot route (a raw mmap) would only get a second read of the file."""
+    from readtrace.fix.compare import compare
+
+    path = dropping / "model.safetensors"
+    (tmp_path / "load.py").write_text(script)
+    result = compare([sys.executable, str(tmp_path / "load.py"), str(path)], strategy="own-fd", files=[str(path)])
+    [fixed] = result.side("fixed")
+    early = [c for c in fixed.manifest.calls if c["call"] == "early read"]  # taken, or noted at exit unused
+    assert fixed.exit_code == 0 and len(early) == (1 if routed else 0)
+    assert all("note" not in c for c in early)
