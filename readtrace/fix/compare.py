@@ -247,7 +247,7 @@ class _Session:
     count: int = 0
     plan: RankPlan | None = None  # torchrun: what each rank prefetches in fixed runs
     plan_path: Path | None = None
-    routed: bool | None = None  # the baseline loaded through calls the own-fd loader routes (None: not run yet)
+    early_read: bool | None = None  # may fixed runs read files early (inject/early.py)? None: no baseline yet
 
     def prepare(self, what: str) -> None:
         if self.cold:
@@ -262,15 +262,15 @@ class _Session:
         self.prepare(f"run {self.count} {side} [{candidate.label if side != 'baseline' else 'unchanged'}]")
         if self.plan is not None and prefetches(candidate.strategy):
             candidate = replace(candidate, settings={**candidate.settings, "prefetch_plan": str(self.plan_path)})
-        if self.routed is False:  # nothing the shim routes: no file is read early for it (inject/early.py)
+        if self.early_read is False:
             candidate = replace(candidate, settings={**candidate.settings, "early_read": False})
         run = _run(self.command, side, index, candidate.strategy, self.work, self.device, self.cwd,
                    self.recorder, self.files, candidate, stem=f"{self.count:02d}-{side}")
         run.label = candidate.label
         if side == "baseline":
             _must_succeed(run)
-            if self.routed is None:
-                self.routed = any(c in ROUTED_CALLS for c in seen_in(run.manifest.calls))
+            if self.early_read is None:
+                self.early_read = early_read_helps(run.manifest)
             if self.plan is None:
                 self._plan_from(run)
         return run
@@ -378,6 +378,14 @@ def _identical(baseline: Run, other: Run) -> bool:
 def _must_succeed(run: Run) -> None:
     if run.exit_code != 0:
         raise ReadtraceError(f"{run.side} run exited with {run.exit_code}" + (f": {run.log}" if run.log else ""))
+
+
+def early_read_helps(baseline: Manifest) -> bool:
+    """Read files early in fixed runs only where the baseline loaded through calls the own-fd loader
+    routes (a raw mmap would only get a second read), and not in a distributed job: the first Python
+    process there is the launcher (torchrun), which loads nothing."""
+    ranked = any("rank" in r for r in baseline.tensors + baseline.calls)
+    return not ranked and any(c in ROUTED_CALLS for c in seen_in(baseline.calls))
 
 
 def _cache_kept(path: str) -> bool:

@@ -163,3 +163,17 @@ def test_fix_reads_early_only_for_loads_the_shim_routes(tmp_path, dropping, scri
     early = [c for c in fixed.manifest.calls if c["call"] == "early read"]  # taken, or noted at exit unused
     assert fixed.exit_code == 0 and len(early) == (1 if routed else 0)
     assert all("note" not in c for c in early)
+
+
+def test_early_reads_only_where_a_routed_load_ran_outside_a_distributed_job():
+    from readtrace.fix.compare import early_read_helps
+    from readtrace.inject.manifest import Manifest
+
+    def manifest(*calls):
+        return Manifest(tensors=[], calls=[{"event": "call", **c} for c in calls])
+
+    assert early_read_helps(manifest({"call": "load_file"}))
+    assert early_read_helps(manifest({"call": "torch.load", "mmap": True}))
+    assert not early_read_helps(manifest({"call": "load"}))  # bytes read by the loader itself
+    assert not early_read_helps(manifest())  # a raw mmap or pread loop: nothing seen
+    assert not early_read_helps(manifest({"call": "safe_open", "rank": 0}, {"call": "safe_open", "rank": 1}))
