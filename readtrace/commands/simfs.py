@@ -55,24 +55,29 @@ def run(args) -> int:
         return unmount(args.unmount)
     if not args.src or not args.mountpoint:
         raise UsageError("simfs needs SRC and MNT (or --unmount MNT)")
+    # From before the mount: a SIGTERM that comes while it comes up (mount() then unmounts and
+    # raises) or right after must not leave the mount behind.
+    signal.signal(signal.SIGTERM, _interrupt)
     sim = mount(args.src, args.mountpoint, profile=args.profile, latency_ms=args.latency_ms,
                 bandwidth_mbps=args.bandwidth_mbps, max_read_kib=args.max_read_kib,
                 readahead_kib=args.readahead_kib, max_backend=args.max_backend, log=args.log,
                 keep_cache=args.keep_cache, overwrite_log=args.force, shared_link=args.shared_bandwidth)
-    print(f"simfs: {sim.config.src} on {sim.mountpoint} (profile {args.profile}, first byte "
-          f"{sim.config.first_byte_s * 1000:g} ms, read_ahead_kb {sim.readahead_kib}); daemon pid "
-          f"{sim.daemon_pid}; log {sim.log_path}", file=sys.stderr)
-    if args.daemon:
-        sim.hand_to_daemon()
-        print(f"simfs: unmount with: readtrace simfs --unmount {sim.mountpoint}", file=sys.stderr)
-        return ExitStatus.OK
-    signal.signal(signal.SIGTERM, _interrupt)
+    handed = False
     try:
+        print(f"simfs: {sim.config.src} on {sim.mountpoint} (profile {args.profile}, first byte "
+              f"{sim.config.first_byte_s * 1000:g} ms, read_ahead_kb {sim.readahead_kib}); daemon pid "
+              f"{sim.daemon_pid}; log {sim.log_path}", file=sys.stderr)
+        if args.daemon:
+            sim.hand_to_daemon()
+            handed = True
+            print(f"simfs: unmount with: readtrace simfs --unmount {sim.mountpoint}", file=sys.stderr)
+            return ExitStatus.OK
         sim.wait()
     except KeyboardInterrupt:
         pass
     finally:
-        sim.unmount()
+        if not handed:
+            sim.unmount()
     print(json.dumps(sim.counters()))
     return ExitStatus.OK
 
