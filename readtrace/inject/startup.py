@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -35,11 +36,12 @@ def prefetch_at_start(env=os.environ) -> None:
     thread while the interpreter imports the script's libraries (the loads the shim sees wait for
     it: ``wait_prefetched``)."""
     rerun = Rerun.from_env(env)
+    kept = functools.cache(_cache_kept)  # one probe per file (it reads from the mount), for both uses
     files = rerun.start_prefetch()  # before the early reads mark their files as read for the children
-    rerun = _read_early(rerun, env)
+    rerun = _read_early(rerun, env, kept)
     if rerun.strategy == "auto":
         files = [f for f in files if is_remote(f)]  # auto prefetches on FUSE and network file systems only
-    files = [f for f in files if _cache_kept(f)]  # else the loader's own open() drops what we read
+    files = [f for f in files if kept(f)]  # else the loader's own open() drops what we read
     if not files:
         return
     pieces, peers = [(f, 0, os.stat(f).st_size) for f in files], ()
@@ -58,10 +60,11 @@ def prefetch_at_start(env=os.environ) -> None:
     _prefetch(rerun, pieces, None, peers)
 
 
-def _read_early(rerun: Rerun, env) -> Rerun:
+def _read_early(rerun: Rerun, env, kept) -> Rerun:
     """Start the early reads (inject/early.py) of the files the own-fd loader will load from a mount
-    that drops the page cache on every open; the first process only (its children are told)."""
-    files = [f for f in rerun.early_read_candidates() if is_remote(f) and not _cache_kept(f)]
+    that drops the page cache on every open (``kept(f)`` False); the first process only (its children
+    are told)."""
+    files = [f for f in rerun.early_read_candidates() if is_remote(f) and not kept(f)]
     started = early.start(files, chunk_bytes=chunk_bytes_of(rerun.chunk_mib))
     if not started:
         return rerun
