@@ -188,8 +188,8 @@ def verdict(r: dict) -> str:
     the floor. Like is compared with like: the chosen candidate's trial with the lever's trial (one
     cold run each, measured side by side by auto), not the fixed side's later runs with a trial that,
     as the least of several noisy candidates, is biased low; where auto chose that fastest lever, the
-    fix is the lever. The fixed side's own runs must meet the floor. Every cell: no slower than 0.97x of its baseline (a load left alone is the unchanged command:
-    nothing to be slower)."""
+    fix is the lever. The fixed side's own runs must meet the floor. Every cell: no slower than 0.97x
+    of its baseline (a load left alone is the unchanged command: nothing to be slower)."""
     floor = floor_s(r)
     base, fixed = r["baseline_s"], r["fixed_s"]
     if not (base and fixed and floor):

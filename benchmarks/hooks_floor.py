@@ -15,9 +15,7 @@ import subprocess
 import sys
 
 from readtrace.record.prereq import probe_tracepoints
-from readtrace.record.program import FUSE_SOURCE, SOURCES, compile_program, detach, fuse_supported
-
-PID_LIMIT = 4 * 1024 * 1024  # as the recorder's per-pid arrays
+from readtrace.record.program import CONSTANTS, FUSE_SOURCE, SOURCES, compile_program, detach, fuse_supported
 
 GATES = {
     "empty": "static __always_inline int gate(void) { return 0; }\n",
@@ -38,7 +36,7 @@ def hook_source(kind: str) -> str:
             handlers.append(f"RAW_TRACEPOINT_PROBE({name}) {{ return gate(); }}")
         else:
             handlers.append(f"TRACEPOINT_PROBE({category}, {name}) {{ return gate(); }}")
-    header = f"#include <uapi/linux/fuse.h>\n#define PID_LIMIT {PID_LIMIT}\n"  # the fuse tracepoints' enum
+    header = f"#include <uapi/linux/fuse.h>\n#define PID_LIMIT {CONSTANTS['PID_LIMIT']}\n"  # the fuse tracepoints' enum
     return header + GATES[kind] + "\n".join(handlers) + "\n"
 
 
