@@ -1,8 +1,10 @@
 """A job of several nodes: one trace per node, analysed each on its own, then joined.
 
-Node traces given as paths are analysed by worker processes, as many at once as there are CPUs and
-as the machine's available memory holds (each a whole node's analysis: ``node_workers``);
-traces given loaded (or as loaders) are analysed here, one at a time.
+Node traces given as paths (local, or object-store URLs: trace/location.py) are analysed by worker
+processes, as many at once as there are CPUs and as the machine's available memory holds (each a whole
+node's analysis: ``node_workers``), or by the workers of a Dask cluster (``scheduler``: analyze/cluster.py);
+traces given loaded (or as loaders) are analysed here, one at a time. A node trace that cannot be
+analysed (unreadable, its worker died) is a missing node of a partial job, named in ``missing``.
 
 Time line: each trace's ``start_time`` (the node's wall clock, UTC) gives its offset from the
 earliest node; the offsets are as good as the nodes' clock sync (NTP: milliseconds), and say so.
@@ -28,10 +30,12 @@ import pandas as pd
 from readtrace.analyze.analysis import analyze
 from readtrace.analyze.finding import Finding, LoadSkew, ReplicatedReads
 from readtrace.analyze.thresholds import Thresholds
-from readtrace.errors import ReadtraceError
+from readtrace.errors import ReadtraceError, TraceError
 from readtrace.memory import reuse_freed_memory, small_pages
 from readtrace.pagecache.pin import fits_in_memory
 from readtrace.trace import Trace, load_trace
+from readtrace.trace.format import META_FILE
+from readtrace.trace.location import locate
 
 SKEW_RATIO = 1.25  # slowest / median load time that makes a straggler
 SKEW_MIN_S = 1.0  # ... and by at least this much
@@ -62,36 +66,58 @@ class Node:
 
 
 @dataclass
+class NodeFailure:
+    """A node trace that could not be analysed: the trace and why, in one line."""
+
+    trace: str
+    error: str
+
+
+@dataclass
 class JobAnalysis:
     """Result of ``analyze_job``: each node's summary plus what only the whole job shows."""
 
     nodes: list[Node]
-    node_rows: pd.DataFrame  # NODE_COLUMNS, one row per trace, in the order given
-    ranks: pd.DataFrame  # every node's per-rank rows, with "node"
+    node_rows: pd.DataFrame  # NODE_COLUMNS, one row per analysed trace, in the order given
+    ranks: pd.DataFrame  # every node's per-rank rows, with "node" (its row in node_rows)
     findings: list[Finding] = field(default_factory=list)
     clock: str = "offsets from each trace's start_time (the nodes' wall clocks)"
+    missing: list[NodeFailure] = field(default_factory=list)  # a partial job: the nodes not analysed
 
 
 TraceSource = Trace | Callable[[], Trace] | str | os.PathLike
 
 
 def analyze_job(traces: Iterable[TraceSource], thresholds: Thresholds | None = None,
-                workers: int | None = None) -> JobAnalysis:
+                workers: int | None = None, scheduler: str | None = None) -> JobAnalysis:
     """Analyse each node's trace, then the job: node table, rank table, cross-node findings.
 
     A node is a Trace, a callable that loads one (then one node at a time is in memory), or a trace's
-    path: paths are analysed by up to ``workers`` processes at once (None: ``node_workers``)."""
+    path or URL: paths are analysed by up to ``workers`` processes at once (None: ``node_workers``), or
+    on the Dask cluster whose scheduler is at ``scheduler`` (only the nodes' summaries come back here).
+    A path whose analysis fails is a missing node (``JobAnalysis.missing``); TraceError when none is left."""
     traces = list(traces)
     paths = [i for i, t in enumerate(traces) if isinstance(t, str | os.PathLike)]
-    nodes: list[Node | None] = [None] * len(traces)
-    if workers is None:
-        workers = node_workers([traces[i] for i in paths])
-    if len(paths) > 1 and workers > 1:
-        for i, node in zip(paths, _analyze_in_workers([traces[i] for i in paths], thresholds, workers), strict=True):
-            nodes[i] = node
+    done: list[Node | NodeFailure | None] = [None] * len(traces)
+    if scheduler:
+        from readtrace.analyze.cluster import analyze_on_cluster
+
+        results = analyze_on_cluster([traces[i] for i in paths], thresholds, scheduler)
+    else:
+        if workers is None:
+            workers = node_workers([traces[i] for i in paths])
+        results = _analyze_in_workers([traces[i] for i in paths], thresholds, workers) \
+            if len(paths) > 1 and workers > 1 else []
+    for i, result in zip(paths, results, strict=False):
+        done[i] = result
     for i, t in enumerate(traces):
-        if nodes[i] is None:
-            nodes[i] = _analyze_node(t, thresholds)
+        if done[i] is None:
+            done[i] = _analyze_path(t, thresholds) if i in paths else _analyze_node(t, thresholds)
+    nodes = [n for n in done if isinstance(n, Node)]
+    missing = [n for n in done if isinstance(n, NodeFailure)]
+    if not nodes:
+        raise TraceError(f"no node trace of the job could be analysed: {missing[0].trace}: {missing[0].error}"
+                         if missing else "no node traces given")
     starts = [_start(n.meta) for n in nodes]
     known = [s for s in starts if s is not None]
     first = min(known) if known else None
@@ -113,7 +139,7 @@ def analyze_job(traces: Iterable[TraceSource], thresholds: Thresholds | None = N
     node_rows = pd.DataFrame(rows, columns=list(NODE_COLUMNS))
     ranks = pd.concat([n.ranks.assign(node=i) for i, n in enumerate(nodes) if n.ranks is not None and len(n.ranks)]
                       or [pd.DataFrame(columns=["node"])], ignore_index=True)
-    job = JobAnalysis(nodes=nodes, node_rows=node_rows, ranks=ranks)
+    job = JobAnalysis(nodes=nodes, node_rows=node_rows, ranks=ranks, missing=missing)
     job.findings = replicated_reads(job) + stragglers(job)
     return job
 
@@ -129,33 +155,57 @@ def _analyze_node(source: TraceSource, thresholds: Thresholds | None) -> Node:
                 findings=a.findings)
 
 
-def _analyze_in_worker(path: str | os.PathLike, thresholds: Thresholds | None) -> Node:
-    """``_analyze_node`` in a worker, with the memory settings of ``readtrace report``'s own process
-    (a worker is a fresh interpreter: without them 10 nodes of 10 M events took 24 s of system time
-    in page faults)."""
+def _analyze_path(path: str | os.PathLike, thresholds: Thresholds | None) -> Node | NodeFailure:
+    """A node trace's Node, or why it could not be analysed."""
+    try:
+        return _analyze_node(path, thresholds)
+    except ReadtraceError as e:
+        return node_failure(path, e)
+
+
+def node_failure(path: str | os.PathLike, e: BaseException) -> NodeFailure:
+    """The missing node of ``path``: why, in one line (its own path left out of the message)."""
+    where = str(locate(path))
+    message = " ".join(str(e).split()) or type(e).__name__
+    message = message.removeprefix(f"{where}: ")
+    if not isinstance(e, ReadtraceError):
+        message = f"{type(e).__name__}: {message}"
+    return NodeFailure(trace=where, error=message)
+
+
+def analyze_in_worker(path: str | os.PathLike, thresholds: Thresholds | None) -> Node | NodeFailure:
+    """``_analyze_path`` in a worker (a process of the pool, or of a Dask cluster), with the memory
+    settings of ``readtrace report``'s own process (a worker is a fresh interpreter: without them 10
+    nodes of 10 M events took 24 s of system time in page faults)."""
     small_pages()
     with reuse_freed_memory():
-        return _analyze_node(path, thresholds)
+        return _analyze_path(path, thresholds)
 
 
-def _analyze_in_workers(paths: list, thresholds: Thresholds | None, workers: int) -> list[Node]:
-    """Each path's Node, in order, from ``workers`` fresh processes (spawned: no state forked from
-    this one's threads)."""
+def _analyze_in_workers(paths: list, thresholds: Thresholds | None, workers: int) -> list[Node | NodeFailure]:
+    """Each path's Node (or failure), in order, from ``workers`` fresh processes (spawned: no state
+    forked from this one's threads). A worker that dies takes the nodes not yet done with it."""
     context = multiprocessing.get_context("spawn")
-    try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            return list(pool.map(_analyze_in_worker, paths, [thresholds] * len(paths)))
-    except BrokenProcessPool:
-        raise ReadtraceError(f"a worker analysing the node traces died (out of memory?); run again with "
-                             f"fewer traces at once than {workers}") from None
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = [pool.submit(analyze_in_worker, p, thresholds) for p in paths]
+        out = []
+        for path, future in zip(paths, futures, strict=True):
+            try:
+                out.append(future.result())
+            except BrokenProcessPool:
+                out.append(NodeFailure(str(locate(path)), f"a worker process died (out of memory?): run again "
+                                       f"with fewer traces at once than {workers}"))
+            except Exception as e:  # noqa: BLE001 - one node's failure is that node's line in the report
+                out.append(node_failure(path, e))
+        return out
 
 
 def trace_rows(path: str | os.PathLike) -> int:
     """Rows of every table of a trace, from its meta.json (0 when unreadable: the worker says why)."""
     try:
-        rows = json.loads((Path(path) / "meta.json").read_text()).get("rows") or {}
+        rows = json.loads(locate(path).read_bytes(META_FILE)).get("rows") or {}
         return sum(int(v) for v in rows.values() if isinstance(v, int))
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, ReadtraceError):
         return 0
 
 

@@ -114,3 +114,18 @@ def small_files(n: int, offsets=(50, 0)) -> dict:
     files = pd.DataFrame({"path": paths, "dev": 40, "ino": np.arange(n) + 10, "size": 100, "fstype": "fuse.gcsfuse",
                           "mountpoint": "/m"})
     return {"events": events, "files": files, "meta": {"command": ["load"], "exit_code": 0}}
+
+
+def job_node(host: str, start: str, pids_ranks: dict[int, int], wall_s: float, path: str, size: int) -> dict:
+    """Frames of one node's trace in a job: each ranked pid reads the whole file through the FUSE mount
+    in 1 MiB preads (``meta.ranks`` labels the pids, ``start_time`` places the node)."""
+    offsets = np.arange(0, size, MiB)
+    pids = np.repeat(np.array(list(pids_ranks), dtype=np.int64), len(offsets))
+    off = np.tile(offsets, len(pids_ranks))
+    events = pd.DataFrame({"ts_ns": 10**9 + off, "pid": pids, "tid": pids, "op": "pread", "fd": 3, "ofd": pids,
+                           "path": path, "dev": 45 << 20, "ino": 2, "offset": off, "size": MiB, "ret": MiB,
+                           "latency_ns": 10**6})
+    files = files_frame(path, size, "fuse.gcsfuse", dev=45 << 20, ino=2, mountpoint=path.rsplit("/", 1)[0] or "/")
+    meta = {"hostname": host, "start_time": start, "t0_ns": 10**9, "wall_s": wall_s,
+            "ranks": {str(p): {"rank": r, "local_rank": r % 2, "world_size": 4} for p, r in pids_ranks.items()}}
+    return {"events": events, "files": files, "meta": meta}

@@ -12,6 +12,7 @@ no page-fault order and no FUSE requests (`readtrace import gcsfuse LOG` adds th
 
   sudo readtrace record -- python load.py
   sudo readtrace record -o load.rtrace -- torchrun --nproc-per-node 2 load.py
+  sudo readtrace record -o s3://bucket/job/node$NODE_RANK.rtrace -- torchrun ...   written here, then uploaded
 
 Exit code: the command's own; 126 when it cannot be run, 127 when it does not exist; 130 after
 Ctrl-C, SIGTERM or SIGHUP (the trace is still written); 3 without the prerequisites (readtrace doctor).
@@ -34,7 +35,11 @@ def _int(text: str):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-o", "--output", help="trace path (default: ./readtrace-<prog>-<pid>.rtrace)")
+    parser.add_argument("-o", "--output", help="trace path (default: ./readtrace-<prog>-<pid>.rtrace), or an "
+                        "object-store URL (s3://BUCKET/PREFIX/NAME.rtrace): recorded here, then uploaded")
+    parser.add_argument("--upload", metavar="URL",
+                        help="also upload the finished trace to this object-store URL (a NAME.rtrace, or a "
+                             "prefix to put it in); readers never see a half-uploaded trace")
     parser.add_argument("-f", "--force", action="store_true", help="overwrite an existing trace")
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     parser.add_argument("--no-coalesce", action="store_true",
@@ -67,6 +72,21 @@ def run(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise UsageError("no command given: readtrace record -- CMD [ARGS...]")
+    upload, args.output, scratch = _upload_target(args)
+    try:
+        result = _record(args, cmd)
+    except BaseException:
+        if scratch:
+            import shutil
+
+            shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    if upload:
+        _upload(result.trace_path, upload, args, scratch)
+    return result.exit_code
+
+
+def _record(args: argparse.Namespace, cmd: list[str]):
     from readtrace import runstate
     from readtrace.record.backend import choose_backend
 
@@ -87,4 +107,43 @@ def run(args: argparse.Namespace) -> int:
         result = record_command(cmd, args.output, force=args.force, quiet=args.quiet,
                                 coalesce=not args.no_coalesce, ring_mib=args.ring_mib,
                                 python_calls=args.python_calls)
-    return result.exit_code
+    return result
+
+
+def _upload_target(args: argparse.Namespace) -> tuple[str | None, str | None, str | None]:
+    """(URL to upload to, local output, scratch directory to remove after the upload), the URL checked
+    before the command runs."""
+    from readtrace.trace.location import is_url
+    from readtrace.trace.upload import check_upload_target, trace_url
+
+    url = args.output if args.output and is_url(args.output) else args.upload
+    if not url:
+        return None, args.output, None
+    output, scratch = args.output, None
+    if url is args.output:
+        import tempfile
+        from pathlib import Path
+
+        name = url.rstrip("/").rsplit("/", 1)[-1]
+        if not name.endswith(".rtrace"):
+            raise UsageError(f"-o {url}: name the trace (a URL ending in NAME.rtrace), or use --upload URL")
+        check_upload_target(url, args.force)
+        scratch = tempfile.mkdtemp(prefix="readtrace-upload-", dir=".")
+        return url, str(Path(scratch) / name), scratch
+    if output:
+        url = trace_url(url, output.rstrip("/").rsplit("/", 1)[-1])
+        check_upload_target(url, args.force)
+    return url, output, None
+
+
+def _upload(trace: str, url: str, args: argparse.Namespace, scratch: str | None) -> None:
+    """Upload the recorded trace; the local copy of ``-o URL`` is removed once uploaded (kept on failure)."""
+    import shutil
+
+    from readtrace.trace.upload import trace_url, upload_trace
+
+    done = upload_trace(trace, trace_url(url, str(trace).rstrip("/").rsplit("/", 1)[-1]), force=args.force)
+    if scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if not args.quiet:
+        print(f"readtrace: uploaded {trace} -> {done}", file=sys.stderr)

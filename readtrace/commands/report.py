@@ -6,6 +6,7 @@ shared-fd interleaving, page-cache misses, and findings with the lever to pull.
   readtrace report T.rtrace --html r.html --perfetto r.json
   readtrace report T.rtrace --threshold small_request_fraction=0.2
   readtrace report node*.rtrace         a job of several nodes: one trace per node, joined (or a directory of them)
+  readtrace report s3://bucket/job/ --scheduler tcp://HOST:8786   a job in a bucket, analysed on a Dask cluster
   readtrace report T.rtrace --what-if gcsfuse,nfs,local-nvme --latency-ms 20   this load on other storage
 """
 
@@ -21,28 +22,35 @@ from readtrace.errors import ExitStatus, UsageError
 from readtrace.validate import NON_NEGATIVE_INT, arg
 
 
-def trace_paths(paths: list[str]) -> list[Path]:
-    """The traces to report: the newest here by default; a directory that is not itself a trace stands
-    for the traces in it (a job of several nodes)."""
+def trace_paths(paths: list[str]) -> list[Path | str]:
+    """The traces to report (local paths, or object-store URLs as given): the newest here by default;
+    a directory (or prefix) that is not itself a trace stands for the traces in it (a job of nodes)."""
     from readtrace.trace import SUFFIX, newest_trace
+    from readtrace.trace.format import META_FILE
+    from readtrace.trace.location import is_url, locate
 
     if not paths:
         return [newest_trace()]
-    one = Path(paths[0])
-    if len(paths) == 1 and one.is_dir() and one.suffix != SUFFIX and not (one / "meta.json").exists():
-        found = sorted(p for p in one.glob(f"*{SUFFIX}") if p.is_dir())
+    one = locate(paths[0])
+    if len(paths) == 1 and not one.name.endswith(SUFFIX) and one.is_dir() and not one.has(META_FILE):
+        found = [t.path for t in one.children(SUFFIX)]
         if not found:
             raise UsageError(f"{paths[0]}: not a trace, and no {SUFFIX} trace in it")
         return found
-    return [Path(p) for p in paths]
+    return [p if is_url(p) else Path(p) for p in paths]
 
 
-def _report_job(paths: list[Path], thresholds: Thresholds, as_json: bool) -> int:
+def _report_job(paths: list, thresholds: Thresholds, as_json: bool, scheduler: str | None) -> int:
     from readtrace.analyze.job import analyze_job
     from readtrace.report.jobreport import render_job, write_job_json
 
-    job = analyze_job(paths, thresholds)  # paths: analysed by worker processes, as memory allows
+    job = analyze_job(paths, thresholds, scheduler=scheduler)  # worker processes, as memory allows, or Dask's
     (write_job_json if as_json else render_job)(job, sys.stdout)
+    if job.missing:
+        sys.stdout.flush()
+        print(f"readtrace report: partial job: {len(job.missing)} of {len(paths)} node traces not analysed "
+              f"({', '.join(m.trace for m in job.missing)})", file=sys.stderr)
+        return ExitStatus.BAD_TRACE
     return ExitStatus.OK
 
 
@@ -51,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a .rtrace directory (default: the newest in the current one); several traces, or a "
                              "directory holding them, report a job of several nodes")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    parser.add_argument("--scheduler", metavar="ADDRESS",
+                        help="a job of several nodes: analyse the node traces on this Dask cluster "
+                             "(tcp://HOST:8786; default: $DASK_SCHEDULER_ADDRESS, else local worker processes)")
     parser.add_argument("--all", action="store_true",
                         help="with --json: list every file and stream (default: the first 100 files and "
                              "100 streams of each kind; 'listing' counts the rest)")
@@ -129,9 +140,11 @@ def _report(args: argparse.Namespace) -> int:
     outputs = _outputs(args)
     paths = trace_paths(args.trace)
     if len(paths) > 1:
+        from readtrace.analyze.cluster import scheduler_address
+
         if outputs:
             raise UsageError("--html/--perfetto report one trace; give one node's trace")
-        return _report_job(paths, thresholds, args.json)
+        return _report_job(paths, thresholds, args.json, scheduler_address(args.scheduler))
     if (args.latency_ms is not None or args.bandwidth_mbps is not None) and not args.what_if:
         raise UsageError("--latency-ms/--bandwidth-mbps go with --what-if")
     trace = load_trace(paths[0], lean=True)

@@ -22,8 +22,9 @@ JOB_REPORT_VERSION = 1
 
 
 def job_json(job: JobAnalysis) -> dict:
-    """``nodes`` (one row per trace, with its summary and finding codes), ``ranks``, the cross-node
-    ``findings``. Each node's full report: ``readtrace report NODE.rtrace``."""
+    """``nodes`` (one row per trace analysed, with its summary and finding codes), ``ranks``, the
+    cross-node ``findings``; ``partial`` and ``missing`` (trace, error) when node traces could not be
+    analysed. Each node's full report: ``readtrace report NODE.rtrace``."""
     ranks = job.ranks[[c for c in ("node", *RANK_COLUMNS) if c in job.ranks]]
     return {
         "report_version": JOB_REPORT_VERSION,
@@ -32,6 +33,8 @@ def job_json(job: JobAnalysis) -> dict:
         "ranks": [plain(r) for r in ranks.to_dict("records")],
         "findings": [_finding(f) for f in job.findings],
         "node_summaries": [plain(n.summary) for n in job.nodes],
+        "partial": bool(job.missing),
+        "missing": [{"trace": m.trace, "error": m.error} for m in job.missing],
     }
 
 
@@ -43,7 +46,8 @@ def write_job_json(job: JobAnalysis, out: IO[str]) -> None:
 def render_job(job: JobAnalysis, out: IO[str]) -> None:
     console = Console(file=out, width=None if _is_terminal(out) else PIPED_WIDTH, highlight=False,
                       soft_wrap=False)
-    nodes = Table(title=f"{len(job.nodes)} nodes ({job.clock})", title_justify="left")
+    missing = f", {len(job.missing)} missing: a partial job" if job.missing else ""
+    nodes = Table(title=f"{len(job.nodes)} nodes{missing} ({job.clock})", title_justify="left")
     for col in ("trace", "host", "start", "wall", "I/O wait", "read", "from remote", "files", "ranks", "findings"):
         nodes.add_column(col, justify="left" if col in ("trace", "host") else "right")
     for r in job.node_rows.itertuples():
@@ -60,6 +64,9 @@ def render_job(job: JobAnalysis, out: IO[str]) -> None:
                           fmt_bytes(r.span_bytes), fmt_seconds(r.wait_s), fmt_seconds(r.first_s), fmt_seconds(r.last_s))
         parts.append(ranks)
     text = Text()
+    for m in job.missing:
+        text.append("[HIGH] MISSING_NODE", style=SEVERITY_STYLE["high"])
+        text.append(f"  {m.trace}: not analysed: {m.error}\n")
     for f in job.findings:
         p = render(f)
         text.append(f"[{f.severity.upper()}] {f.code}", style=SEVERITY_STYLE.get(f.severity, ""))

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from readtrace import replace
 from readtrace.errors import ReadtraceError, TraceError
+from readtrace.trace.location import TraceLocation, locate
 from readtrace.trace.meta import check_meta
 from readtrace.trace.runs import calls_per_row, expand_coalesced
 from readtrace.trace.schema import (
@@ -101,7 +102,7 @@ class Trace:
     fuse: pd.DataFrame
     files: pd.DataFrame
     python_calls: pd.DataFrame = field(default_factory=lambda: empty_frame("python_calls"))
-    path: Path | None = field(default=None)
+    path: Path | str | None = field(default=None)  # a local directory, or an object-store URL
     lean: bool = False
     _events: pd.DataFrame | None = field(default=None, repr=False)
 
@@ -119,7 +120,7 @@ class Trace:
         if self._events is None:
             if self.path is None:
                 raise TraceError("this trace has no events table to read again")
-            self._events = _load_table(self.path, "events", self.meta.get("rows", {}).get("events"), lean=False)
+            self._events = _load_table(locate(self.path), "events", self.meta.get("rows", {}).get("events"), lean=False)
         return self._events
 
 
@@ -288,22 +289,19 @@ def make_trace(*, meta: dict | None = None, events=None, pages=None, fuse=None, 
                  reads=reads, _events=everything, **frames)
 
 
-def unreadable(path: Path, name: str) -> TraceError:
+def unreadable(path: TraceLocation, name: str) -> TraceError:
     """A trace file this user may not read: say so (not "corrupt"), and whose it is."""
-    try:
-        owner = f"uid {os.stat(path / name).st_uid}"
-    except OSError:
-        owner = "another user"
+    owner = path.owner(name) or "another user"
     return TraceError(f"{path}: cannot read {name}: permission denied (it belongs to {owner}: read it as "
                       "that user or with sudo)")
 
 
-def _read_meta(path: Path) -> dict:
-    meta_path = path / META_FILE
-    if not meta_path.exists():
+def _read_meta(path: TraceLocation) -> dict:
+    path.check_complete()
+    if not path.has(META_FILE):
         raise TraceError(f"{path}: incomplete trace (no {META_FILE}; was the recorder killed?)")
     try:
-        meta = json.loads(meta_path.read_text())
+        meta = json.loads(path.read_bytes(META_FILE))
     except PermissionError:
         raise unreadable(path, META_FILE) from None
     except (OSError, ValueError) as e:
@@ -323,31 +321,31 @@ def _read_meta(path: Path) -> dict:
     return meta
 
 
-def _open_table(path: Path, name: str, expected_rows: int | None, lean: bool) -> pq.ParquetFile:
+def _open_table(path: TraceLocation, name: str, expected_rows: int | None, lean: bool) -> pq.ParquetFile:
     """The table's Parquet file, checked against meta.json (rows) and the schema (columns).
     ``lean``: text columns come dictionary-encoded (pandas categoricals)."""
-    file = path / f"{name}.parquet"
-    if not file.exists():
-        raise TraceError(f"{path}: truncated trace: {file.name} is missing")
+    file = f"{name}.parquet"
+    if not path.has(file):
+        raise TraceError(f"{path}: truncated trace: {file} is missing")
     strings = [f.name for f in TABLES[name] if pa.types.is_string(f.type)]
     try:
-        parquet = pq.ParquetFile(file, read_dictionary=strings if lean else None)
+        parquet = pq.ParquetFile(path.open(file), read_dictionary=strings if lean else None)
     except PermissionError:
-        raise unreadable(path, file.name) from None
+        raise unreadable(path, file) from None
     except (pa.ArrowException, OSError) as e:
-        raise TraceError(f"{path}: corrupt trace: {file.name}: {e}") from e
+        raise TraceError(f"{path}: corrupt trace: {file}: {e}") from e
     rows = parquet.metadata.num_rows
     if expected_rows is not None and rows != expected_rows:
-        raise TraceError(f"{path}: truncated trace: {file.name} has {rows} rows, meta says {expected_rows}")
+        raise TraceError(f"{path}: truncated trace: {file} has {rows} rows, meta says {expected_rows}")
     missing = set(TABLES[name].names) - set(parquet.schema_arrow.names) - OPTIONAL_COLUMNS.get(name, frozenset())
     if missing:
-        raise TraceError(f"{path}: corrupt trace: {file.name} lacks columns {sorted(missing)}")
+        raise TraceError(f"{path}: corrupt trace: {file} lacks columns {sorted(missing)}")
     for f in TABLES[name]:
         if f.name not in parquet.schema_arrow.names:
             continue
         stored = parquet.schema_arrow.field(f.name).type
         if (stored.value_type if pa.types.is_dictionary(stored) else stored) != f.type:
-            raise TraceError(f"{path}: corrupt trace: {file.name}: column {f.name} is {stored}, expected {f.type}")
+            raise TraceError(f"{path}: corrupt trace: {file}: column {f.name} is {stored}, expected {f.type}")
     return parquet
 
 
@@ -365,7 +363,7 @@ def _frame(table: pa.Table, schema: pa.Schema) -> pd.DataFrame:
     return table.select(schema.names).cast(schema).to_pandas(self_destruct=True, split_blocks=True)
 
 
-def _read_all(path: Path, name: str, read, *args):
+def _read_all(path: TraceLocation, name: str, read, *args):
     """Run ``read(*args)``; Parquet errors while reading become one-line TraceErrors."""
     try:
         return read(*args)
@@ -452,8 +450,8 @@ def _gather(parquet: pq.ParquetFile, picks: list[tuple[int, np.ndarray | None]],
     return pd.DataFrame({name: columns[name] for name in schema.names}, copy=False)
 
 
-def _load_table(path: Path, name: str, expected_rows: int | None, lean: bool) -> pd.DataFrame:
-    if name in OPTIONAL_TABLES and expected_rows is None and not (path / f"{name}.parquet").exists():
+def _load_table(path: TraceLocation, name: str, expected_rows: int | None, lean: bool) -> pd.DataFrame:
+    if name in OPTIONAL_TABLES and expected_rows is None and not path.has(f"{name}.parquet"):
         return empty_frame(name)  # a trace from before the table
     parquet = _open_table(path, name, expected_rows, lean)
     stored = set(parquet.schema_arrow.names)
@@ -476,20 +474,21 @@ def _split_reads(parquet: pq.ParquetFile) -> tuple[pd.DataFrame, pd.DataFrame]:
             _gather(parquet, others, _target_schema("events", lean=True)))
 
 
-def _load_events_lean(path: Path, expected_rows: int | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _load_events_lean(path: TraceLocation, expected_rows: int | None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(reads, other events) of a lean load."""
     parquet = _open_table(path, "events", expected_rows, lean=True)
     return _read_all(path, "events", _split_reads, parquet)
 
 
-def load_trace(path: str | os.PathLike, lean: bool = False) -> Trace:
-    """Read a trace directory; raises TraceError (one clear line) when it cannot be used.
+def load_trace(path: str | os.PathLike | TraceLocation, lean: bool = False) -> Trace:
+    """Read a trace directory, local or in an object store (a URL: trace/location.py); raises
+    TraceError (one clear line) when it cannot be used.
 
     ``lean`` (for the analysis of big traces): text columns as pandas categoricals and ``reads`` with
     only ``READ_COLUMNS``, read row group by row group: the whole events table is never in memory at
     once. The frames mean the same in both loads (see ``Trace``).
     """
-    path = Path(path)
+    path = locate(path)
     if not path.exists():
         raise TraceError(f"{path}: no such trace")
     if not path.is_dir():
@@ -506,7 +505,7 @@ def load_trace(path: str | os.PathLike, lean: bool = False) -> Trace:
               for name in TABLES if name != "events"}
     if lean:
         pa.default_memory_pool().release_unused()  # Arrow keeps freed read buffers: hand them back
-    return Trace(meta=meta, path=path, others=others, reads=reads, lean=lean, _events=everything, **frames)
+    return Trace(meta=meta, path=path.path, others=others, reads=reads, lean=lean, _events=everything, **frames)
 
 
 def newest_trace(directory: str | os.PathLike = ".") -> Path:

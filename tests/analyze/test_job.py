@@ -23,6 +23,7 @@ from conftest import fuse_available, require
 from workloads import free_port, torchrun_cmd
 
 from readtrace.analyze.job import analyze_job, node_workers
+from readtrace.analyze.synthetic import job_node
 from readtrace.errors import TraceError
 from readtrace.record.ranks import parse_environ
 from readtrace.report.jobreport import job_json
@@ -42,18 +43,7 @@ def test_rank_variables_parsed_from_an_environment_block():
 
 def _node_trace(host: str, start: str, pids_ranks: dict[int, int], wall_s: float, path: str, size: int):
     """A node's trace: each ranked pid reads the whole file through the FUSE mount in 1 MiB preads."""
-    mib = 1 << 20
-    rows = []
-    for pid in pids_ranks:
-        for off in range(0, size, mib):
-            rows.append({"ts_ns": 10**9 + off, "pid": pid, "tid": pid, "op": "pread", "fd": 3, "ofd": pid,
-                         "path": path, "dev": 45 << 20, "ino": 2, "offset": off, "size": mib, "ret": mib,
-                         "latency_ns": 10**6})
-    files = [{"path": path, "dev": 45 << 20, "ino": 2, "size": size, "fstype": "fuse.gcsfuse",
-              "mountpoint": str(Path(path).parent)}]
-    meta = {"hostname": host, "start_time": start, "t0_ns": 10**9, "wall_s": wall_s,
-            "ranks": {str(p): {"rank": r, "local_rank": r % 2, "world_size": 4} for p, r in pids_ranks.items()}}
-    return make_trace(events=pd.DataFrame(rows), files=pd.DataFrame(files), meta=meta)
+    return make_trace(**job_node(host, start, pids_ranks, wall_s, path, size))
 
 
 def test_two_synthetic_nodes_replicated_reads_and_a_straggler():
@@ -130,18 +120,31 @@ def test_node_workers_as_memory_allows(tmp_path):
     assert node_workers([small, huge]) == 1 and node_workers([big]) == 1
 
 
-def test_a_broken_node_trace_in_a_worker_is_one_error_line(tmp_path):
+def test_a_broken_node_trace_is_a_missing_node_of_a_partial_job(tmp_path):
+    """A node trace that cannot be read costs its node, not the report: the others are reported, the
+    missing one is named (JSON ``missing``, one report line, one stderr line, exit 4)."""
     good = _written(_node_trace("n0", "2026-12-01T10:00:00+00:00", {100: 0}, 5.0, "/data/m", 1 << 20),
                     tmp_path / "a.rtrace")
     bad = _written(_node_trace("n1", "2026-12-01T10:00:00+00:00", {200: 1}, 5.0, "/data/m", 1 << 20),
                    tmp_path / "b.rtrace")
     (bad / "events.parquet").write_bytes(b"not parquet")
-    with pytest.raises(TraceError, match="b.rtrace: corrupt trace: events.parquet"):
-        analyze_job([good, bad], workers=2)
+    for workers in (1, 2):
+        job = _same_json(analyze_job([good, bad], workers=workers))
+        assert [n["trace"] for n in job["nodes"]] == [str(good)] and job["partial"] is True
+        assert [m["trace"] for m in job["missing"]] == [str(bad)]
+        assert job["missing"][0]["error"].startswith("corrupt trace: events.parquet")
+    with pytest.raises(TraceError, match="no node trace of the job could be analysed: .*b.rtrace: corrupt"):
+        analyze_job([bad, bad], workers=1)
     report = subprocess.run([sys.executable, "-m", "readtrace", "report", str(good), str(bad), "--json"],
                             capture_output=True, text=True, timeout=120)
-    assert report.returncode == 4 and report.stdout == "", report
+    assert report.returncode == 4, report
+    assert json.loads(report.stdout)["missing"][0]["trace"] == str(bad)
     assert len(report.stderr.strip().splitlines()) == 1 and "b.rtrace" in report.stderr
+    text = subprocess.run([sys.executable, "-m", "readtrace", "report", str(good), str(bad)],
+                          capture_output=True, text=True, timeout=120)
+    assert text.returncode == 4 and "1 nodes, 1 missing: a partial job" in text.stdout, text
+    [line] = [line for line in text.stdout.splitlines() if "MISSING_NODE" in line]
+    assert line.startswith(f"[HIGH] MISSING_NODE  {bad}: not analysed: corrupt trace: events.parquet"), line
 
 
 @pytest.mark.ebpf
