@@ -4,7 +4,8 @@ noted in a state file so that a later run can clean up after one that was killed
 Each note names its owner process (pid and start time: a reused pid is not the owner). ``clean_stale``
 acts only on notes whose owner is dead, and only on what is provably ours: a mount that is still a
 simfs mount of the noted source, a daemon whose command line is our daemon module and whose start
-time matches, temp paths named ``readtrace-*`` owned by this user.
+time matches, temp paths named ``readtrace-*`` owned by this user and reached through no symlink. The
+state directory must be this user's and writable by no one else (a note is a removal order).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import time
 from pathlib import Path
 
@@ -47,8 +49,13 @@ def state_dir() -> Path:
         base = Path(f"/tmp/readtrace-{os.geteuid()}")
     base.mkdir(mode=0o700, exist_ok=True)
     st = os.lstat(base)
-    if st.st_uid != os.geteuid() or not os.path.isdir(base) or os.path.islink(base):
-        raise OSError(f"{base} is not a directory of this user")
+    if st.st_uid != os.geteuid() or not stat.S_ISDIR(st.st_mode):
+        raise PermissionError(f"state directory {base} is not a directory of this user: refused "
+                              f"(set {STATE_DIR_ENV} to a directory of yours that only you can write)")
+    if st.st_mode & 0o022:  # a sticky /tmp is no excuse: anyone could plant a note there
+        raise PermissionError(f"state directory {base} is writable by group or others "
+                              f"(mode {stat.S_IMODE(st.st_mode):o}): refused (chmod go-w it, or set "
+                              f"{STATE_DIR_ENV} to a directory only you can write)")
     return base
 
 
@@ -126,7 +133,9 @@ def notes() -> list[tuple[Path, dict]]:
     with contextlib.suppress(OSError):
         for note in sorted(state_dir().glob("*.json")):
             with contextlib.suppress(OSError, ValueError):
-                found.append((note, json.loads(note.read_text())))
+                st = os.lstat(note)
+                if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():  # not a link, not planted
+                    found.append((note, json.loads(note.read_text())))
     return found
 
 
@@ -186,7 +195,16 @@ def clean_stale() -> list[str]:
 
 
 def sweep(say) -> list[str]:
-    """``clean_stale``, each item told through ``say`` (a command starts with it)."""
+    """``clean_stale``, each item told through ``say`` (a command starts with it). A state directory
+    that others could write (or that is not ours) is refused: UsageError, nothing noted or cleaned."""
+    from readtrace.errors import UsageError
+
+    try:
+        state_dir()
+    except PermissionError as e:
+        raise UsageError(str(e)) from None
+    except OSError:
+        pass  # none can be made: nothing to clean up after, nothing noted (register says None)
     done = clean_stale()
     for item in done:
         say(f"cleaned up after a killed run: {item}")
@@ -226,8 +244,13 @@ def _zombie(pid: int) -> bool:
 
 
 def _ours(path: str) -> bool:
+    """Named ``readtrace-*``, owned by us, not a link, and reached through no link (an absolute path
+    that is its own real path): a note never leads a removal elsewhere."""
     try:
         st = os.lstat(path)
     except OSError:
         return False
-    return os.path.basename(path).startswith(PREFIX) and st.st_uid == os.geteuid() and not os.path.islink(path)
+    real_parent = os.path.realpath(os.path.dirname(path))
+    return (os.path.isabs(path) and real_parent == os.path.dirname(os.path.normpath(path))
+            and os.path.basename(path).startswith(PREFIX) and st.st_uid == os.geteuid()
+            and (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)))
