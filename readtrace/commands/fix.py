@@ -2,6 +2,7 @@
 
   readtrace fix --compare                          # the newest trace's command, in this directory
   readtrace fix --compare run.rtrace               # a recorded command (options before TRACE)
+  readtrace fix --compare --trust-trace theirs.rtrace   # a trace another user owns: read its command first
   readtrace fix --compare --repeat 3 -- python load.py model.safetensors
   readtrace fix --compare -- torchrun --nproc_per_node 4 load.py ckpt/   # and rank by rank
   readtrace fix -- python load.py model.safetensors   # just run it with the fix
@@ -44,6 +45,8 @@ def add_arguments(parser) -> None:
                         help="warm runs instead of cold ones: what the fix costs where nothing is slow")
     parser.add_argument("--keep", metavar="DIR", type=directory, help="keep manifests, logs and traces of every run in DIR")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--trust-trace", action="store_true",
+                        help="run a trace's recorded command although another user owns or can change the trace")
     parser.add_argument("target", nargs=argparse.REMAINDER, metavar="TRACE | -- CMD",
                         help="a trace, or -- and a command (options go before it)")
 
@@ -56,7 +59,7 @@ def run(args) -> int:
 
     at_least_one(args, "repeat")
     runstate.sweep(lambda line: print(f"readtrace: {line}", file=sys.stderr))
-    command, cwd, files, trace = _target(args.target)
+    command, cwd, files, trace = _target(args.target, args.trust_trace)
     if not args.compare:
         files = args.files or files
         with shim_environment(args.strategy, None, device=args.device, prefetch_files=files or ()) as env:
@@ -82,8 +85,9 @@ def run(args) -> int:
     return ExitStatus.OK
 
 
-def _target(target: list[str]) -> tuple[list[str], str | None, list[str] | None, str | None]:
-    """(command, cwd, files to evict, the trace) from `-- CMD`, a trace, or the newest trace here."""
+def _target(target: list[str], trust: bool = False) -> tuple[list[str], str | None, list[str] | None, str | None]:
+    """(command, cwd, files to evict, the trace) from `-- CMD`, a trace, or the newest trace here; a
+    trace's recorded command only from a trace of this user or root (fix/trust.py), said on stderr."""
     if target and target[0] == "--":
         target = target[1:]
         if not target:
@@ -92,9 +96,13 @@ def _target(target: list[str]) -> tuple[list[str], str | None, list[str] | None,
     if len(target) > 1:
         raise UsageError("give one trace, or a command after --")
     from readtrace.fix.compare import command_from_trace
+    from readtrace.fix.trust import describe, trace_owner
 
     if not target:
         from readtrace.trace import newest_trace
 
         target = [str(newest_trace("."))]
-    return (*command_from_trace(target[0]), target[0])
+    owner = trace_owner(target[0], trust=trust)
+    command, cwd, files = command_from_trace(target[0])
+    print(f"readtrace: {describe(command, cwd, target[0], owner)}", file=sys.stderr)
+    return command, cwd, files, target[0]
