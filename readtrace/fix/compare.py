@@ -15,19 +15,20 @@ cannot back a claim (nothing loaded, nothing evicted) says why in ``Comparison.u
 from __future__ import annotations
 
 import os
+import re
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from readtrace import runstate
-from readtrace.errors import CommandNotFoundError, ReadtraceError, TraceError, UsageError
+from readtrace.errors import CommandNotFoundError, NoEvidenceError, ReadtraceError, TraceError, UsageError
 from readtrace.fix.candidates import (
     LEAVE_ALONE,
     NO_HARM,
@@ -43,6 +44,7 @@ from readtrace.fix.candidates import (
 )
 from readtrace.fix.levers import seen_in
 from readtrace.fix.rankplan import RankPlan, plan_from_spans, split_plan
+from readtrace.fs.procmaps import mapped_by
 from readtrace.inject.inject import shim_environment
 from readtrace.inject.manifest import (
     Manifest,
@@ -177,12 +179,17 @@ def compare(
         seen: set[str] = set()
         if files is None:
             log("discovery run (not counted): which checkpoint files does the command load?")
-            discovery = _run(command, "discovery", 0, "none", work, device, cwd, None)
+            discovery = _run(command, "discovery", 0, "none", work, device, cwd, recorder)
             _must_succeed(discovery)
             seen = seen_in(discovery.manifest.calls)
             files = sorted({c["file"] for c in discovery.manifest.calls
                             if c.get("file") and os.path.isfile(c["file"])})
+            if not files and discovery.trace_path:  # a loader the shim does not see: what the load read
+                files = command_from_trace(discovery.trace_path, command)[2]
         files = list(files)
+        if cold and (held := mapped_elsewhere(files)):
+            raise NoEvidenceError("the runs cannot be cold: eviction leaves the pages another process maps: "
+                                  + "; ".join(held))
         session = _Session(command, work, device, cwd, recorder, files, cold, log, spans_from)
         dropping = [f for f in files if not _cache_kept(f)]
         if strategy == "auto" and cold:  # warm runs measure the shim's own per-file choice instead
@@ -499,21 +506,99 @@ def _workdir(path) -> Iterator[Path]:
 
 
 SYSTEM_PREFIXES = ("/proc/", "/sys/", "/dev/", "/usr/", "/lib", "/etc/", "/bin/", "/sbin/", "/run/")
+# Files that carry a load's data bytes by their name (a DCP directory's shards are *.distcp).
+DATA_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".distcp", ".npy", ".npz", ".ckpt")
+# A file of no data suffix is a checkpoint file by volume: at least this many bytes read, and at least
+# VOLUME_SHARE of the most any such file gave the load (a tokenizer or config beside the weights is not).
+VOLUME_MIN_BYTES = 1 << 20
+VOLUME_SHARE = 0.10
+_CODE_NAME = re.compile(r"\.(so(\.\d+)*|py|pyc|pyo|pyi|pyd|pyx|a|o)$")
+_CODE_DIR = re.compile(r"(^|/)(site-packages|dist-packages|__pycache__|lib(64)?/python\d+(\.\d+)?)(/|$)")
+ELF_MAGIC = b"\x7fELF"
 
 
-def command_from_trace(path: str | os.PathLike) -> tuple[list[str], str | None, list[str]]:
-    """(command, cwd, checkpoint files) of a recorded trace: the files it read, less system files."""
+def checkpoint_files(files: Iterable[tuple[str, int, int]], cwd: str | None = None) -> list[str]:
+    """The checkpoint files among a trace's ``files`` = (path, size, bytes the load read or faulted):
+    absolute paths (a relative one taken from ``cwd``) of existing non-empty files that carry the load's
+    data, by suffix (DATA_SUFFIXES), as a shard named by an ``*.index.json`` the load read, or by volume;
+    never code (executables, shared objects, Python sources and bytecode, anything of an installed
+    Python environment, wherever it lives), nor system files."""
+    rows = []
+    for path, size, touched in files:
+        if not isinstance(path, str) or not path or not size or size <= 0:
+            continue
+        path = os.path.normpath(os.path.join(cwd or os.getcwd(), path))
+        if not path.startswith(SYSTEM_PREFIXES) and os.path.isfile(path) and not _is_code(path):
+            rows.append((path, int(size), int(touched or 0)))
+    shards = _index_shards(p for p, _, _ in rows)
+    by_name = {p for p, _, _ in rows if p.endswith(DATA_SUFFIXES) or p in shards}
+    others = [(p, touched or size) for p, size, touched in rows if p not in by_name and not p.endswith(".json")]
+    most = max((v for _, v in others), default=0)
+    by_volume = {p for p, v in others if v >= VOLUME_MIN_BYTES and v >= VOLUME_SHARE * most}
+    return sorted(by_name | by_volume)
+
+
+def _is_code(path: str) -> bool:
+    """An executable, a shared object, Python code, or a file of an installed Python environment."""
+    if _CODE_NAME.search(path) or _CODE_DIR.search(path):
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == ELF_MAGIC
+    except OSError:
+        return True  # unreadable: not one we can evict either
+
+
+def _index_shards(paths: Iterable[str]) -> set[str]:
+    """The shard files named by the ``*.index.json`` files among ``paths`` (their weight_map)."""
+    import json
+
+    shards = set()
+    for index in (p for p in paths if p.endswith(".index.json")):
+        try:
+            with open(index) as f:
+                weight_map = json.load(f).get("weight_map") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(weight_map, dict):
+            shards.update(os.path.join(os.path.dirname(index), str(v)) for v in weight_map.values())
+    return shards
+
+
+def command_from_trace(path: str | os.PathLike, command: list[str] | None = None
+                       ) -> tuple[list[str], str | None, list[str]]:
+    """(command, cwd, checkpoint files) of a recorded trace: see ``checkpoint_files``."""
     from readtrace.trace import load_trace
 
     trace = load_trace(path)
-    command = trace.meta.get("command")
+    command = command or trace.meta.get("command")
     if not command:
         raise TraceError(f"{path}: the trace does not record its command; give it: -- CMD")
-    skip = SYSTEM_PREFIXES + tuple({p.rstrip("/") + "/" for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
-    files = sorted({p for p, size in zip(trace.files["path"], trace.files["size"], strict=True)
-                    if isinstance(p, str) and size and size > 0 and not p.startswith(skip)
-                    and os.path.isfile(p)})
-    return list(command), trace.meta.get("cwd"), files
+    cwd = trace.meta.get("cwd")
+    touched = _bytes_touched(trace)
+    files = [(p, size, touched.get(p, 0)) for p, size in zip(trace.files["path"], trace.files["size"], strict=True)]
+    return list(command), cwd, checkpoint_files(files, cwd)
+
+
+def _bytes_touched(trace) -> dict[str, int]:
+    """path -> bytes the recorded load read from it (read syscalls) or faulted in (page faults)."""
+    touched: dict[str, int] = {}
+    reads = trace.reads
+    if len(reads):
+        for p, n in reads.assign(ret=reads["ret"].clip(lower=0)).groupby("path", observed=True)["ret"].sum().items():
+            touched[p] = touched.get(p, 0) + int(n)
+    pages = trace.pages
+    if len(pages):
+        faults = pages[pages["op"].isin(("fault", "map_pages"))]
+        for p, n in faults.groupby("path", observed=True)["size"].sum().items():
+            touched[p] = touched.get(p, 0) + int(n)
+    return touched
+
+
+def mapped_elsewhere(files: Iterable[str]) -> list[str]:
+    """"FILE (mapped by PID (comm), ...)" for each file another process maps now: eviction cannot make
+    its mapped pages cold, so no run would be."""
+    return [f"{f} (mapped by {', '.join(who)})" for f in files if (who := mapped_by(f, exclude=(os.getpid(),)))]
 
 
 @contextmanager

@@ -4,6 +4,7 @@ processes map a file or hold it open (/proc/PID/fd), to say who keeps its pages 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from readtrace.fs.mounts import kernel_dev
@@ -25,14 +26,15 @@ def mapped_files(pid: int) -> dict[tuple[int, int], str]:
     return found
 
 
-def mapped_by(path: str) -> list[str]:
-    """"PID (comm)" of every process that maps ``path`` now."""
+def mapped_by(path: str, exclude: Iterable[int] = ()) -> list[str]:
+    """"PID (comm)" of every process that maps ``path`` now (but those in ``exclude``)."""
     try:
         st = os.stat(path)
     except OSError:
         return []
     key = (kernel_dev(os.major(st.st_dev), os.minor(st.st_dev)), st.st_ino)
-    return _named(pid for pid in _pids() if key in mapped_files(pid))
+    skip = set(exclude)
+    return _named(pid for pid in _pids() if pid not in skip and key in mapped_files(pid))
 
 
 def opened_by(path: str) -> list[str]:
