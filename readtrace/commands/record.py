@@ -10,12 +10,19 @@ shared node) it records with strace instead (--backend ptrace, chosen automatica
 syscalls with threads, fds and offsets, plus the page cache's residency sampled every --sample-ms;
 no page-fault order and no FUSE requests (`readtrace import gcsfuse LOG` adds the daemon's view).
 
+With -p PID[,PID...] it attaches to processes already running instead (root, eBPF only): each
+with its threads and every child it starts from then on; the files, open file descriptions and
+mappings they held before are recovered from /proc. It stops after --duration SECONDS, on Ctrl-C
+or when they have all exited; they keep running.
+
   sudo readtrace record -- python load.py
   sudo readtrace record -o load.rtrace -- torchrun --nproc-per-node 2 load.py
   sudo readtrace record -o s3://bucket/job/node$NODE_RANK.rtrace -- torchrun ...   written here, then uploaded
+  sudo readtrace record -p 4242 --duration 60
 
 Exit code: the command's own; 126 when it cannot be run, 127 when it does not exist; 130 after
 Ctrl-C, SIGTERM or SIGHUP (the trace is still written); 3 without the prerequisites (readtrace doctor).
+With -p: 0, 130 after Ctrl-C/SIGTERM (the trace is written), 5 when a PID does not exist, 3 not root.
 """
 
 from __future__ import annotations
@@ -30,6 +37,14 @@ def _int(text: str):
     """An int, or the text itself: record_command says what is wrong in one line."""
     try:
         return int(text)
+    except ValueError:
+        return text
+
+
+def _float(text: str):
+    """A float, or the text itself: the recorder says what is wrong in one line."""
+    try:
+        return float(text)
     except ValueError:
         return text
 
@@ -54,6 +69,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-python-calls", dest="python_calls", action="store_false",
                         help="do not record which Python loader calls (safetensors, torch.load, transformers, "
                              "diffusers) issued the reads (default: recorded for Python commands)")
+    parser.add_argument("-p", "--pid", metavar="PID[,PID...]",
+                        help="attach to running processes (their threads and later children) instead of running CMD")
+    parser.add_argument("--duration", type=_float, default=None, metavar="SECONDS",
+                        help="with -p: stop after this long (default: Ctrl-C or when they all exited)")
     parser.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]",
                         help="the command to run and trace")
@@ -70,7 +89,11 @@ def run(args: argparse.Namespace) -> int:
             raise PrerequisiteError(f"kernel BTF: {e}") from e
         return ExitStatus.OK
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if not cmd:
+    if args.pid is not None and cmd:
+        raise UsageError("-p PID records running processes: give no command with it")
+    if args.pid is None and args.duration is not None:
+        raise UsageError("--duration goes with -p PID (a command runs to its end)")
+    if not cmd and args.pid is None:
         raise UsageError("no command given: readtrace record -- CMD [ARGS...]")
     upload, args.output, scratch = _upload_target(args)
     try:
@@ -91,6 +114,8 @@ def _record(args: argparse.Namespace, cmd: list[str]):
     from readtrace.record.backend import choose_backend
 
     runstate.sweep((lambda line: None) if args.quiet else (lambda line: print(f"readtrace: {line}", file=sys.stderr)))
+    if args.pid is not None:
+        return _attach(args)
     backend, notice = choose_backend(args.backend)
     if notice and not args.quiet:
         print(notice, file=sys.stderr)
@@ -108,6 +133,16 @@ def _record(args: argparse.Namespace, cmd: list[str]):
                                 coalesce=not args.no_coalesce, ring_mib=args.ring_mib,
                                 python_calls=args.python_calls)
     return result
+
+
+def _attach(args: argparse.Namespace):
+    if args.backend == "ptrace":
+        raise UsageError("-p PID needs the eBPF backend (root)")
+    from readtrace.record.attach import parse_pids
+    from readtrace.record.attached import record_attached
+
+    return record_attached(parse_pids(args.pid), args.output, force=args.force, quiet=args.quiet,
+                           coalesce=not args.no_coalesce, ring_mib=args.ring_mib, duration=args.duration)
 
 
 def _upload_target(args: argparse.Namespace) -> tuple[str | None, str | None, str | None]:

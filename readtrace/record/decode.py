@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from readtrace.fs.procmaps import mapped_files
+from readtrace.record.attach import OpenFile, Recovered
 from readtrace.record.ranks import rank_of
 from readtrace.record.records import KIND, STR_EVENT_DTYPE, event_view, str_view
 from readtrace.trace.schema import WAIT_IN
@@ -65,6 +66,23 @@ def _cstr(values: np.ndarray) -> list[str]:
     return [v.decode(errors="replace") for v in values]
 
 
+EVENT_COLUMNS = ["ts_ns", "pid", "tid", "comm", "op", "fd", "ofd", "path", "dev", "ino", "offset", "size", "ret",
+                 "latency_ns", "arg", "count"]
+
+
+@dataclass
+class AttachedState:
+    """What the decoder needs of an attach (record/attach.py): the recovered files and mappings, the
+    recorder's fds borrowed from them and its pid (whose records name their struct files)."""
+
+    recovered: Recovered
+    borrowed: dict[int, OpenFile]
+    resolver_pid: int
+    attach_ns: int  # monotonic ns before the probes were attached: the recovered rows' time
+    emitted: bool = False
+    resolved: int = 0  # recovered open files whose struct file the probes named
+
+
 @dataclass
 class FileInfo:
     path: str | None
@@ -86,6 +104,7 @@ class Decoder:
     ranks: dict[int, dict[str, int]] = field(default_factory=dict)  # pid -> RANK, LOCAL_RANK ... at exec
     _ofd_files: list[pd.DataFrame] = field(default_factory=list)  # (ofd, ts_ns, dev, ino) seen so far
     truncated_paths: int = 0  # paths longer than the probe's buffer, marked with CUT_MARK
+    attached: AttachedState | None = None  # record -p / --cgroup: what existed before the probes
 
     def __post_init__(self):
         self.tids.add(self.root_pid)
@@ -235,14 +254,71 @@ class Decoder:
         key = (kernel_dev(os.major(st.st_dev), os.minor(st.st_dev)), st.st_ino)
         self.files.setdefault(key, FileInfo(os.path.normpath(path), st.st_size))
 
+    # --- attach: processes and state from before the probes ----------------------------------------
+    def attach(self, threads: dict[int, tuple[int, str]], state: AttachedState) -> None:
+        """Processes already running: their threads (tid -> (pid, comm)) and what they held open."""
+        for tid, (_pid, comm) in threads.items():
+            self.tids.add(tid)
+            self._set_comm(tid, 0, comm)
+        self.attached = state
+
+    def add_threads(self, threads: dict[int, tuple[int, str]]) -> None:
+        for tid, (_pid, comm) in threads.items():
+            if tid not in self.tids:
+                self.tids.add(tid)
+                self._set_comm(tid, 0, comm)
+
+    def _recovery_rows(self, rec: np.ndarray) -> tuple[np.ndarray, pd.DataFrame]:
+        """Once, at the first batch: the recorder's own records (its lseeks on the borrowed fds, see
+        record/attach.py) give each recovered open file its struct file; they leave the batch, and the
+        recovered opens and mappings become rows at the attach time."""
+        state = self.attached
+        if state is None or state.emitted:
+            return rec, pd.DataFrame()
+        state.emitted = True
+        mine = (rec["pid"] == state.resolver_pid) & (rec["kind"] < KIND["FUSE_SEND"])
+        seeks = event_view(rec[mine & (rec["kind"] == KIND["LSEEK"])], "io")
+        ofds = {}
+        for ours, file, dev, ino in zip(seeks["fd"].tolist(), seeks["file"].tolist(), seeks["dev"].tolist(),
+                                        seeks["ino"].tolist(), strict=True):
+            f = state.borrowed.get(ours)
+            if f is not None and file and (dev, ino) == (f.dev, f.ino):
+                ofds[(f.pid, f.fd)] = file
+        state.resolved = len(ofds)
+        rows = []
+        for f in state.recovered.files:
+            ofd = ofds.get((f.pid, f.fd), 0)
+            rows.append((f.pid, "open", f.fd, ofd, f.path, f.dev, f.ino, -1, f.size, f.fd, f.flags))
+            self.files.setdefault((f.dev, f.ino), FileInfo(f.path, f.size))
+        for n, m in enumerate(state.recovered.mappings, start=1):  # no struct file known: ids 1..N
+            rows.append((m.pid, "mmap", -1, n, m.path, m.dev, m.ino, m.offset, m.end - m.start, m.start, m.start))
+            self.files.setdefault((m.dev, m.ino), FileInfo(m.path, _size(m.path)))
+        if not rows:
+            return rec[~mine], pd.DataFrame()
+        cols = ["pid", "op", "fd", "ofd", "path", "dev", "ino", "offset", "size", "ret", "arg"]
+        frame = pd.DataFrame(rows, columns=cols)
+        n = len(frame)
+        ofd = np.array([int(v) for v in frame["ofd"]], dtype=np.uint64)
+        ino = np.array([int(v) for v in frame["ino"]], dtype=np.uint64)
+        opened = (frame["op"] == "open").to_numpy() & (ofd != 0)
+        self._remember_ofds(ofd[opened], np.full(int(opened.sum()), state.attach_ns, np.int64),
+                            frame["dev"].to_numpy()[opened], ino[opened])
+        pid = frame["pid"].to_numpy(np.int32)
+        frame = frame.assign(ts_ns=np.full(n, state.attach_ns, np.int64), tid=pid,
+                             comm=[self.comm.get(int(p)) for p in pid], fd=frame["fd"].astype(np.int32),
+                             ofd=ofd.astype(np.int64), dev=frame["dev"].astype(np.int64), ino=ino,
+                             latency_ns=np.zeros(n, np.int64), count=np.ones(n, np.int64))
+        return rec[~mine], frame[EVENT_COLUMNS]
+
     # --- events ring: app, page-cache and FUSE records ---------------------------------------------
     def events(self, rec: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
+        rec, recovered = self._recovery_rows(rec)
         kinds = rec["kind"]
         is_exit, is_wait = kinds == KIND["EXIT"], kinds == KIND["BLOCK"]
         io = event_view(rec[(kinds < KIND["FAULT"]) & ~is_exit & ~is_wait], "io")
         pages = event_view(rec[(kinds >= KIND["FAULT"]) & (kinds < KIND["FUSE_SEND"])], "pages")
         fuse = rec[kinds >= KIND["FUSE_SEND"]]
-        app = [self._app(io), self._exits(event_view(rec[is_exit], "exit")),
+        app = [recovered, self._app(io), self._exits(event_view(rec[is_exit], "exit")),
                self._waits(event_view(rec[is_wait], "wait"))]
         app = pd.concat([f for f in app if len(f)], ignore_index=True) if any(len(f) for f in app) else pd.DataFrame()
         return app, self._pages(pages), self._fuse(fuse)

@@ -112,12 +112,7 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
     if output is not None:
         with output_rights(creds):
             check_trace_target(output, force)
-    mounts = read_mounts()
-    connections = fuse_connections(mounts) if fuse_view_available() else set()
-    try:
-        source = build_source(with_fuse=bool(connections), coalesce=coalesce, ring_bytes=ring_mib << 20)
-    except BTFError as e:
-        raise PrerequisiteError(f"kernel BTF: {e}") from e
+    mounts, connections, source = probe_source(coalesce, ring_mib)
     run_cwd = os.path.abspath(cwd or os.getcwd())
     with contextlib.ExitStack() as cleanup:  # the hook's directory and log outlive the command
         calls = cleanup.enter_context(pycalls.python_calls(env, creds)) if python_calls else None
@@ -137,7 +132,8 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
             with _StopSignals() as stop, _Priority() as priority:
                 start_wall, t0_ns = datetime.now(UTC), time.monotonic_ns()
                 child.release()
-                code = _run_until_exit(child, session, stop, priority)
+                drain_until(session, stop, priority, lambda: child.poll() is not None)
+                code = child.poll() if child.poll() is not None else child.stop()
                 end_ns = time.monotonic_ns()
                 survivors = session.survivors(child.pid)
                 lost = session.stop()
@@ -147,32 +143,15 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
                     calls_meta = pycalls.write_calls(calls, writer)
             meta = {
                 "command": list(cmd), "exit_code": code, "interrupted": stop.received is not None,
-                "start_time": start_wall.isoformat(), "end_time": datetime.now(UTC).isoformat(),
-                "t0_ns": t0_ns, "end_ns": end_ns, "wall_s": (end_ns - t0_ns) / 1e9,
-                "hostname": socket.gethostname(), "kernel": platform.release(), "backend": BACKEND,
-                "missing_views": [] if connections else ["fuse"],
-                "pid": child.pid, "cwd": run_cwd, "lost_events": sum(lost.values()), "lost_detail": lost,
-                "records": session.records, "calls": session.calls, "coalesce": coalesce,
-                "max_drain_gap_s": round(session.max_drain_gap_s, 4), "ring_mib": ring_mib,
-                "live_decoded_records": session.live_decoded, "bpf_program_misses": session.misses,
-                "strs_ring_mib": strs_ring_bytes(ring_mib << 20) >> 20,
-                "fuse_connections": sorted(connections), "page_size": os.sysconf("SC_PAGE_SIZE"),
-                **partial_fields(session.problems, session.dropped),
-                "ranks": {str(pid): rank for pid, rank in sorted(session.decoder.ranks.items())},
-                "sched": session.sched,
-                "survivors": survivors, "truncated_paths": session.decoder.truncated_paths,
-                **calls_meta,
+                **recording_meta(session, lost, start_wall, t0_ns, end_ns, connections=connections,
+                                 coalesce=coalesce, ring_mib=ring_mib),
+                "pid": child.pid, "cwd": run_cwd, "survivors": survivors, **calls_meta,
             }
             with output_rights(creds):
                 writer.close(meta)
         except BaseException as e:
             _outlive_our_failure(child, e)
-            if writer is None or writer.closed:
-                raise
-            if isinstance(e, OSError):  # e.g. no space even for meta.json: keep what was written
-                raise ReadtraceError(f"could not finish the trace ({e.strerror}); what was written is in "
-                                     f"{writer.dir}") from None
-            writer.abort()
+            unfinished(writer, e)
             raise
         finally:
             if bpf is not None:
@@ -184,6 +163,17 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
             with contextlib.suppress(OSError):  # stderr gone (SIGHUP, closed): the trace is written anyway
                 _print_summary(result, meta)
         return result
+
+
+def unfinished(writer: TraceWriter | None, error: BaseException) -> None:
+    """The recording failed with ``error`` (the caller re-raises it): an OSError (e.g. no space even for
+    meta.json) keeps what was written and says where, anything else removes the unfinished trace."""
+    if writer is None or writer.closed:
+        return
+    if isinstance(error, OSError):
+        raise ReadtraceError(f"could not finish the trace ({error.strerror}); what was written is in "
+                             f"{writer.dir}") from None
+    writer.abort()
 
 
 def partial_fields(problems: list[str], dropped: int) -> dict:
@@ -214,18 +204,49 @@ def _alive(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}/mountinfo")
 
 
-def _run_until_exit(child: HeldChild, session: Session, stop: _StopSignals, priority: _Priority) -> int:
+def probe_source(coalesce: bool, ring_mib: int) -> tuple[list, set[int], str]:
+    """The mounts now, the FUSE connections to watch and the probes' C text for them."""
+    mounts = read_mounts()
+    connections = fuse_connections(mounts) if fuse_view_available() else set()
+    try:
+        source = build_source(with_fuse=bool(connections), coalesce=coalesce, ring_bytes=ring_mib << 20)
+    except BTFError as e:
+        raise PrerequisiteError(f"kernel BTF: {e}") from e
+    return mounts, connections, source
+
+
+def recording_meta(session: Session, lost: dict, start_wall: datetime, t0_ns: int, end_ns: int, *,
+                   connections: set[int], coalesce: bool, ring_mib: int) -> dict:
+    """The meta keys every eBPF recording writes (a launched command or an attach)."""
+    return {
+        "start_time": start_wall.isoformat(), "end_time": datetime.now(UTC).isoformat(),
+        "t0_ns": t0_ns, "end_ns": end_ns, "wall_s": (end_ns - t0_ns) / 1e9,
+        "hostname": socket.gethostname(), "kernel": platform.release(), "backend": BACKEND,
+        "missing_views": [] if connections else ["fuse"],
+        "lost_events": sum(lost.values()), "lost_detail": lost,
+        "records": session.records, "calls": session.calls, "coalesce": coalesce,
+        "max_drain_gap_s": round(session.max_drain_gap_s, 4), "ring_mib": ring_mib,
+        "live_decoded_records": session.live_decoded, "bpf_program_misses": session.misses,
+        "strs_ring_mib": strs_ring_bytes(ring_mib << 20) >> 20,
+        "fuse_connections": sorted(connections), "page_size": os.sysconf("SC_PAGE_SIZE"),
+        **partial_fields(session.problems, session.dropped),
+        "ranks": {str(pid): rank for pid, rank in sorted(session.decoder.ranks.items())},
+        "sched": session.sched, "truncated_paths": session.decoder.truncated_paths,
+    }
+
+
+def drain_until(session: Session, stop: _StopSignals, priority: _Priority, finished) -> None:
+    """Drain the rings on a timer until ``finished()`` is true (checked before each drain, so the
+    last drain follows it) or a stop signal arrived."""
     last = time.monotonic()
     while True:
-        code = child.poll()
+        over = finished()
         taken = session.drain()
         now = time.monotonic()
         session.max_drain_gap_s = max(session.max_drain_gap_s, now - last)  # in meta: why events got lost
         last = now
-        if code is not None:
-            return code
-        if stop.received is not None:
-            return child.stop()
+        if over or stop.received is not None:
+            return
         if taken < BUSY_DRAIN_RECORDS:
             if session.live_decode_due():
                 with priority.normal():  # decoding is work the command would otherwise wait on: no precedence
@@ -261,9 +282,15 @@ class _Priority:
 
 def _print_summary(result: RecordResult, meta: dict) -> None:
     err = sys.stderr
+    attached = meta.get("attached")
+    how = f"exit code {meta['exit_code']}" if not attached else \
+        f"{len(attached['processes'])} process(es) attached, stopped by {attached['stopped_by']}"
     print(f"readtrace: {result.events:,} records ({meta['calls']:,} calls) in {result.wall_s:.2f} s, "
-          f"exit code {meta['exit_code']}, lost events: {result.lost_events:,} -> {result.trace_path}",
-          file=err)
+          f"{how}, lost events: {result.lost_events:,} -> {result.trace_path}", file=err)
+    if attached:
+        got = attached["recovered"]
+        print(f"readtrace: recovered at attach: {got['open_files']} open file(s) ({got['open_files_identified']} "
+              f"with their open file description), {got['mappings']} mapping(s); {attached['not_known']}", file=err)
     if result.lost_events:
         print(f"readtrace: WARNING: {result.lost_events:,} events lost (ring buffer full): "
               f"the trace is incomplete; record again with a larger --ring-mib (this run: {meta.get('ring_mib')})",
@@ -272,7 +299,7 @@ def _print_summary(result: RecordResult, meta: dict) -> None:
     for reason in meta.get("partial_reasons", []):
         print(f"readtrace: WARNING: partial trace: {reason}"
               + (f" ({dropped:,} records dropped)" if dropped else ""), file=err)
-    if meta.get("survivors"):
+    if meta.get("survivors") and not attached:
         print(f"readtrace: WARNING: {len(meta['survivors'])} process(es) of the traced tree still run "
               f"(pid {', '.join(map(str, meta['survivors'][:5]))}): the trace stops before they do", file=err)
     print(f"next: readtrace report {result.trace_path}", file=err)

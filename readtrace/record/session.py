@@ -82,6 +82,23 @@ class Session:
         tgids[tgids.Key(pid)] = tgids.Leaf(1)
         tids[tids.Key(pid)] = tids.Leaf(pid)
 
+    def trace_process(self, pid: int, tids) -> None:
+        """Add a running process and its threads to the traced set (record -p: attach)."""
+        tgids, table = self.bpf[b"tgids"], self.bpf[b"tids"]
+        tgids[tgids.Key(pid)] = tgids.Leaf(1)
+        for tid in tids:
+            table[table.Key(tid)] = table.Leaf(pid)
+
+    def trace_self(self, on: bool) -> None:
+        """Trace the recorder's own process for a moment (attach: its lseeks name the borrowed files)."""
+        tgids = self.bpf[b"tgids"]
+        tgids[tgids.Key(os.getpid())] = tgids.Leaf(int(on))
+
+    def traced_alive(self, pids) -> list[int]:
+        """Of ``pids``, those still in the traced set (the exit probe takes a process out at its end)."""
+        tgids = self.bpf[b"tgids"]
+        return [p for p in pids if p < len(tgids) and tgids[tgids.Key(p)].value]
+
     def watch_fuse(self, connections: set[int], daemons: set[int]) -> None:
         for name, ids in (("fuse_conns", connections), ("daemons", daemons)):
             table = self.bpf[name.encode()]

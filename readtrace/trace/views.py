@@ -66,4 +66,10 @@ def limitations(meta: dict) -> list[str]:
     if hidden:
         lines.append(f"page-cache residency of {hidden} file(s) not measurable: the kernel shows it only to the "
                      "file's owner or writer (mincore/cachestat), so nothing is inferred for them")
+    attached = meta.get("attached")
+    if isinstance(attached, dict) and attached.get("not_known"):  # record -p: started mid-way
+        got = attached.get("recovered") or {}
+        lines.append(f"attached to running processes at {attached.get('start_time')}: {attached['not_known']} "
+                     f"(recovered from /proc: {got.get('open_files', 0)} open file(s), "
+                     f"{got.get('mappings', 0)} mapping(s))")
     return lines

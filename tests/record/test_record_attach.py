@@ -1,0 +1,168 @@
+"""`readtrace record -p PID`: attach to a process already under way, recover its open files from /proc."""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import lab_mount, require
+from workloads import ebpf_ready, make_data_file, workload_cmd
+
+from readtrace.analyze import analyze
+from readtrace.trace import load_trace
+
+pytestmark = pytest.mark.ebpf
+READTRACE = [sys.executable, "-m", "readtrace"]
+MIB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def _ebpf():
+    ok, why = ebpf_ready()
+    require(ok, why)
+
+
+def _wait_for(path, proc, what, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, f"{what} exited early"
+        assert time.monotonic() < deadline, f"{what} never came"
+        time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def _running(cmd, **kw):
+    """A process that is killed at the end if it still runs (also on a failed assertion)."""
+    proc = subprocess.Popen(cmd, **kw)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def _attached(pid, out, *more):
+    """The recorder attached to ``pid``, yielded once it says it records."""
+    with _running(READTRACE + ["record", "-p", str(pid), "-o", str(out), *more], stderr=subprocess.PIPE,
+                  text=True) as rec:
+        line = rec.stderr.readline()
+        assert "attached to" in line, line + rec.stderr.read()
+        yield rec
+
+
+def _sleeper():
+    return _running([sys.executable, "-c", "import time; time.sleep(120)"])
+
+
+def test_attach_mid_load_names_the_shared_fd_opened_before(tmp_path):
+    """A 4-thread load through one fd opened before the attach: the reads after it carry the fd's open file
+    description and file, the recovered open says so, and the report flags the shared-fd interleave."""
+    with lab_mount(tmp_path, lambda src: make_data_file(src / "model.bin", 16 * MIB), latency_ms=5) as (mnt, _):
+        ready, go, truth, out = tmp_path / "ready", tmp_path / "go", tmp_path / "truth.json", tmp_path / "a.rtrace"
+        with _running(workload_cmd("attach_threads", mnt / "model.bin", ready, go, truth)) as load:
+            _wait_for(ready, load, "the load")
+            with _attached(load.pid, out) as rec:
+                go.touch()
+                assert load.wait(timeout=120) == 0
+                _, err = rec.communicate(timeout=60)
+        assert rec.returncode == 0, err
+        assert "stopped by exit" in err and "recovered at attach" in err
+        t = json.loads(truth.read_text())
+        trace = load_trace(out)
+        meta = trace.meta["attached"]
+        assert meta["pids"] == [load.pid] and meta["stopped_by"] == "exit"
+        (shared,) = [f for f in meta["recovered"]["files"] if f["fd"] == t["fd"]]
+        assert shared["path"] == str(mnt / "model.bin") and shared["pos"] == 0
+        ev = trace.events
+        (opened,) = ev[(ev["op"] == "open") & (ev["fd"] == t["fd"])].itertuples()
+        assert opened.path == str(mnt / "model.bin") and opened.ofd != 0 and opened.pid == load.pid
+        reads = trace.calls()
+        reads = reads[reads["path"] == str(mnt / "model.bin")]
+        assert set(reads["tid"]) == set(t["tids"])
+        assert set(reads["ofd"]) == {opened.ofd}  # one open file description, the one opened before
+        for i, tid in enumerate(t["tids"]):  # each thread's first chunk came before the attach: not there
+            mine = reads[reads["tid"] == tid]
+            assert mine["offset"].min() == i * t["part"] + t["chunk"]
+            assert int(mine["ret"].sum()) == t["part"] - t["chunk"]
+        a = analyze(trace)
+        f = next(f for f in a.findings if f.code == "SHARED_FD_INTERLEAVE")
+        assert f.file == str(mnt / "model.bin") and f.tasks == 4
+        assert any("not in the trace" in line for line in a.summary["not_seen"])
+
+
+def test_duration_stops_the_recording_and_the_process_keeps_running(tmp_path):
+    out = tmp_path / "d.rtrace"
+    with _sleeper() as sleeper:
+        t0 = time.monotonic()
+        p = subprocess.run(READTRACE + ["record", "-p", str(sleeper.pid), "--duration", "1", "-o", str(out)],
+                           capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - t0
+        assert p.returncode == 0, p.stderr
+        assert sleeper.poll() is None  # attached processes are never stopped
+    assert "stopped by duration" in p.stderr and took < 30
+    meta = load_trace(out).meta
+    assert meta["attached"]["stopped_by"] == "duration" and 0.9 < meta["wall_s"] < 10
+    assert meta["survivors"] == [sleeper.pid]
+
+
+def test_sigint_stops_and_writes_the_trace(tmp_path):
+    out = tmp_path / "i.rtrace"
+    with _sleeper() as sleeper, _attached(sleeper.pid, out) as rec:
+        rec.send_signal(signal.SIGINT)
+        _, err = rec.communicate(timeout=60)
+        assert rec.returncode == 130, err
+        assert sleeper.poll() is None
+    meta = load_trace(out).meta
+    assert meta["interrupted"] is True and meta["attached"]["stopped_by"] == "signal"
+
+
+def test_children_started_after_the_attach_are_recorded(tmp_path):
+    data = make_data_file(tmp_path / "data.bin", 64 * 1024)
+    go = tmp_path / "go"
+    script = ("import os, pathlib, time\n"
+              f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.01)\n"
+              f"if os.fork() == 0:\n    open({str(data)!r}, 'rb').read(); os._exit(0)\n"
+              "os.wait()\n")
+    out = tmp_path / "c.rtrace"
+    with _running([sys.executable, "-c", script]) as parent, _attached(parent.pid, out) as rec:
+        go.touch()
+        assert parent.wait(timeout=60) == 0
+        _, err = rec.communicate(timeout=60)
+    assert rec.returncode == 0, err
+    trace = load_trace(out)
+    reads = trace.calls()
+    reads = reads[reads["path"] == str(data)]
+    assert len(reads) and set(reads["pid"]) - {parent.pid}  # read by the forked child
+    assert int(reads["ret"].sum()) == 64 * 1024
+
+
+@pytest.mark.parametrize("pids,line", [("999999999", "no process with pid 999999999"),
+                                       ("12x", "'12x' is not a process id (--pid PID[,PID...])")])
+def test_bad_pid_is_one_line_and_exit_5(tmp_path, pids, line):
+    p = subprocess.run(READTRACE + ["record", "-p", pids], capture_output=True, text=True, timeout=60,
+                       cwd=tmp_path)
+    assert p.returncode == 5
+    assert p.stderr.strip().splitlines() == [f"readtrace: {line}"]
+    assert not list(tmp_path.iterdir())
+
+
+def test_pid_with_a_command_or_duration_without_pid_is_usage(tmp_path):
+    p = subprocess.run(READTRACE + ["record", "-p", str(os.getpid()), "--", "true"], capture_output=True,
+                       text=True, timeout=60, cwd=tmp_path)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
+    p = subprocess.run(READTRACE + ["record", "--duration", "1", "--", "true"], capture_output=True,
+                       text=True, timeout=60, cwd=tmp_path)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_attach_needs_root(unprivileged_user):
+    p = unprivileged_user.run([unprivileged_user.python, "-m", "readtrace", "record", "-p", "1"], timeout=60)
+    assert p.returncode == 3
+    assert p.stderr.strip().splitlines() == ["readtrace: attaching to running processes needs root "
+                                             "(sudo readtrace record -p PID)"]
