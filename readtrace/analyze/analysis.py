@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze import attribution, fronts, interleave, pagecache, ranks, timesplit, whatif
+from readtrace.analyze import attribution, cost, fronts, interleave, pagecache, ranks, timesplit, whatif
 from readtrace.analyze.accesses import SOURCE_READ, Accesses, fault_accesses, fuse_accesses, read_accesses
 from readtrace.analyze.fileindex import FileIndex
 from readtrace.analyze.finding import Finding
@@ -208,6 +208,14 @@ def _files_table(files: pd.DataFrame, streams: pd.DataFrame, page_stats: pd.Data
     used = (out["bytes_read"] > 0) | (out["fuse_read_bytes"] > 0) | (out["cache_miss_bytes"].fillna(0) > 0)
     out = out[used].copy()
     out["role"] = file_roles(out["path"])
+    own = out["role"] == "own"  # readtrace's own files (its calls log, hook dir, state): never reported
+    out = out[~own].copy()
+    # rows the report's tables leave out (--json keeps them, with this reason)
+    named = out["path"].fillna("").str.startswith("/")
+    out["hidden"] = np.where(~named, "no path: the trace could not name this file",
+                             np.where(out["bytes_read"] <= 0, "no bytes read by the program (page-cache or FUSE "
+                                      "activity only)", None))
+    out.attrs["own_files"] = int(own.sum())
     # data files before code and libraries; remote files (FUSE, network) first: that is where a read
     # pattern costs; then the most read
     return out.assign(_data=out["role"] == "data").sort_values(
@@ -241,6 +249,7 @@ def _summary(trace: Trace, files: pd.DataFrame, streams: pd.DataFrame, app: Acce
         "reads": int((app.source == SOURCE_READ).sum()),
         "page_faults": int(files["page_faults"].sum()),
         "files": len(files),
+        "readtrace_files_dropped": int(files.attrs.get("own_files", 0)),  # its own logs and state, not the load's
         "tasks": len(pd.unique(app.tid)),  # hashing: no sort of every access
         "processes": len(pd.unique(app.pid)),
         "cache_miss_bytes": int(files["cache_miss_bytes"].sum()) if page_view else None,
@@ -288,7 +297,7 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     done = completeness(trace.meta, per_row)
     summary = _summary(trace, file_table, streams, app, fuse, pages, done)
     summary["reads_from"] = attribution.reads_from(trace.python_calls, app, pages, file_table, trace.meta)
-    split, tasks, file_wait = timesplit.time_split(trace.others, waits, files, {**trace.meta, **summary})
+    split, tasks, file_wait, file_share = timesplit.time_split(trace.others, waits, files, {**trace.meta, **summary})
     summary.update(split)
     a = Analysis(files=file_table, streams=streams, findings=[], summary=summary, meta=trace.meta,
                  thresholds=th, app=app, fuse=fuse, handles=handles, pages=pages, stream_tasks=stream_tasks,
@@ -303,11 +312,10 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
         if job_ranks else 0
     a.rank_spans = ranks.byte_spans(touches, job_ranks, data_files)
     a.findings = find_all(a)
-    by_path = pd.Series(file_wait.to_numpy(), index=files["path"].reindex(file_wait.index).to_numpy())
+    paths = files["path"]
+    cost.assign(a, *(pd.Series(s.to_numpy(), index=paths.reindex(s.index).to_numpy()) for s in (file_wait, file_share)))
     file_levers = (summary["reads_from"] or {}).get("file_levers", {})
     for f in a.findings:
-        if f.file in by_path.index:
-            f.wait_s = float(by_path[f.file])
         f.library_levers = file_levers.get(f.file, []) if f.severity != "info" else []
     _predict_fixed_here(a)
     return a

@@ -26,6 +26,17 @@ class Finding:
     fs_levers: str = ""  # the file system's own knobs (from the knowledge table)
     fs_known: bool = True  # False: the table does not know this file system; the judgement is generic
     wait_s: float | None = None  # time the load waited on this file (reads, faults, FUSE replies)
+    # What it cost (analyze/cost.py): the file's share of the load's wait less ``floor_s`` (one sequential
+    # read of the same bytes on that mount, ``floor_model`` names the model; None: no model knows it),
+    # charged to the finding that causes it (``role`` "cause"); the others on that file say how it shows
+    # (``role`` "mechanism" or "precondition", ``cause`` its code, ``cost_s`` 0). The costs of all
+    # findings add up to at most the wall. None: not known (no wall or no waits in the trace).
+    cost_s: float | None = None
+    cost_fraction: float | None = None  # of the wall
+    floor_s: float | None = None
+    floor_model: str = ""
+    role: str = "cause"
+    cause: str = ""
     predicted_s: float | None = None  # what-if model: this load on this mount, as recorded
     predicted_fixed_s: float | None = None  # ... and with the fix applied
     evidence: list[dict] = field(default_factory=list)  # structured rows (their keys: per code)

@@ -17,8 +17,17 @@ CODE_PATTERN = (
 )
 
 
+# readtrace's own files in a recording: its Python calls log (record/pycalls.py), the shim's hook
+# directory (inject/inject.py), fix's work directory, its state files (runstate.state_dir). Not the
+# demo's directory: it holds the checkpoint the load reads.
+OWN_PATTERN = (r"/readtrace-calls-[^/]*\.jsonl$|/readtrace-(?:shim|fix)-[^/]*/"
+               r"|^/run/readtrace/|^/tmp/readtrace-\d+/|/readtrace/[a-z]+-\d+-[0-9a-f]{6}\.json$")
+
+
 def file_roles(paths: pd.Series) -> np.ndarray:
-    """``"code"`` or ``"data"`` per path (unknown paths are data: never hide what we cannot name)."""
+    """``"code"``, ``"data"`` or ``"own"`` (readtrace's own files: never in a report) per path (unknown
+    paths are data: never hide what we cannot name)."""
     text = paths.astype(object).where(paths.notna(), "").astype(str)
     is_code = text.str.contains(CODE_PATTERN, regex=True).to_numpy(dtype=bool)
-    return np.where(is_code, "code", "data")
+    is_own = text.str.contains(OWN_PATTERN, regex=True).to_numpy(dtype=bool)
+    return np.where(is_own, "own", np.where(is_code, "code", "data"))

@@ -81,14 +81,16 @@ def misses_from_reads(reads: pd.DataFrame, dev: int = FUSE_DEV, ino: int = NODE)
 
 def load_case(kind: str = "shared", *, workers: int = 4, chunks: int = 64, chunk: int = 256 * KiB,
               fstype: str = "fuse.gcsfuse", with_fuse: bool = True, cold: bool = False,
-              path: str = "/mnt/model/model.safetensors") -> dict:
+              path: str = "/mnt/model/model.safetensors", read_ms: float | None = None) -> dict:
     """Frames for ``make_trace``/``write_trace``: ``shared`` (the seed case: forked workers interleaved on
     one inherited fd), ``own`` (one fd per worker) or ``sequential`` (one reader, whole file).
-    ``cold``: add the page-cache misses of a cold cache."""
+    ``cold``: add the page-cache misses of a cold cache. ``read_ms``: each read waits that long, one
+    after another (the default, 50 us every 10 us, costs the load milliseconds)."""
+    timing = {} if read_ms is None else {"step_ns": int(read_ms * 1e6), "latency_ns": int(read_ms * 1e6)}
     if kind == "sequential":
-        reads = worker_reads(1, workers * chunks, chunk, True, op="read")
+        reads = worker_reads(1, workers * chunks, chunk, True, op="read", **timing)
     else:
-        reads = worker_reads(workers, chunks, chunk, kind == "shared")
+        reads = worker_reads(workers, chunks, chunk, kind == "shared", **timing)
     size = workers * chunks * chunk
     events = pd.concat([opens(reads, path), reads], ignore_index=True)
     frames = {"events": events, "files": files_frame(path, size, fstype),

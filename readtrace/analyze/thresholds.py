@@ -19,9 +19,12 @@ _MINIMUMS = ("reorder_window", "gcsfuse_min_seeks_for_random", "interleave_max_g
              "small_request_min_file_bytes", "mmap_fault_min_count", "cold_cache_min_bytes", "reread_min_bytes",
              "fuse_readahead_min_requests")
 _FRACTIONS = ("interleave_task_in_order_min", "interleave_merged_in_order_max", "interleave_min_score",
-              "random_handle_fraction", "small_request_fraction", "cold_cache_miss_fraction", "reread_min_fraction")
+              "random_handle_fraction", "small_request_fraction", "cold_cache_miss_fraction", "reread_min_fraction",
+              "high_min_wall_fraction", "warn_min_wall_fraction", "prediction_caveat_fraction")
+_SECONDS = ("high_min_s", "warn_min_s")
 RANGES: dict[str, Range] = {**dict.fromkeys(_POSITIVE_BYTES, POSITIVE_INT), **dict.fromkeys(_MINIMUMS, NON_NEGATIVE_INT),
-                            **dict.fromkeys(_FRACTIONS, NON_NEGATIVE), "interleave_min_tasks": Range(int, 2)}
+                            **dict.fromkeys(_FRACTIONS, NON_NEGATIVE), **dict.fromkeys(_SECONDS, NON_NEGATIVE),
+                            "interleave_min_tasks": Range(int, 2)}
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,17 @@ class Thresholds:
     fuse_readahead_small: int = 128 * 1024
     fuse_readahead_min_requests: int = 16
     fuse_readahead_recommended_kb: int = 1024
+    # Severity follows the seconds a finding costs (analyze/cost.py; printed in docs/report.md): HIGH
+    # only when its cost (the wall seconds the load waited on its file, less what one sequential read of
+    # the same bytes costs on that mount) is >= both of these; INFO when it is under either of the warn
+    # ones (the load is at its floor, or the cost is tiny), whatever the counters say; WARN between.
+    high_min_s: float = 1.0
+    high_min_wall_fraction: float = 0.2
+    warn_min_s: float = 0.25
+    warn_min_wall_fraction: float = 0.05
+    # the what-if model's prediction of the recording itself, off the measured wall by more than this:
+    # the HTML report's chart says its predictions are rough
+    prediction_caveat_fraction: float = 0.25
 
     def __post_init__(self):
         for f in fields(self):

@@ -22,7 +22,7 @@ import pandas as pd
 
 from readtrace.analyze.accesses import SOURCE_READ, Accesses
 from readtrace.analyze.fileindex import FileIndex
-from readtrace.analyze.grouping import one_value, take, union_length
+from readtrace.analyze.grouping import first_in_group, one_value, running_max_in_group, take, union_length
 from readtrace.analyze.roles import file_roles
 from readtrace.trace.schema import READ_OPS, WAIT_IN
 
@@ -100,6 +100,32 @@ def union_ns(start: np.ndarray, end: np.ndarray) -> int:
     return Unions(start, end).total()
 
 
+def shared_by_file(start: np.ndarray, end: np.ndarray, file: np.ndarray) -> pd.Series:
+    """Per file id: its share of the load's wait, each instant of waiting split equally among the files
+    waited on at that instant. The shares add up to the union of the waits (never above the wall),
+    where the files' own unions overlap whenever tasks wait on several files at once."""
+    codes, uniq = pd.factorize(file)
+    if len(uniq) <= 1:
+        return pd.Series(np.array([union_ns(start, end)] * len(uniq), dtype=np.float64) / NS, index=uniq)
+    order = np.lexsort((start, codes))
+    c, s, e = codes[order], start[order], end[order]
+    # each wait's stretch not covered by an earlier wait on the same file: disjoint segments per file
+    reach = running_max_in_group(c, e)
+    lo = np.maximum(s, np.r_[s[:1], reach[:-1]])
+    np.copyto(lo, s, where=first_in_group(c))
+    keep = e > lo
+    c, lo, hi = c[keep], lo[keep], e[keep]
+    bounds = np.concatenate([lo, hi])
+    by_time = np.argsort(bounds, kind="stable")
+    active = np.cumsum(np.r_[np.ones(len(lo)), -np.ones(len(hi))][by_time])  # files waited on after each bound
+    step = np.diff(bounds[by_time]).astype(np.float64)
+    weight = np.r_[0.0, np.cumsum(np.where(active[:-1] > 0, step / np.maximum(active[:-1], 1), 0.0))]
+    at = np.empty(len(bounds), dtype=np.int64)
+    at[by_time] = np.arange(len(bounds))
+    share = weight[at[len(lo):]] - weight[at[:len(lo)]]
+    return pd.Series(np.bincount(c, weights=share, minlength=len(uniq)) / NS, index=uniq)
+
+
 def sched_waits(events: pd.DataFrame, index: FileIndex) -> Waits | None:
     """The recorder's wait rows on files it can name, or None when the trace has none."""
     w = events[events["op"] == "wait"]
@@ -171,9 +197,10 @@ def _task_spans(events: pd.DataFrame, waits: Waits, sched: list[dict] | None) ->
     return spans
 
 
-def time_split(events: pd.DataFrame, waits: Waits, files: pd.DataFrame, meta: dict) -> tuple[dict, pd.DataFrame,
-                                                                                            pd.Series]:
-    """(summary fields, one row per task, wait seconds per file id (union over the tasks))."""
+def time_split(events: pd.DataFrame, waits: Waits, files: pd.DataFrame, meta: dict
+               ) -> tuple[dict, pd.DataFrame, pd.Series, pd.Series]:
+    """(summary fields, one row per task, wait seconds per file id (union over the tasks), each file's
+    share of the load's wait (``shared_by_file``: the shares add up to ``io_wait_s``))."""
     ids = one_value(np.maximum(waits.file, 0))  # file ids index the files table (0..n-1)
     by_id = files.reindex(np.arange(int(ids.max(initial=-1)) + 1))
     named = take(by_id["path"].fillna("").str.startswith("/").to_numpy(), ids)
@@ -239,4 +266,5 @@ def time_split(events: pd.DataFrame, waits: Waits, files: pd.DataFrame, meta: di
         "wait_file_faults": top_fault,
         "wait_tasks": top_tasks,
     }
-    return summary, tasks.reset_index(drop=True), per_file
+    share = per_file if len(per_file) <= 1 else shared_by_file(waits.start, waits.end, waits.file)
+    return summary, tasks.reset_index(drop=True), per_file, share

@@ -203,6 +203,17 @@ def _predict_fixed(file_bytes: list[int], p: Profile, streams: int = 1) -> tuple
     return total, requests, int(sum(file_bytes))
 
 
+def sequential_read_s(nbytes: int, p: Profile) -> float:
+    """What one reader taking ``nbytes`` of a file in order (1 MiB requests) costs on ``p``: the
+    floor a read pattern is measured against (analyze/cost.py)."""
+    return _predict_fixed([int(nbytes)], p, 1)[0]
+
+
+def needed_bytes(row) -> int:
+    """What the load needed of one file (a files-table row): see ``_needed_bytes``."""
+    return max(_needed_bytes(pd.DataFrame([row])) or [0])
+
+
 STARTUP_FILE_BYTES = 1 * MiB  # smaller data files (locale, ssl config) are read by the start-up itself
 
 

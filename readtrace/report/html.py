@@ -14,17 +14,21 @@ from readtrace.analyze import Analysis
 from readtrace.escape import printable
 from readtrace.report import plots
 from readtrace.report.prose import render
-from readtrace.report.terminal import TerminalReport, relevant_streams
+from readtrace.report.terminal import TerminalReport, relevant_streams, replay_applies, table_files
 from readtrace.report.units import fmt_bytes, fmt_pct, fmt_top
 
 CSS = """
-body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1300px;color:#222}
+body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1300px;padding:0 12px;color:#222;
+overflow-wrap:anywhere}
 h1{font-size:22px} h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:28px}
-table{border-collapse:collapse;font-size:12px;margin:8px 0} td,th{border:1px solid #ddd;padding:3px 6px}
+table{border-collapse:collapse;font-size:12px;margin:8px 0;max-width:100%}
+td,th{border:1px solid #ddd;padding:3px 6px;overflow-wrap:anywhere}
 th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums}
 .finding{border-left:5px solid #999;padding:6px 10px;margin:10px 0;background:#fafafa}
 .high{border-color:#c62828} .warn{border-color:#f9a825} .info{border-color:#1e88e5}
-.sev{font-weight:bold;margin-right:6px} .ev{font-family:monospace;font-size:11px;color:#555;white-space:pre}
+.sev{font-weight:bold;margin-right:6px} .ev{font-family:monospace;font-size:11px;color:#555;white-space:pre-wrap}
+pre{white-space:pre-wrap} .shows{margin:2px 0 10px 22px;color:#555;font-size:13px}
+.caveat{background:#fff8e1;border-left:5px solid #f9a825;padding:6px 10px}
 .partial{background:#c62828;color:#fff;padding:8px 12px;font-weight:bold}
 .rec{margin-top:4px} .missing{color:#777;font-style:italic} img{max-width:100%}
 code{background:#f0f0f0;padding:1px 4px}
@@ -85,6 +89,12 @@ def _esc(x) -> str:
     return _html.escape(printable(x))
 
 
+def _lines(lines: list[str]) -> str:
+    """Lines escaped one by one and joined by real line breaks (``printable`` would show a joined
+    text's breaks as a literal backslash-n)."""
+    return "\n".join(_esc(line) for line in lines)
+
+
 def _table(rows: list[list], header: list[str], numeric: set[int]) -> str:
     head = "".join(f"<th>{_esc(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td class='num'>{_esc(c)}</td>" if i in numeric else f"<td>{_esc(c)}</td>"
@@ -93,7 +103,7 @@ def _table(rows: list[list], header: list[str], numeric: set[int]) -> str:
 
 
 def _files_html(a: Analysis, limit: int = 20) -> str:
-    data, code = a.files[a.files["role"] == "data"], a.files[a.files["role"] == "code"]
+    data, code = table_files(a)
     rows = [[f["path"], f["fstype"], fmt_bytes(f["bytes_read"]), fmt_pct(f["consecutive_fraction"]),
              fmt_pct(f["sequential_fraction"]), fmt_pct(f["seek_fraction"]), fmt_pct(f["cache_miss_fraction"]),
              int(f["fuse_read_requests"]), int(f["page_faults"]),
@@ -116,7 +126,8 @@ def _streams_html(a: Analysis, limit: int = 40) -> str:
         rows.append([r["kind"], r["stream"], r["path"], int(r["tasks"]), fmt_bytes(r["bytes"]),
                      fmt_pct(r["consecutive_fraction"]), fmt_pct(r["seek_fraction"]),
                      fmt_pct(r["task_consecutive_fraction"]), score,
-                     "" if pd.isna(r["gcsfuse_requests"]) else int(r["gcsfuse_requests"])])
+                     "" if pd.isna(r["gcsfuse_requests"]) or not replay_applies(r["fstype"])
+                     else int(r["gcsfuse_requests"])])
     more = (f"<p class='missing'>{len(a.streams) - len(s)} more streams (other files, processes, whole files) "
             "in --json</p>" if len(a.streams) > len(s) else "")
     return _table(rows, ["kind", "stream", "file", "tasks", "bytes", "consecutive", "after seek",
@@ -130,7 +141,10 @@ def _findings_html(a: Analysis) -> str:
     parts = []
     for f in a.findings:
         p = render(f)
-        ev = _esc("\n".join(p.evidence))
+        if f.cause:  # how the cause above shows: one line under it
+            parts.append(f"<div class='shows'>+ <b>{_esc(f.code)}</b> {_esc(p.message)}</div>")
+            continue
+        ev = _lines(p.evidence)
         basis = f"<div class='basis'>seen in: {_esc(f.basis)}</div>" if f.basis and not f.inferred else ""
         parts.append(f"<div class='finding {f.severity}'><span class='sev'>{f.severity.upper()}</span>"
                      f"<b>{_esc(f.code)}</b> {_esc(p.message)}<div class='ev'>{ev}</div>{basis}"
@@ -138,19 +152,25 @@ def _findings_html(a: Analysis) -> str:
     return "".join(parts)
 
 
+def _caveat(a: Analysis, own: list) -> str:
+    why = plots.prediction_caveat(a, own)
+    return f"<p class='caveat'>{_esc(why)}</p>" if why else ""
+
+
 def _partial_html(a: Analysis) -> str:
     return "" if a.completeness.complete else f"<div class='partial'>{_esc(a.completeness.headline())}</div>"
 
 
 def render_html(a: Analysis, predictions: list | None = None) -> str:
-    header = TerminalReport(a).header().plain
+    own = plots.own_mount_predictions(a)
+    header = _lines(TerminalReport(a).header().plain.split("\n"))
     next_cmd = TerminalReport(a).next_command().plain
     figs = [f"<h2>{_esc(f.title)}</h2>" + (f"<img alt='{_esc(f.title)}' src='data:image/png;base64,{f.png_b64}'>"
                                            if f.png_b64 else f"<p class='missing'>Not shown: {_esc(f.missing)}.</p>")
-            for f in figures(a, predictions)]
+            for f in figures(a, own if predictions is None else predictions)]
     # leads like the terminal: the time split, the fixed prediction, then predicted vs measured
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>readtrace report</title>"
-            f"<style>{CSS}</style></head><body>{_partial_html(a)}<h1>readtrace report</h1><pre>{_esc(header)}</pre>{figs[0]}"
+            f"<style>{CSS}</style></head><body>{_partial_html(a)}<h1>readtrace report</h1><pre>{header}</pre>{figs[0]}{_caveat(a, own)}"
             f"<h2>Findings</h2>{_findings_html(a)}<p><code>{_esc(next_cmd)}</code></p>"
             f"<h2>Files</h2>{_files_html(a)}<h2>Streams</h2>{_streams_html(a)}{''.join(figs[1:])}</body></html>")
 

@@ -18,7 +18,7 @@ LIST_FILES = 100  # files --json lists without --all (the most important first: 
 LIST_STREAMS = 100  # streams of each kind --json lists without --all (interleaved ones always)
 
 FILE_KEYS = (
-    "path", "role", "fstype", "fs_family", "mountpoint", "dev", "ino", "size", "bytes_read", "read_bytes", "mmap_bytes",
+    "path", "role", "hidden", "fstype", "fs_family", "mountpoint", "dev", "ino", "size", "bytes_read", "read_bytes", "mmap_bytes",
     "reads", "page_faults", "unique_bytes", "reread_amplification",
     "consecutive_fraction", "sequential_fraction", "random_fraction", "seek_fraction", "merged_sequential_fraction",
     "open_files", "fuse_handles", "fuse_read_requests", "fuse_read_bytes",

@@ -136,20 +136,42 @@ def get_prediction_df(a: Analysis, predictions: list | None = None) -> pd.DataFr
     """Measured vs predicted load time (s): the recorded run split into its wait on data files and the
     rest, and per storage profile (the trace's own mount when none given) the prediction as recorded
     and fixed, split the same way (analyze/whatif.py)."""
-    from readtrace.analyze import whatif
 
     wall = a.summary.get("wall_s")
     if wall is None:
         return pd.DataFrame(columns=["run", "rest_s", "io_s"])
     if predictions is None:
-        mount = whatif.mount_profile(a)
-        predictions = whatif.what_if(a, [mount]) if mount else []
+        predictions = own_mount_predictions(a)
     wait = a.summary.get("data_wait_s") or 0.0
     rows = [("measured", wall - wait, wait)]
     for p in predictions:
         rows += [(f"{p.profile} {p.latency_ms:.3g} ms", wall - wait, p.predicted_io_s),
                  (f"{p.profile} {p.latency_ms:.3g} ms, fixed", wall - wait, p.predicted_fixed_io_s)]
     return pd.DataFrame(rows, columns=["run", "rest_s", "io_s"])
+
+
+def own_mount_predictions(a: Analysis) -> list:
+    """The what-if model of the trace's own mount, as recorded and fixed ([] where no model knows it)."""
+    from readtrace.analyze import whatif
+
+    mount = whatif.mount_profile(a)
+    return whatif.what_if(a, [mount]) if mount and a.summary.get("wall_s") is not None else []
+
+
+def prediction_caveat(a: Analysis, own: list) -> str | None:
+    """A warning to print by the chart when the model's prediction of this very recording on its own
+    mount is off the measured wall by more than ``thresholds.prediction_caveat_fraction``."""
+    wall = a.summary.get("wall_s")
+    if not own or not wall or own[0].predicted_s is None:
+        return None
+    p = own[0]
+    off = p.predicted_s / wall - 1
+    if abs(off) <= a.thresholds.prediction_caveat_fraction:
+        return None
+    return (f"Caveat: the model predicts this recording at {p.predicted_s:.3g} s on its own mount ({p.profile} "
+            f"model, {p.latency_ms:.3g} ms first byte) where it measured {wall:.3g} s: {abs(off):.0%} "
+            f"{'over' if off > 0 else 'under'}. Its other predictions here (the bars, the fixed time) are rough "
+            "by at least as much.")
 
 
 def plot_prediction(df: pd.DataFrame, ax=None, title: str = "Measured vs predicted load time"):

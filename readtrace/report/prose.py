@@ -120,12 +120,24 @@ def _fault_storm(f: MmapFaultStorm) -> Prose:
 
 
 def _cold(f: ColdCache) -> Prose:
-    msg = (f"{fmt_bytes(f.miss_bytes)} of {fmt_bytes(f.bytes_read)} read from {f.files} file(s) "
-           f"({fmt_pct(f.miss_fraction)}) missed the page cache: the load ran cold")
-    return Prose(msg, [f"{r['path']}: {fmt_bytes(r['miss_bytes'])} fetched of {fmt_bytes(r['bytes_read'])} read"
-                       for r in f.evidence],
+    """Two quantities, said apart: what the program read, and what the kernel fetched from storage
+    into the page cache meanwhile (read-ahead can fetch more than was read)."""
+    msg = (f"the load read {fmt_bytes(f.bytes_read)} from {f.files} file(s); the kernel fetched "
+           f"{fmt_bytes(f.miss_bytes)} from storage into the page cache for them"
+           f"{_fetched_share(f.miss_bytes, f.bytes_read)}: the load ran "
+           + ("cold" if f.miss_bytes >= 0.95 * f.bytes_read else "mostly cold"))
+    return Prose(msg, [f"{r['path']}: read {fmt_bytes(r['bytes_read'])}, fetched {fmt_bytes(r['miss_bytes'])} "
+                       "into the page cache" for r in f.evidence],
                  "a cold load pays for every byte from storage: prefetch the files sequentially with large reads "
                  f"before loading, or keep them cached between runs; {FIX_HINT}")
+
+
+def _fetched_share(fetched: int, read: int) -> str:
+    if read <= 0:
+        return ""
+    if fetched > 1.05 * read:
+        return f" ({fetched / read:.3g}x what was read: read-ahead fetched pages the program did not use)"
+    return f" ({fmt_pct(fetched / read)} of what was read)"
 
 
 def _reread(f: CacheEvictedReread) -> Prose:
@@ -177,14 +189,27 @@ RENDERERS: dict[type[Finding], Callable] = {
 }
 
 
+def cost_text(f: Finding) -> str:
+    """What the finding cost (analyze/cost.py): the seconds for a cause, the cause for how it shows."""
+    if f.cause:
+        return f"how {f.cause} shows ({f.role}): its seconds are counted there"
+    if f.cost_s is None:
+        return "" if f.wait_s is None else f"the load waited {fmt_seconds(f.wait_s)} on this file"
+    text = f"costs {fmt_seconds(f.cost_s)}"
+    if f.cost_fraction is not None:
+        text += f" ({fmt_pct(f.cost_fraction)} of the wall)"
+    text += f": the load waited {fmt_seconds(f.wait_s)} on this file"
+    if f.floor_s is None:
+        return text + f" (no storage model knows {_fs(f)}: its floor is unknown, all of that wait is counted)"
+    return text + f", one sequential read of the same bytes takes ~{fmt_seconds(f.floor_s)} there ({f.floor_model})"
+
+
 def _timing(f: Finding) -> str:
     """What the model and the time split add to any finding: its cost, and the fixed time."""
-    parts = []
-    if f.wait_s is not None:
-        parts.append(f"the load waited {fmt_seconds(f.wait_s)} on this file")
-    if f.predicted_fixed_s is not None:
+    parts = [cost_text(f)]
+    if f.predicted_fixed_s is not None and not f.cause:
         parts.append(f"fixed: ~{fmt_seconds(f.predicted_fixed_s)} predicted on this mount")
-    return "; ".join(parts)
+    return "; ".join(p for p in parts if p)
 
 
 def render(f: Finding) -> Prose:

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from readtrace.analyze import Analysis
 from readtrace.escape import printable
+from readtrace.fs.knowledge import fs_profile
 from readtrace.report.fit import Column, fitted_table
 from readtrace.report.prose import fixed_line, reads_from_lines, render, time_lines, what_if_lines
 from readtrace.report.units import fmt_bytes, fmt_count, fmt_pct
@@ -37,11 +38,23 @@ def relevant_streams(a: Analysis, kinds: tuple[str, ...], limit: int, top_files:
     """The streams a reader needs: interleaved ones first, then those of the most important files
     (remote first, then most read), by kind (handles before tasks) and bytes."""
     s = a.streams
-    keep = s["kind"].isin(kinds) & (s["interleaved"] | s["file_id"].isin(a.files.index[:top_files]))
+    keep = s["kind"].isin(kinds) & (s["interleaved"] | s["file_id"].isin(a.files.index[:top_files])) \
+        & (s["bytes"] > 0) & s["path"].fillna("").str.startswith("/")  # rows with nothing to say: --json
     order = {k: i for i, k in enumerate(("fuse_handle", "ofd", "process", "task", "file"))}
     picked = s[keep].assign(_kind=s["kind"].map(order), _not=~s["interleaved"])
     return picked.sort_values(["_not", "_kind", "bytes"], ascending=[True, True, False], kind="stable") \
         .drop(columns=["_kind", "_not"]).head(limit)
+
+
+def table_files(a: Analysis) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(data files, code files) the tables show: rows without a path or bytes are left to --json."""
+    files = a.files[a.files["hidden"].isna()] if "hidden" in a.files else a.files
+    return files[files["role"] == "data"], files[files["role"] == "code"]
+
+
+def replay_applies(fstype: str) -> bool:
+    """The gcsfuse replay's request count means something on this file system (a per-handle reader)."""
+    return fs_profile(fstype).per_handle_stream
 
 
 def _us(x) -> str:
@@ -93,8 +106,7 @@ class TerminalReport:
 
     def files(self, width: int = PIPED_WIDTH) -> RenderableType:
         """Data files first (checkpoints, anything big), code and libraries folded into one line."""
-        files = self.a.files
-        data, code = files[files["role"] == "data"], files[files["role"] == "code"]
+        data, code = table_files(self.a)
         cols = [Column("file", path=True), Column("fs", 2, right=False), Column("read"), Column("consec", 1),
                 Column("seq", 3), Column("random", 3), Column("after seek", 1), Column("cache miss", 1),
                 Column("FUSE reads", 2), Column("faults", 2)]
@@ -107,6 +119,9 @@ class TerminalReport:
         notes = []
         if len(data) > FILE_ROWS:
             notes.append(f"{len(data) - FILE_ROWS} more data files (less read): readtrace report --json")
+        hidden = int(self.a.files["hidden"].notna().sum()) if "hidden" in self.a.files else 0
+        if hidden:
+            notes.append(f"{hidden} file(s) without a path or without bytes read left out: readtrace report --json")
         if len(code):
             notes.append(f"+ {fmt_count(len(code))} code and library files (.so, .py, .pyc ...): "
                          f"{fmt_bytes(code['bytes_read'].sum())} read, {fmt_count(code['page_faults'].sum())} "
@@ -120,13 +135,18 @@ class TerminalReport:
                 Column("consec"), Column("after seek", 2), Column("tasks' own consec", 3), Column("score"),
                 Column("gcsfuse requests", 1), Column("p50", 1)]
         rows = []
-        for _, r in shown.iterrows():
+        replay = [replay_applies(t) for t in shown["fstype"]]
+        for (_, r), applies in zip(shown.iterrows(), replay, strict=True):
             score = "-" if pd.isna(r["interleave_score"]) else f"{r['interleave_score']:.2f}"
             rows.append([r["stream"], r["path"], str(int(r["tasks"])), fmt_bytes(r["bytes"]),
                          fmt_pct(r["consecutive_fraction"]), fmt_pct(r["seek_fraction"]),
                          fmt_pct(r["task_consecutive_fraction"]),
                          Text(score, style="bold red" if r["interleaved"] else ""),
-                         f"{fmt_count(r['gcsfuse_requests'])} ({r['gcsfuse_read_type']})", _us(r["latency_p50_us"])])
+                         f"{fmt_count(r['gcsfuse_requests'])} ({r['gcsfuse_read_type']})" if applies else "-",
+                         _us(r["latency_p50_us"])])
+        if not any(replay):  # a per-handle reader's replay means nothing on these file systems
+            cols.pop(8)
+            rows = [r[:8] + r[9:] for r in rows]
         table = fitted_table("Open files and FUSE handles (merged over their tasks)", cols, rows, width)
         hidden = len(s) - len(shown)
         note = Text(f"{hidden} more streams (per task, process, file, smaller files): readtrace report --json",
@@ -140,6 +160,11 @@ class TerminalReport:
         for f in self.a.findings:
             p = render(f)
             t = Text()
+            if f.cause:  # how the cause above shows: one line under it (its figures: --json)
+                t.append(f"  + {f.code}", style="dim bold")
+                t.append(f"  {printable(p.message)}", style="dim")
+                parts.append(t)
+                continue
             t.append(f"[{f.severity.upper()}] {f.code}", style=SEVERITY_STYLE.get(f.severity, ""))
             t.append(f"  {printable(p.message)}\n")
             for line in p.evidence:

@@ -78,7 +78,8 @@ def test_seed_lines_are_in_the_seed_and_import_flagged(tmp_path):
     assert set(trace.fuse["fh"]) == {1} and set(trace.fuse["nodeid"]) == {2}
     a = analyze(load_trace(result.path, lean=True))
     shared = [f for f in a.findings if f.code == "SHARED_FD_INTERLEAVE"]
-    assert shared and shared[0].severity == "high"
+    # found, but HIGH needs seconds: four requests of a file the log cannot name cost nothing known
+    assert shared and shared[0].severity == "warn" and shared[0].cost_s is None
     assert {"inode": 2, "tid": 78, "handle": 1, "offset": 531812352, "bytes": 262144}.items() <= \
         shared[0].evidence[1].items()
 

@@ -12,7 +12,7 @@ MiB = 1 << 20
 
 def test_shared_fd_interleave_lines():
     f = next(f for f in analyze(make_trace(**load_case("shared"))).findings if f.code == "SHARED_FD_INTERLEAVE")
-    f.wait_s = f.predicted_fixed_s = None  # the timing suffix: the next test
+    f.wait_s = f.cost_s = f.predicted_fixed_s = None  # the timing suffix: the next test
     p = render(f)
     assert p.message == (
         "4 tasks read /mnt/model/model.safetensors through one FUSE handle on fuse.gcsfuse: every task >= 100% "
@@ -31,6 +31,27 @@ def test_timing_and_top_sizes_render_from_numbers():
     assert render(f).message.endswith("; the load waited 41.8 s on this file; fixed: ~2.1 s predicted on this mount")
     cold = ColdCache("warn", files=1, miss_bytes=4 * MiB, bytes_read=4 * MiB, miss_fraction=1.0,
                      evidence=[{"path": "/d/f", "miss_bytes": 4 * MiB, "bytes_read": 4 * MiB}])
-    assert render(cold).message == "4 MiB of 4 MiB read from 1 file(s) (100%) missed the page cache: the load ran cold"
-    assert render(cold).evidence == ["/d/f: 4 MiB fetched of 4 MiB read"]
+    assert render(cold).message == ("the load read 4 MiB from 1 file(s); the kernel fetched 4 MiB from storage into "
+                                    "the page cache for them (100% of what was read): the load ran cold")
+    assert render(cold).evidence == ["/d/f: read 4 MiB, fetched 4 MiB into the page cache"]
+    # issue 22: read-ahead fetched more than was read: two quantities, said apart, no "106 MiB of 3.19 MiB"
+    ahead = ColdCache("warn", files=1, miss_bytes=106 * MiB, bytes_read=3 * MiB, miss_fraction=1.0)
+    assert render(ahead).message == (
+        "the load read 3 MiB from 1 file(s); the kernel fetched 106 MiB from storage into the page cache for them "
+        "(35.3x what was read: read-ahead fetched pages the program did not use): the load ran cold")
     assert fmt_top([[4096, 2056], [8192, 3]]) == "4 KiB x 2,056, 8 KiB x 3" and fmt_seconds(0.0123) == "12.3 ms"
+
+
+def test_cost_wording_cause_and_how_it_shows():
+    """A cause says its seconds, the wall share, the wait and the floor; what shows it names the cause."""
+    f = SmallRequests("high", file="/n/f", fstype="nfs4", remote=True, small=20, reads=20, small_bytes=MiB,
+                      median_bytes=4096, wait_s=10.5, cost_s=9.8, cost_fraction=0.72, floor_s=0.7,
+                      floor_model="nfs model, 1 ms first byte")
+    assert render(f).message.endswith(
+        "; costs 9.8 s (72% of the wall): the load waited 10.5 s on this file, one sequential read of the same "
+        "bytes takes ~700 ms there (nfs model, 1 ms first byte)")
+    f.floor_s, f.cost_s = None, 10.5
+    assert "no storage model knows nfs4: its floor is unknown, all of that wait is counted" in render(f).message
+    shows = ColdCache("info", files=1, miss_bytes=MiB, bytes_read=MiB, cause="SMALL_REQUESTS",
+                      role="precondition", cost_s=0.0, wait_s=10.5, predicted_fixed_s=1.0)
+    assert render(shows).message.endswith("; how SMALL_REQUESTS shows (precondition): its seconds are counted there")
