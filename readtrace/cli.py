@@ -12,6 +12,7 @@ from readtrace import __version__
 from readtrace.commands import COMMANDS
 from readtrace.commands.exits import HANDLED, fail
 from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.escape import degrade_unencodable
 from readtrace.memory import small_pages
 
 
@@ -96,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return ExitStatus.USAGE
     small_pages()
+    degrade_unencodable(sys.stdout, sys.stderr)
     try:
         with checked_stdout():
             return int(args.run(args) or 0)

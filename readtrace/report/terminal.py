@@ -41,7 +41,9 @@ def relevant_streams(a: Analysis, kinds: tuple[str, ...], limit: int, top_files:
     keep = s["kind"].isin(kinds) & (s["interleaved"] | s["file_id"].isin(a.files.index[:top_files])) \
         & (s["bytes"] > 0) & s["path"].fillna("").str.startswith("/")  # rows with nothing to say: --json
     order = {k: i for i, k in enumerate(("fuse_handle", "ofd", "process", "task", "file"))}
-    picked = s[keep].assign(_kind=s["kind"].map(order), _not=~s["interleaved"])
+    picked = s[keep]
+    # from the selection itself: a Series assigned to an empty frame would bring back its whole index
+    picked = picked.assign(_kind=picked["kind"].map(order), _not=~picked["interleaved"])
     return picked.sort_values(["_not", "_kind", "bytes"], ascending=[True, True, False], kind="stable") \
         .drop(columns=["_kind", "_not"]).head(limit)
 
