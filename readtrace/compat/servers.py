@@ -1,6 +1,6 @@
 """Servers on 127.0.0.1 that real FUSE clients mount: an HTTP range server, a first-byte-latency TCP
-proxy (both with a request log), moto's S3 server and a private sshd. Each is a context manager that
-stops what it started, also on error."""
+proxy (both with a request log), moto's S3 server and a private sshd; and a local Dask cluster (report
+--scheduler). Each is a context manager that stops what it started, also on error."""
 
 from __future__ import annotations
 
@@ -328,6 +328,56 @@ class MotoServer:
         path.write_text(f"{self.ACCESS_KEY}:{self.SECRET_KEY}\n")
         path.chmod(0o600)
         return path
+
+
+class DaskCluster:
+    """A Dask scheduler and ``workers`` worker processes (no nanny: a worker killed stays dead) on
+    127.0.0.1, each started by ``dask`` (``readtrace[dask]``) with ``env``; ``address`` for a client."""
+
+    def __init__(self, workdir: str | os.PathLike, workers: int = 2, env: dict | None = None, nthreads: int = 1):
+        self.port = free_port()
+        self.workdir = Path(workdir)
+        self.env = dict(os.environ, **(env or {}))
+        self.nworkers, self.nthreads = workers, nthreads
+        self.scheduler: subprocess.Popen | None = None
+        self.workers: list[subprocess.Popen] = []
+
+    @property
+    def address(self) -> str:
+        return f"tcp://{LOCALHOST}:{self.port}"
+
+    def __enter__(self) -> DaskCluster:
+        dask = str(Path(sys.executable).with_name("dask"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.scheduler = start_listening([dask, "scheduler", "--host", LOCALHOST, "--port", str(self.port),
+                                              "--no-dashboard"], self.port, self.workdir / "scheduler.log",
+                                             self.env, timeout=120)
+            for i in range(self.nworkers):
+                with open(self.workdir / f"worker{i}.log", "wb") as log:
+                    self.workers.append(subprocess.Popen(
+                        [dask, "worker", self.address, "--name", f"w{i}", "--nthreads", str(self.nthreads),
+                         "--no-nanny", "--no-dashboard", "--host", LOCALHOST, "--memory-limit", "0",
+                         "--local-directory", str(self.workdir / f"w{i}")],
+                        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
+                        start_new_session=True))
+            self.wait_for_workers(self.nworkers)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def wait_for_workers(self, n: int, timeout: float = 120.0) -> None:
+        from distributed import Client
+
+        with Client(self.address, timeout=timeout, set_as_default=False) as client:
+            client.wait_for_workers(n, timeout=timeout)
+
+    def __exit__(self, *exc) -> None:
+        for process in self.workers:
+            stop_process(process)
+        if self.scheduler is not None:
+            stop_process(self.scheduler)
 
 
 SSHD = "/usr/sbin/sshd"
