@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from readtrace import runstate
-from readtrace.errors import InputError, PrerequisiteError, ReadtraceError
+from readtrace.errors import InputError, PrerequisiteError, ReadtraceError, UsageError
 from readtrace.fs.mounts import mount_at
 from readtrace.simfs.config import SimConfig
 from readtrace.simfs.link import check_rate
@@ -35,17 +35,21 @@ def check_prerequisites() -> None:
 
 
 def check_paths(src: str | Path, mountpoint: str | Path) -> None:
-    """Refuse a missing SRC and a missing, non-directory, non-empty or mounted MNT: one line each."""
+    """Refuse a missing SRC and a missing, non-directory, non-empty or mounted MNT: one line each;
+    SRC and MNT that overlap (one is or holds the other: the daemon would serve its own mount and
+    deadlock in the kernel) are a usage error."""
     if not os.path.isdir(src):
         raise InputError(f"simfs source is not a directory: {src}")
     if not os.path.isdir(mountpoint):
         raise InputError(f"simfs mount point is not a directory: {mountpoint}")
+    real_src, real_mnt = os.path.realpath(src), os.path.realpath(mountpoint)
+    if os.path.commonpath([real_src, real_mnt]) in (real_src, real_mnt):
+        raise UsageError(f"simfs source and mount point overlap ({src}, {mountpoint}): give two separate "
+                         "directories, neither inside the other")
     if mount_at(mountpoint) is not None:
         raise InputError(f"simfs mount point is already a mount: {mountpoint}")
     if os.listdir(mountpoint):
         raise InputError(f"simfs mount point is not empty: {mountpoint}")
-    if os.path.realpath(mountpoint).startswith(os.path.realpath(src) + os.sep):
-        raise InputError(f"simfs mount point is inside the source: {mountpoint}")
 
 
 def force_unmount(mountpoint: str | Path) -> bool:
