@@ -164,3 +164,41 @@ def test_a_worker_killed_mid_job_leaves_a_report_naming_its_node(store, tmp_path
     assert all(m["error"].startswith("KilledWorker: ") for m in job["missing"])
     assert f"partial job: {len(missing)} of 4 node traces not analysed" in err
     shutil.rmtree(tmp_path / "dask", ignore_errors=True)
+
+
+@pytest.mark.ebpf
+def test_record_to_the_store_uploads_a_whole_trace(store, tmp_path):
+    """record -o s3://... records here, uploads, leaves nothing behind; the trace reads back; a second
+    record to the same URL is refused before its command runs; --upload keeps the local trace too."""
+    data = tmp_path / "data.bin"
+    data.write_bytes(os.urandom(1 << 20))
+    load = f"open({str(data)!r}, 'rb').read()"
+    work = tmp_path / "cwd"
+    work.mkdir()
+    url = f"s3://{BUCKET}/rec/node0.rtrace"
+    r = subprocess.run([sys.executable, "-m", "readtrace", "record", "-o", url, "--", sys.executable, "-c", load],
+                       cwd=work, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "uploaded " in r.stderr and url in r.stderr and list(work.iterdir()) == []
+    keys = sorted(o["Key"] for o in store["client"].list_objects_v2(Bucket=BUCKET, Prefix="rec/")["Contents"])
+    assert {f"rec/node0.rtrace/{COMPLETE_MARKER}", "rec/node0.rtrace/meta.json", "rec/node0.rtrace/events.parquet"} \
+        <= set(keys)
+    assert not [k for k in keys if ".uploading-" in k]
+    trace = load_trace(url, lean=True)
+    assert trace.meta["command"] == [sys.executable, "-c", load]
+    assert str(data) in set(trace.files["path"])
+    report = _report(url, "--json")
+    assert report.returncode == 0 and json.loads(report.stdout)["trace"] == url, report.stderr
+
+    marker = tmp_path / "ran"
+    again = subprocess.run([sys.executable, "-m", "readtrace", "record", "-o", url, "--", "touch", str(marker)],
+                           cwd=work, capture_output=True, text=True, timeout=180)
+    assert again.returncode == 2 and "--force" in again.stderr and not marker.exists(), again.stderr
+    assert len(again.stderr.strip().splitlines()) == 1
+
+    kept = subprocess.run([sys.executable, "-m", "readtrace", "record", "-q", "-o", "local.rtrace", "--upload",
+                           f"s3://{BUCKET}/rec2/", "--", sys.executable, "-c", load],
+                          cwd=work, capture_output=True, text=True, timeout=180)
+    assert kept.returncode == 0 and kept.stderr == "", kept.stderr
+    assert (work / "local.rtrace" / "meta.json").exists()
+    assert load_trace(f"s3://{BUCKET}/rec2/local.rtrace").meta == load_trace(work / "local.rtrace").meta
