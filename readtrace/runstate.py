@@ -25,6 +25,7 @@ PREFIX = "readtrace-"
 PR_SET_PDEATHSIG = 1
 DAEMON_MODULE = "readtrace.simfs.daemon"
 STATE_DIR_ENV = "READTRACE_STATE_DIR"  # one set of notes per value: runs with another value never meet
+CACHE_DIR_ENV = "READTRACE_CACHE_DIR"  # what outlives a reboot (measured mount profiles)
 
 
 def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> None:
@@ -47,15 +48,34 @@ def state_dir() -> Path:
         base = Path(os.environ["XDG_RUNTIME_DIR"]) / "readtrace"
     else:
         base = Path(f"/tmp/readtrace-{os.geteuid()}")
-    base.mkdir(mode=0o700, exist_ok=True)
+    return _private(base, STATE_DIR_ENV)
+
+
+def cache_dir() -> Path:
+    """$READTRACE_CACHE_DIR, else /var/cache/readtrace for root, else $XDG_CACHE_HOME/readtrace or
+    ~/.cache/readtrace (0700, ours): what should outlive a reboot."""
+    if os.environ.get(CACHE_DIR_ENV):
+        base = Path(os.environ[CACHE_DIR_ENV])
+    elif os.geteuid() == 0:
+        base = Path("/var/cache/readtrace")
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "readtrace"
+    return _private(base, CACHE_DIR_ENV, parents=True)
+
+
+def _private(base: Path, env: str, parents: bool = False) -> Path:
+    """``base`` made (0700) if missing; PermissionError unless it is a directory of this user that no
+    one else may write (``env``: the variable that names another)."""
+    base.mkdir(mode=0o700, parents=parents, exist_ok=True)
     st = os.lstat(base)
+    what = "state" if env == STATE_DIR_ENV else "cache"
     if st.st_uid != os.geteuid() or not stat.S_ISDIR(st.st_mode):
-        raise PermissionError(f"state directory {base} is not a directory of this user: refused "
-                              f"(set {STATE_DIR_ENV} to a directory of yours that only you can write)")
+        raise PermissionError(f"{what} directory {base} is not a directory of this user: refused "
+                              f"(set {env} to a directory of yours that only you can write)")
     if st.st_mode & 0o022:  # a sticky /tmp is no excuse: anyone could plant a note there
-        raise PermissionError(f"state directory {base} is writable by group or others "
+        raise PermissionError(f"{what} directory {base} is writable by group or others "
                               f"(mode {stat.S_IMODE(st.st_mode):o}): refused (chmod go-w it, or set "
-                              f"{STATE_DIR_ENV} to a directory only you can write)")
+                              f"{env} to a directory only you can write)")
     return base
 
 

@@ -9,4 +9,5 @@ COMMANDS: dict[str, str] = {
     "fix": "readtrace.commands.fix",
     "demo": "readtrace.commands.demo",
     "import": "readtrace.commands.importlog",
+    "probe": "readtrace.commands.probe",
 }

@@ -25,6 +25,7 @@ class Mount:
     mountpoint: str
     fstype: str  # e.g. ext4, fuse.gcsfuse, nfs4, tmpfs
     source: str = ""
+    options: str = ""  # the mount's options, then the super block's (e.g. "ro,nosuid;max_read=1048576")
 
     @property
     def is_fuse(self) -> bool:
@@ -59,8 +60,10 @@ def parse_mountinfo(data: bytes) -> list[Mount]:
         if len(fields) < 5 or not tail:
             continue
         major, _, minor = fields[2].partition(b":")
+        options = f"{fields[5].decode(errors='replace')};{tail[2].decode(errors='replace')}" \
+            if len(fields) > 5 and len(tail) > 2 else ""
         mounts.append(Mount(kernel_dev(int(major), int(minor)), unescape(fields[4]), tail[0].decode(),
-                            unescape(tail[1]) if len(tail) > 1 else ""))
+                            unescape(tail[1]) if len(tail) > 1 else "", options))
     return mounts
 
 

@@ -1,0 +1,103 @@
+"""`readtrace probe` on the lab mount: what it measures follows the mount's configured behaviour."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import lab_mount
+
+from readtrace.fs.probe import probe
+from readtrace.fs.profile import cached_for_path, load_profiles, save_profile
+
+MiB = 1 << 20
+
+
+def _fill(src):
+    path = src / "model.bin"
+    path.write_bytes(os.urandom(64 * MiB))
+    (src / "small.txt").write_text("x")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("READTRACE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("keep_cache", [False, True])
+def test_probe_measures_a_gcsfuse_like_mount(tmp_path, keep_cache):
+    with lab_mount(tmp_path, _fill, latency_ms=20.0, keep_cache=keep_cache) as (mnt, _):
+        started = time.monotonic()
+        p = probe(mnt)  # the directory: its largest file
+        took = time.monotonic() - started
+    assert p.file == str(mnt / "model.bin") and p.fstype == "fuse.simfs-gcsfuse"
+    assert took < 60
+    assert 15 <= p.first_byte_ms <= 80, p.first_byte_ms  # a fresh handle pays the configured 20 ms
+    assert p.handle_penalty > 1.3 and p.punishes_shared_handle, (p.shared_fd_s, p.own_fd_s)
+    assert p.cache_survives_open is keep_cache
+    assert p.sample_bytes <= 64 * MiB and p.handle_bytes <= 64 * MiB
+    assert p.max_read_kib == 1024
+    if os.geteuid() == 0:
+        assert p.readahead_tried_kb == 1024 and p.readahead_gain is not None
+        assert p.read_ahead_kb == 128  # restored after the test
+
+
+def test_probe_finds_no_handle_penalty_on_a_passthrough(tmp_path):
+    with lab_mount(tmp_path, _fill) as (mnt, _):
+        pass  # the fixture's profile is gcsfuse: mount the local one below
+    from readtrace.simfs import mount
+
+    (tmp_path / "mnt2").mkdir()
+    with mount(tmp_path / "src", tmp_path / "mnt2", profile="local") as m:
+        p = probe(tmp_path / "mnt2" / "model.bin")
+        assert m.mounted
+    assert p.first_byte_ms < 10
+    assert p.handle_penalty < 1.3 and not p.punishes_shared_handle, (p.shared_fd_s, p.own_fd_s)
+    assert p.cache_survives_open is False
+
+
+def test_cache_round_trip_and_cli(tmp_path):
+    with lab_mount(tmp_path, _fill, latency_ms=5.0) as (mnt, _):
+        path = mnt / "model.bin"
+        env = {**os.environ, "READTRACE_CACHE_DIR": str(tmp_path / "cache")}
+        done = subprocess.run([sys.executable, "-m", "readtrace", "probe", str(path), "--json"], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        measured = json.loads(done.stdout)[0]
+        cached = cached_for_path(path)  # the same mount: found by device, fstype, source and options
+        assert cached is not None and cached.data() == measured
+        assert cached.handle_penalty == pytest.approx(measured["handle_penalty"], rel=1e-3)
+        cache = tmp_path / "cache" / "mount-profiles.json"
+        assert stat.S_IMODE(cache.stat().st_mode) == 0o600
+        save_profile(cached)  # the same mount again replaces its entry
+        assert len(load_profiles()) == 1
+        shown = subprocess.run([sys.executable, "-m", "readtrace", "probe", "--show"], env=env,
+                               capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0 and f"{mnt} (fuse.simfs-gcsfuse" in shown.stdout
+        assert "per-handle penalty" in shown.stdout and "measured " in shown.stdout
+    assert cached_for_path(path) is None  # unmounted: a file elsewhere, no profile
+
+
+def test_probe_refuses_what_it_cannot_read(tmp_path):
+    env = {**os.environ, "READTRACE_CACHE_DIR": str(tmp_path / "cache")}
+    (tmp_path / "tiny").write_text("x")
+    for target in (tmp_path / "missing", tmp_path / "tiny"):
+        done = subprocess.run([sys.executable, "-m", "readtrace", "probe", str(target)], env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 5, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    done = subprocess.run([sys.executable, "-m", "readtrace", "probe", "--show"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "no cached mount profile" in done.stdout
+    (tmp_path / "cache").chmod(0o777)  # a cache others could plant profiles in is refused
+    with lab_mount(tmp_path, _fill) as (mnt, _):
+        done = subprocess.run([sys.executable, "-m", "readtrace", "probe", str(mnt)], env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "writable by group or others" in done.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in done.stderr
