@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Idempotent system set-up for readtrace: bcc (Debian), kernel headers and the
 # /lib/modules symlinks a custom kernel lacks, tracefs, fuse3; strace + util-linux (unshare, setpriv) for
-# the unprivileged backend and its tests.
+# the unprivileged backend and its tests; chromium (headless) to check the HTML report as a browser renders it.
 # Run as root. Prints what it changes; a no-op on a prepared machine.
 set -euo pipefail
 
 # rclone, s3fs, sshfs (+ openssh-server, the sshd it mounts from), httpdirfs, bindfs: the FUSE clients
 # of tests/compat (real clients others wrote).
 need_pkgs=(bpfcc-tools python3-bpfcc linux-headers-amd64 fuse3 libfuse3-dev pkg-config bindfs rclone sudo passwd
-           strace util-linux s3fs sshfs httpdirfs openssh-server openssh-client)
+           strace util-linux s3fs sshfs httpdirfs openssh-server openssh-client chromium)
 missing=()
 for p in "${need_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

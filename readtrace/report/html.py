@@ -19,10 +19,10 @@ from readtrace.report.units import fmt_bytes, fmt_pct, fmt_top
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1300px;padding:0 12px;color:#222;
-overflow-wrap:anywhere}
+overflow-wrap:break-word}
 h1{font-size:22px} h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:28px}
 table{border-collapse:collapse;font-size:12px;margin:8px 0;max-width:100%}
-td,th{border:1px solid #ddd;padding:3px 6px;overflow-wrap:anywhere}
+td,th{border:1px solid #ddd;padding:3px 6px} td.path{overflow-wrap:anywhere}
 th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums}
 .finding{border-left:5px solid #999;padding:6px 10px;margin:10px 0;background:#fafafa}
 .high{border-color:#c62828} .warn{border-color:#f9a825} .info{border-color:#1e88e5}
@@ -96,8 +96,10 @@ def _lines(lines: list[str]) -> str:
 
 
 def _table(rows: list[list], header: list[str], numeric: set[int]) -> str:
+    """Numeric columns right-aligned; a "file" column may break anywhere (long paths must not widen the page)."""
     head = "".join(f"<th>{_esc(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td class='num'>{_esc(c)}</td>" if i in numeric else f"<td>{_esc(c)}</td>"
+    kind = {i: "num" if i in numeric else "path" if h == "file" else "" for i, h in enumerate(header)}
+    body = "".join("<tr>" + "".join(f"<td class='{kind[i]}'>{_esc(c)}</td>" if kind[i] else f"<td>{_esc(c)}</td>"
                                     for i, c in enumerate(r)) + "</tr>" for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
 
