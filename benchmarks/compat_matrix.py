@@ -136,6 +136,7 @@ def main() -> int:
                     "warm_local_s": warm_local_seconds(loader, built[loader.checkpoint], cell_work, args.repeat),
                     "best_lever": best_lever(r.fix), "fix_error": None if r.fix else r.fix_stderr[-300:],
                     "left_alone": fix.get("left_alone"), "chosen": (fix.get("choice") or {}).get("chosen"),
+                    "verdict": fix.get("verdict"), "verdict_why": fix.get("why"), "change": fix.get("change"),
                     "candidates": [{"label": c["label"], "wall_s": c.get("wall_s"), "exit_code": c.get("exit_code")}
                                    for c in ((fix.get("choice") or {}).get("candidates") or [])],
                 }

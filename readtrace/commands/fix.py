@@ -55,6 +55,7 @@ def run(args) -> int:
     from readtrace import runstate
     from readtrace.fix.compare import compare, default_recorder  # imports torch: only when running
     from readtrace.fix.compare_report import render_table, to_json
+    from readtrace.fix.verdict import DIFFERS, UNPROVEN, verdict_of
     from readtrace.inject.inject import shim_environment
 
     at_least_one(args, "repeat")
@@ -76,12 +77,11 @@ def run(args) -> int:
         print()
     else:
         render_table(result, sys.stdout)
-    if not result.diff.all_identical:
-        names = to_json(result)["differing_tensors"]
-        raise ReadtraceError(f"the fixed run loaded different tensors: {', '.join(names[:10])}"
-                             + (f" and {len(names) - 10} more" if len(names) > 10 else ""))
-    if result.unproven:
-        raise NoEvidenceError(f"nothing proven: {result.unproven[0]}")
+    verdict = verdict_of(result)  # the exit code is the verdict's (fix/verdict.py), as in the JSON
+    if verdict.word == DIFFERS:
+        raise ReadtraceError(verdict.why)
+    if verdict.word == UNPROVEN:
+        raise NoEvidenceError(verdict.why)
     return ExitStatus.OK
 
 

@@ -5,8 +5,20 @@ from __future__ import annotations
 import statistics
 from typing import TextIO
 
+from readtrace.fix.candidates import confirmed
 from readtrace.fix.compare import Comparison
 from readtrace.fix.rankcompare import rank_comparison
+from readtrace.fix.verdict import (
+    FIXED,
+    NO_GAIN,
+    SLOW_NO_FIX,
+    SLOWER,
+    SPREAD_RULE,
+    UNPROVEN,
+    differing_names,
+    verdict_of,
+)
+from readtrace.inject.manifest import compare_manifests
 
 SIDES = ("baseline", "fixed")
 # (label, summary key, format) of the trace-derived rows; shown when the runs were recorded.
@@ -30,7 +42,7 @@ def side_summary(comparison: Comparison, side: str) -> dict:
     summaries = [r.summary for r in runs if r.summary]
     if summaries:
         keys = {k for s in summaries for k, v in s.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-        for key in sorted(keys):
+        for key in sorted(keys - out.keys()):  # the trace's own wall_s must not replace the run's
             values = [s[key] for s in summaries if isinstance(s.get(key), int | float)]
             out[key] = statistics.median(values) if values else None
         out["findings"] = sorted({code for s in summaries for code in s.get("findings", []) if code})
@@ -38,21 +50,29 @@ def side_summary(comparison: Comparison, side: str) -> dict:
 
 
 def to_json(comparison: Comparison) -> dict:
+    """The comparison as one JSON object (schema: docs/fix-compare.schema.json)."""
     diff = comparison.diff
+    verdict = verdict_of(comparison)
+    proven = verdict.word != UNPROVEN
     return {
+        "verdict": verdict.word,
+        "why": verdict.why,
+        "change": verdict.change,
+        "exit_code": verdict.exit_code,
+        "rule": SPREAD_RULE,
         "command": comparison.command,
         "strategy": comparison.strategy,
         "cold": comparison.cold,
         "repeat": len(comparison.side("fixed")),
         "baseline": side_summary(comparison, "baseline"),
         "fixed": side_summary(comparison, "fixed"),
-        "speedup": comparison.speedup,
-        "left_alone": comparison.left_alone,
-        "rerun_ratio": comparison.rerun_ratio,
+        "speedup": verdict.speedup,
+        "speedup_at_least": verdict.speedup_at_least,
+        "left_alone": comparison.left_alone if proven else None,
+        "rerun_ratio": comparison.rerun_ratio if proven else None,
         "tensors": diff.count,
-        "tensors_identical": diff.all_identical,
-        "differing_tensors": diff.differing + [f"{n} (baseline only)" for n in diff.only_baseline]
-        + [f"{n} (fixed only)" for n in diff.only_fixed],
+        "tensors_identical": diff.all_identical if diff.count or not diff.all_identical else None,
+        "differing_tensors": differing_names(diff),
         "files": [{"path": e.path, "fstype": e.fstype, "resident_before": e.before, "resident_after": e.after}
                   for e in comparison.evictions],
         "notes": comparison.notes,
@@ -77,10 +97,18 @@ def _choice_json(comparison: Comparison) -> dict | None:
     floor = choice.floor
     return {"chosen": choice.chosen.label, "change": choice.chosen.change, "why": choice.why,
             "candidates": [{"label": t.label, "wall_s": t.wall_s, "exit_code": t.exit_code,
-                            "tensors_identical": t.label in choice.identical if t.exit_code == 0 else None}
-                           for t in choice.trials],
+                            "tensors_identical": _trial_identical(comparison, t)} for t in choice.trials],
             "floor": None if floor is None else {"bytes": floor.bytes, "sequential_read_s": floor.read_s,
                                                  "warm_s": floor.warm_s, "total_s": floor.total_s}}
+
+
+def _trial_identical(comparison: Comparison, trial) -> bool | None:
+    """Did this candidate's run load the baseline's tensors? None: it failed, or no tensors to compare."""
+    baselines = comparison.side("baseline")
+    if trial.exit_code != 0 or not baselines:
+        return None
+    diff = compare_manifests(baselines[0].manifest, trial.manifest)
+    return diff.all_identical if diff.count else None
 
 
 def render_table(comparison: Comparison, out: TextIO) -> None:
@@ -93,12 +121,11 @@ def render_table(comparison: Comparison, out: TextIO) -> None:
         f"{n_base} baseline and {repeat} fixed {temperature} run{'s' * (repeat > 1)}"
     out.write(f"fix --compare: strategy {data['strategy']}, {runs}"
               f"{' (median, interleaved)' if max(repeat, n_base) > 1 else ''}\n")
-    proven = not data["unproven"]
-    rows = [("wall time", _fmt(base["wall_s"], "seconds"), _fmt(fixed["wall_s"], "seconds"),
-             _left_alone(data["rerun_ratio"]) if data["left_alone"] and proven
-             else _speedup(data["speedup"]) if proven else "not compared"),
+    word = data["verdict"]
+    proven = word == FIXED  # the only verdict under which a gain is printed
+    rows = [("wall time", _fmt(base["wall_s"], "seconds"), _fmt(fixed["wall_s"], "seconds"), _wall_claim(data)),
             ("time inside loader calls", _fmt(base["loader_s"], "seconds"), _fmt(fixed["loader_s"], "seconds"),
-             _speedup(_ratio(base["loader_s"], fixed["loader_s"])) if proven and not data["left_alone"] else "")]
+             _loader_claim(comparison) if proven else "")]
     for label, key, kind in TRACE_ROWS:
         if key in base or key in fixed:
             rows.append((label, _fmt(base.get(key), kind), _fmt(fixed.get(key), kind), ""))
@@ -124,6 +151,35 @@ def render_table(comparison: Comparison, out: TextIO) -> None:
         out.write(f"  note: {note}\n")
     for why in data["unproven"]:
         out.write(f"  cannot compare: {why}\n")
+    out.write(f"  verdict: {word}: {data['why']}\n")
+    if word in (FIXED, NO_GAIN, SLOWER):
+        out.write(f"  (rule: {data['rule']})\n")
+    if data["change"] and word in (FIXED, SLOW_NO_FIX):
+        whose = "the one-line change" if word == FIXED else "the one-line change you can make yourself"
+        out.write(f"  {whose}: {data['change']}\n")
+
+
+def _wall_claim(data: dict) -> str:
+    """The wall row's last cell: a gain only under ``fixed``; what else the verdict allows otherwise."""
+    word = data["verdict"]
+    if word == FIXED:
+        return _speedup(data["speedup"])
+    if word == SLOWER:
+        return f"{data['fixed']['wall_s'] / data['baseline']['wall_s']:.2f}x slower"
+    if word == NO_GAIN:
+        return "no gain beyond the runs' spread"
+    if data["left_alone"]:
+        return _left_alone(data["rerun_ratio"])
+    return "not compared"
+
+
+def _loader_claim(comparison: Comparison) -> str:
+    """Time inside loader calls: a gain only where those times, too, beat the baseline's beyond their spread."""
+    base = [r.loader_s for r in comparison.side("baseline")]
+    fixed = [r.loader_s for r in comparison.side("fixed")]
+    if not confirmed(fixed, base) or not all(fixed):
+        return ""
+    return _speedup(statistics.median(base) / statistics.median(fixed))
 
 
 def _render_ranks(data: dict, proven: bool, out: TextIO) -> None:
@@ -136,7 +192,7 @@ def _render_ranks(data: dict, proven: bool, out: TextIO) -> None:
     rows = []
     for r in data["ranks"]:
         b, f = r["baseline"], r["fixed"]
-        gain = _speedup(_ratio(b["loader_s"], f["loader_s"])) if proven and not data["left_alone"] else ""
+        gain = _speedup(_ratio(b["loader_s"], f["loader_s"])) if proven else ""
         rows.append((str(r["rank"]), _fmt(b["loader_s"], "seconds"), _fmt(f["loader_s"], "seconds"), gain,
                      _fmt(f["prefetched_bytes"], "bytes"), _fmt(b.get("bytes_read"), "bytes"),
                      _fmt(f.get("bytes_read"), "bytes"), _digest_text(b["digest"]), _digest_text(f["digest"]),
@@ -166,9 +222,8 @@ def _render_choice(choice: dict | None, out: TextIO) -> None:
                   f" + the load warm {floor['warm_s']:.2f} s = {floor['total_s']:.2f} s\n")
     for cand in choice["candidates"]:
         state = f"exit {cand['exit_code']}" if cand["exit_code"] else f"{cand['wall_s']:.2f} s"
-        out.write(f"    tried {cand['label']:<28} {state}\n")
-    if choice["chosen"] != "left alone":
-        out.write(f"  the one-line change: {choice['change']}\n")
+        same = {True: "", False: ", tensors differ", None: ""}[cand["tensors_identical"]]
+        out.write(f"    tried {cand['label']:<28} {state}{same}\n")
 
 
 def _left_alone(rerun_ratio: float | None) -> str:
@@ -182,12 +237,10 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _speedup(x: float | None) -> str:
-    """'3.1x faster', '1.25x slower', or 'same' within 3 % (never 'faster' for 1.0x)."""
+    """'3.1x faster' ('1.03x faster' below 1.1x, never '1.0x faster'); the caller has applied the spread rule."""
     if x is None or x == float("inf") or x <= 0:
         return ""
-    if 1 / 1.03 < x < 1.03:
-        return "same (within 3 %)"
-    return f"{x:.1f}x faster" if x >= 1 else f"{1 / x:.2f}x slower"
+    return f"{x:.1f}x faster" if x >= 1.095 else f"{x:.2f}x faster" if x >= 1 else f"{1 / x:.2f}x slower"
 
 
 def _fmt(value, kind: str) -> str:

@@ -74,7 +74,12 @@ def test_compare_interleaves_cold_runs_and_matches_tensors(tmp_path, checkpoint)
 
     data = to_json(result)
     assert data["tensors"] == 10 and data["tensors_identical"] is True and data["repeat"] == 2
-    assert data["speedup"] == pytest.approx(data["baseline"]["wall_s"] / data["fixed"]["wall_s"])
+    # a local file: the fix may or may not beat the baseline beyond the runs' spread; a speedup only if it did
+    assert data["verdict"] in ("fixed", "no-gain", "slower") and data["exit_code"] == 0
+    if data["verdict"] == "fixed":
+        assert data["speedup"] == pytest.approx(data["baseline"]["wall_s"] / data["fixed"]["wall_s"])
+    else:
+        assert data["speedup"] is None
     out = io.StringIO()
     render_table(result, out)
     text = out.getvalue()
@@ -116,7 +121,8 @@ def test_cli_json(tmp_path, checkpoint):
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["tensors"] == 10 and data["tensors_identical"] is True
-    assert data["baseline"]["wall_s"] > 0 and data["fixed"]["wall_s"] > 0 and data["speedup"] > 0
+    assert data["baseline"]["wall_s"] > 0 and data["fixed"]["wall_s"] > 0
+    assert data["exit_code"] == out.returncode and data["verdict"] in ("fixed", "no-gain", "slower")
     assert data["strategy"] == "own-fd"
     assert "runs not recorded (--no-record)" in data["notes"]
 
