@@ -12,17 +12,22 @@ no page-fault order and no FUSE requests (`readtrace import gcsfuse LOG` adds th
 
 With -p PID[,PID...] it attaches to processes already running instead (root, eBPF only): each
 with its threads and every child it starts from then on; the files, open file descriptions and
-mappings they held before are recovered from /proc. It stops after --duration SECONDS, on Ctrl-C
-or when they have all exited; they keep running.
+mappings they held before are recovered from /proc. --cgroup PATH: every process of a cgroup v2
+directory and every one that joins it (a container, a pod); --wait-for REGEX: the next process whose
+command line matches. It stops after --duration SECONDS, --until-idle SECONDS without a checkpoint
+read, on Ctrl-C or when they have all exited (the cgroup is removed); they keep running.
 
   sudo readtrace record -- python load.py
   sudo readtrace record -o load.rtrace -- torchrun --nproc-per-node 2 load.py
   sudo readtrace record -o s3://bucket/job/node$NODE_RANK.rtrace -- torchrun ...   written here, then uploaded
   sudo readtrace record -p 4242 --duration 60
+  sudo readtrace record --wait-for 'vllm serve' --until-idle 10
+  sudo readtrace record --cgroup /sys/fs/cgroup/kubepods.slice/.../pod<uid>.slice --until-idle 10
 
 Exit code: the command's own; 126 when it cannot be run, 127 when it does not exist; 130 after
 Ctrl-C, SIGTERM or SIGHUP (the trace is still written); 3 without the prerequisites (readtrace doctor).
-With -p: 0, 130 after Ctrl-C/SIGTERM (the trace is written), 5 when a PID does not exist, 3 not root.
+Attached: 0, 130 after Ctrl-C/SIGTERM (the trace is written), 5 when a PID does not exist or PATH is
+no cgroup v2 directory, 3 not root.
 """
 
 from __future__ import annotations
@@ -71,8 +76,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "diffusers) issued the reads (default: recorded for Python commands)")
     parser.add_argument("-p", "--pid", metavar="PID[,PID...]",
                         help="attach to running processes (their threads and later children) instead of running CMD")
+    parser.add_argument("--cgroup", metavar="PATH",
+                        help="attach to every process of a cgroup v2 directory (and below), and every one that joins it")
+    parser.add_argument("--wait-for", metavar="REGEX",
+                        help="attach to the first process started from now on whose command line matches")
     parser.add_argument("--duration", type=_float, default=None, metavar="SECONDS",
-                        help="with -p: stop after this long (default: Ctrl-C or when they all exited)")
+                        help="attached: stop after this long (default: Ctrl-C or when they all exited)")
+    parser.add_argument("--until-idle", type=_float, default=None, metavar="SECONDS",
+                        help="attached: stop once no checkpoint-like file was read for this long (after the first)")
     parser.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]",
                         help="the command to run and trace")
@@ -89,15 +100,16 @@ def run(args: argparse.Namespace) -> int:
             raise PrerequisiteError(f"kernel BTF: {e}") from e
         return ExitStatus.OK
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if args.pid is not None and cmd:
-        raise UsageError("-p PID records running processes: give no command with it")
-    if args.pid is None and args.duration is not None:
-        raise UsageError("--duration goes with -p PID (a command runs to its end)")
-    if not cmd and args.pid is None:
+    attach = any(v is not None for v in (args.pid, args.cgroup, args.wait_for))
+    if attach and cmd:
+        raise UsageError("-p, --cgroup and --wait-for record running processes: give no command with them")
+    if not attach and (args.duration is not None or args.until_idle is not None):
+        raise UsageError("--duration and --until-idle go with -p, --cgroup or --wait-for (a command runs to its end)")
+    if not cmd and not attach:
         raise UsageError("no command given: readtrace record -- CMD [ARGS...]")
     upload, args.output, scratch = _upload_target(args)
     try:
-        result = _record(args, cmd)
+        result = _record(args, cmd, attach)
     except BaseException:
         if scratch:
             import shutil
@@ -109,12 +121,12 @@ def run(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def _record(args: argparse.Namespace, cmd: list[str]):
+def _record(args: argparse.Namespace, cmd: list[str], attach: bool):
     from readtrace import runstate
     from readtrace.record.backend import choose_backend
 
     runstate.sweep((lambda line: None) if args.quiet else (lambda line: print(f"readtrace: {line}", file=sys.stderr)))
-    if args.pid is not None:
+    if attach:
         return _attach(args)
     backend, notice = choose_backend(args.backend)
     if notice and not args.quiet:
@@ -137,12 +149,14 @@ def _record(args: argparse.Namespace, cmd: list[str]):
 
 def _attach(args: argparse.Namespace):
     if args.backend == "ptrace":
-        raise UsageError("-p PID needs the eBPF backend (root)")
+        raise UsageError("-p, --cgroup and --wait-for need the eBPF backend (root)")
     from readtrace.record.attach import parse_pids
-    from readtrace.record.attached import record_attached
+    from readtrace.record.attached import record_attached, targets
 
-    return record_attached(parse_pids(args.pid), args.output, force=args.force, quiet=args.quiet,
-                           coalesce=not args.no_coalesce, ring_mib=args.ring_mib, duration=args.duration)
+    pids = parse_pids(args.pid) if args.pid is not None else None
+    return record_attached(targets(pids, args.cgroup, args.wait_for), args.output, force=args.force,
+                           quiet=args.quiet, coalesce=not args.no_coalesce, ring_mib=args.ring_mib,
+                           duration=args.duration, until_idle=args.until_idle)
 
 
 def _upload_target(args: argparse.Namespace) -> tuple[str | None, str | None, str | None]:

@@ -15,7 +15,6 @@ cannot back a claim (nothing loaded, nothing evicted) says why in ``Comparison.u
 from __future__ import annotations
 
 import os
-import re
 import signal
 import statistics
 import subprocess
@@ -42,6 +41,8 @@ from readtrace.fix.candidates import (
 )
 from readtrace.fix.levers import seen_in
 from readtrace.fix.rankplan import RankPlan, plan_from_spans, split_plan
+from readtrace.fs.datafiles import DATA_SUFFIXES, SYSTEM_PREFIXES, VOLUME_MIN_BYTES
+from readtrace.fs.datafiles import is_code as _is_code
 from readtrace.fs.procmaps import mapped_by
 from readtrace.inject.inject import shim_environment
 from readtrace.inject.manifest import (
@@ -518,16 +519,9 @@ def _workdir(path) -> Iterator[Path]:
         yield Path(tmp)
 
 
-SYSTEM_PREFIXES = ("/proc/", "/sys/", "/dev/", "/usr/", "/lib", "/etc/", "/bin/", "/sbin/", "/run/")
-# Files that carry a load's data bytes by their name (a DCP directory's shards are *.distcp).
-DATA_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".distcp", ".npy", ".npz", ".ckpt")
-# A file of no data suffix is a checkpoint file by volume: at least this many bytes read, and at least
+# A file of no data suffix is a checkpoint file by volume (fs/datafiles.VOLUME_MIN_BYTES read) and at least
 # VOLUME_SHARE of the most any such file gave the load (a tokenizer or config beside the weights is not).
-VOLUME_MIN_BYTES = 1 << 20
 VOLUME_SHARE = 0.10
-_CODE_NAME = re.compile(r"\.(so(\.\d+)*|py|pyc|pyo|pyi|pyd|pyx|a|o)$")
-_CODE_DIR = re.compile(r"(^|/)(site-packages|dist-packages|__pycache__|lib(64)?/python\d+(\.\d+)?)(/|$)")
-ELF_MAGIC = b"\x7fELF"
 
 
 def checkpoint_files(files: Iterable[tuple[str, int, int]], cwd: str | None = None) -> list[str]:
@@ -549,17 +543,6 @@ def checkpoint_files(files: Iterable[tuple[str, int, int]], cwd: str | None = No
     most = max((v for _, v in others), default=0)
     by_volume = {p for p, v in others if v >= VOLUME_MIN_BYTES and v >= VOLUME_SHARE * most}
     return sorted(by_name | by_volume)
-
-
-def _is_code(path: str) -> bool:
-    """An executable, a shared object, Python code, or a file of an installed Python environment."""
-    if _CODE_NAME.search(path) or _CODE_DIR.search(path):
-        return True
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == ELF_MAGIC
-    except OSError:
-        return True  # unreadable: not one we can evict either
 
 
 def _index_shards(paths: Iterable[str]) -> set[str]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from readtrace.errors import InputError
-from readtrace.fs.mounts import kernel_dev
+from readtrace.fs.mounts import file_mount, kernel_dev
 
 SYS_PIDFD_GETFD = 438  # x86_64
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -70,6 +70,19 @@ class Recovered:
     files: list[OpenFile] = field(default_factory=list)
     mappings: list[Mapping] = field(default_factory=list)
 
+    def named(self) -> dict[tuple[int, int], tuple[str, int]]:
+        """(dev, ino) -> (path, size) of what was recovered."""
+        found = {(m.dev, m.ino): (m.path, _size(m.path)) for m in self.mappings}
+        found.update({(f.dev, f.ino): (f.path, f.size) for f in self.files})
+        return found
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1
+
 
 def parse_pids(text: str) -> list[int]:
     """``PID[,PID...]`` -> pids (InputError naming what is not one)."""
@@ -78,6 +91,37 @@ def parse_pids(text: str) -> list[int]:
         if not part.strip().isdigit() or int(part) <= 0:
             raise InputError(f"{part.strip()!r} is not a process id ({{option}} PID[,PID...])", option="pid")
         pids.append(int(part))
+    return pids
+
+
+@dataclass(frozen=True)
+class Cgroup:
+    """A cgroup v2 directory to record: its id (the directory's inode number) and depth below the root."""
+
+    path: str
+    id: int
+    level: int
+
+
+def cgroup_dir(path: str) -> Cgroup:
+    """``path`` as a cgroup v2 directory (InputError when it is not one)."""
+    real = os.path.realpath(path)
+    try:
+        mount = file_mount(real) if os.path.isfile(os.path.join(real, "cgroup.procs")) else None
+    except OSError:
+        mount = None
+    if mount is None or mount.fstype != "cgroup2":
+        raise InputError(f"{path}: not a cgroup v2 directory (one under a cgroup2 mount, with a cgroup.procs)")
+    rel = os.path.relpath(real, mount.mountpoint)
+    return Cgroup(real, os.stat(real).st_ino, 0 if rel == "." else len(Path(rel).parts))
+
+
+def cgroup_pids(cgroup: Cgroup) -> set[int]:
+    """The processes in the cgroup and in every cgroup below it, now."""
+    pids: set[int] = set()
+    for here, _dirs, _files in os.walk(cgroup.path):
+        text = _read(os.path.join(here, "cgroup.procs")) or ""
+        pids.update(int(p) for p in text.split() if p.isdigit())
     return pids
 
 

@@ -49,6 +49,18 @@ BTF_TOKENS = {
     "FUSE_CONN_DEV": ("fuse_conn", "dev"),
 }
 FUSE_TOKENS = ("INODE_I_RDEV", "PT_REGS_ORIG_AX", "FUSE_DEV_FC", "FUSE_CONN_DEV")
+# record --cgroup only (proc.bpf.c, WITH_CGROUP): which cgroup a task moved into, and the task's ids.
+CGROUP_TOKENS = {
+    "CGROUP_LEVEL": ("cgroup", "level"),
+    "CGROUP_ANCESTORS": ("cgroup", "ancestors"),
+    "CGROUP_KN": ("cgroup", "kn"),
+    "CGROUP_ROOT": ("cgroup", "root"),
+    "CGROUP_ROOT_HIERARCHY_ID": ("cgroup_root", "hierarchy_id"),
+    "KERNFS_NODE_ID": ("kernfs_node", "id"),
+    "TASK_TGID": ("task_struct", "tgid"),
+    "TASK_PID": ("task_struct", "pid"),
+    "TASK_COMM": ("task_struct", "comm"),
+}
 SYSCALL_ARG_REGS = ("di", "si", "dx", "r10", "r8", "r9")  # x86_64 syscall ABI, argument 1..6
 SYSCALL_NUMBERS = {  # x86_64
     "NR_READ": 0, "NR_OPEN": 2, "NR_CLOSE": 3, "NR_LSEEK": 8, "NR_MMAP": 9, "NR_MUNMAP": 11,
@@ -98,12 +110,14 @@ def kind_numbers() -> dict[str, int]:
 FIXED_LAYOUT = {("fdtable", "max_fds"): 0, ("fdtable", "fd"): 8}
 
 
-def kernel_offsets(with_fuse: bool) -> dict[str, int]:
+def kernel_offsets(with_fuse: bool, with_cgroup: bool = False) -> dict[str, int]:
     btf = kernel_btf()
     for (struct, member), expected in FIXED_LAYOUT.items():
         if btf.offset(struct, member) != expected:
             raise BTFError(f"{struct}.{member} at {btf.offset(struct, member)}, probes expect {expected}")
     tokens = {t: sm for t, sm in BTF_TOKENS.items() if with_fuse or t not in FUSE_TOKENS}
+    if with_cgroup:
+        tokens.update(CGROUP_TOKENS)
     offsets = {token: btf.offset(struct, member) for token, (struct, member) in tokens.items()}
     return {**offsets, **syscall_arg_slots(btf)}
 
@@ -143,15 +157,19 @@ def strs_ring_bytes(ring_bytes: int) -> int:
     return max(STRS_RING_BYTES, 2 * ring_bytes)
 
 
-def build_source(*, with_fuse: bool, coalesce: bool = True, ring_bytes: int = EVENTS_RING_BYTES) -> str:
-    """The final C text of the probes, as compiled (BTFError when the kernel lacks a struct)."""
+def build_source(*, with_fuse: bool, coalesce: bool = True, ring_bytes: int = EVENTS_RING_BYTES,
+                 cgroup: tuple[int, int] | None = None) -> str:
+    """The final C text of the probes, as compiled (BTFError when the kernel lacks a struct).
+    ``cgroup``: (id, level) of a cgroup v2 directory whose joining processes are traced (record --cgroup)."""
     from readtrace.record.records import layout_asserts
 
     seen: set[str] = set()
     parts = [expand_includes(name, seen) for name in ENTRY_SOURCES] + [layout_asserts()]
     if ring_bytes < PAGE_SIZE or ring_bytes & (ring_bytes - 1):
         raise ValueError("the events ring size must be a power of two of at least one page")
-    tokens = {**CONSTANTS, **SYSCALL_NUMBERS, **kernel_offsets(with_fuse), "COALESCE": int(coalesce),
+    tokens = {**CONSTANTS, **SYSCALL_NUMBERS, **kernel_offsets(with_fuse, cgroup is not None), "COALESCE": int(coalesce),
+              "WITH_CGROUP": int(cgroup is not None), "CGROUP_WANTED_ID": cgroup[0] if cgroup else 0,
+              "CGROUP_WANTED_LEVEL": cgroup[1] if cgroup else 0,
               "WITH_FUSE": int(with_fuse), "EVENTS_RING_PAGES": ring_bytes // PAGE_SIZE,
               "MERGED_PAGE_KINDS": merged_page_kinds(), "STRS_RING_PAGES": strs_ring_bytes(ring_bytes) // PAGE_SIZE}
     header = "/* readtrace probes, generated: offsets from /sys/kernel/btf/vmlinux */\n"

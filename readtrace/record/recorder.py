@@ -204,12 +204,15 @@ def _alive(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}/mountinfo")
 
 
-def probe_source(coalesce: bool, ring_mib: int) -> tuple[list, set[int], str]:
-    """The mounts now, the FUSE connections to watch and the probes' C text for them."""
+def probe_source(coalesce: bool, ring_mib: int, cgroup: tuple[int, int] | None = None
+                 ) -> tuple[list, set[int], str]:
+    """The mounts now, the FUSE connections to watch and the probes' C text for them (``cgroup``: see
+    program.build_source)."""
     mounts = read_mounts()
     connections = fuse_connections(mounts) if fuse_view_available() else set()
     try:
-        source = build_source(with_fuse=bool(connections), coalesce=coalesce, ring_bytes=ring_mib << 20)
+        source = build_source(with_fuse=bool(connections), coalesce=coalesce, ring_bytes=ring_mib << 20,
+                              cgroup=cgroup)
     except BTFError as e:
         raise PrerequisiteError(f"kernel BTF: {e}") from e
     return mounts, connections, source

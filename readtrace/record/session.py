@@ -75,6 +75,7 @@ class Session:
         self._buffers: dict[str, list[pd.DataFrame]] = {"events": [], "pages": [], "fuse": []}
         self._buffered = dict.fromkeys(self._buffers, 0)
         self._failed: set[str] = set()
+        self.watch = None  # called with each drained batch of the fast ring before it is spooled (--until-idle)
 
     def trace_pid(self, pid: int) -> None:
         """Add the command's process to the traced set before it is released."""
@@ -107,7 +108,7 @@ class Session:
 
     def drain(self) -> int:
         """Copy the fast ring to the spool, note the strs ring (opens, forks, execs); records taken."""
-        taken = self.fast.drain(self._spool_write)
+        taken = self.fast.drain(self._spool_write if self.watch is None else self._watched_write)
         strs = self.strs.drain()
         if len(strs):
             self._strs_seen.append((strs, self.decoder.note_strs(strs)))
@@ -135,6 +136,10 @@ class Session:
                 self._flush(name)
         _libc.malloc_trim(0)  # the chunks' frames are freed: give the heap back, so RSS is what is held
         self._live_pass_at = time.monotonic()
+
+    def _watched_write(self, events: np.ndarray) -> None:
+        self.watch(events)
+        self._spool_write(events)
 
     def _spool_write(self, events: np.ndarray) -> None:
         """Append to the spool; on a write error (full disk) keep what is there and drop the rest:

@@ -48,8 +48,9 @@ def _running(cmd, **kw):
 
 @contextlib.contextmanager
 def _attached(pid, out, *more):
-    """The recorder attached to ``pid``, yielded once it says it records."""
-    with _running(READTRACE + ["record", "-p", str(pid), "-o", str(out), *more], stderr=subprocess.PIPE,
+    """The recorder attached to ``pid`` (or ``more`` says to what), yielded once it says it records."""
+    what = ["-p", str(pid)] if pid is not None else []
+    with _running(READTRACE + ["record", *what, "-o", str(out), *more], stderr=subprocess.PIPE,
                   text=True) as rec:
         line = rec.stderr.readline()
         assert "attached to" in line, line + rec.stderr.read()
@@ -166,3 +167,104 @@ def test_attach_needs_root(unprivileged_user):
     assert p.returncode == 3
     assert p.stderr.strip().splitlines() == ["readtrace: attaching to running processes needs root "
                                              "(sudo readtrace record -p PID)"]
+
+
+def _reader(data, go=None, sleep_after=0.0):
+    """A Python process that (after ``go`` exists) reads ``data`` with read(), then sleeps."""
+    wait = f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.01)\n" if go else ""
+    return [sys.executable, "-c", f"import pathlib, time\n{wait}"
+            f"with open({str(data)!r}, 'rb') as f:\n    while f.read(1 << 20): pass\n"
+            f"time.sleep({sleep_after})\n"]
+
+
+def _data_reads(trace, data):
+    reads = trace.calls()
+    return reads[reads["path"] == str(data)]
+
+
+def test_until_idle_ends_the_recording_of_a_process_that_keeps_running(tmp_path):
+    data = make_data_file(tmp_path / "model.bin", 4 * MIB)
+    go, out = tmp_path / "go", tmp_path / "idle.rtrace"
+    with _running(_reader(data, go, sleep_after=120)) as server, \
+            _attached(server.pid, out, "--until-idle", "1") as rec:
+        go.touch()
+        _, err = rec.communicate(timeout=60)
+        assert rec.returncode == 0, err
+        assert server.poll() is None  # still running: the recording ended on its own
+    assert "stopped by idle" in err
+    trace = load_trace(out)
+    assert trace.meta["attached"]["stopped_by"] == "idle"
+    assert int(_data_reads(trace, data)["ret"].sum()) == 4 * MIB
+
+
+def test_wait_for_catches_a_load_started_after_the_recorder(tmp_path):
+    data = make_data_file(tmp_path / "model.bin", 4 * MIB)
+    marker = f"readtrace-wait-{os.getpid()}-{time.monotonic_ns()}"
+    out = tmp_path / "w.rtrace"
+    with _running(READTRACE + ["record", "--wait-for", marker, "-o", str(out)], stderr=subprocess.PIPE,
+                  text=True) as rec:
+        line = rec.stderr.readline()
+        assert "waiting for a process" in line, line + rec.stderr.read()
+        time.sleep(0.5)  # the recorder polls /proc from now on
+        script = _reader(data, sleep_after=0)
+        script[2] = f"import time; time.sleep(0.3)  # {marker}\n" + script[2]
+        with _running(script) as load:
+            assert load.wait(timeout=60) == 0
+        _, err = rec.communicate(timeout=60)
+    assert rec.returncode == 0, err
+    trace = load_trace(out)
+    assert trace.meta["attached"]["pids"] == [load.pid] and trace.meta["attached"]["wait_for"] == marker
+    assert int(_data_reads(trace, data)["ret"].sum()) == 4 * MIB
+
+
+def _cgroup2_root():
+    from readtrace.fs.mounts import read_mounts
+
+    roots = [m.mountpoint for m in read_mounts() if m.fstype == "cgroup2"]
+    require(bool(roots), "no cgroup2 mount")
+    return roots[0]
+
+
+def test_cgroup_records_its_processes_and_those_that_join_it(tmp_path):
+    """A process in the cgroup before the recorder, and one that joins it after (echo $$ > cgroup.procs,
+    then exec: a container's first process), recorded from outside; removing the cgroup ends it."""
+    cg = os.path.join(_cgroup2_root(), f"readtrace-test-{os.getpid()}-{time.monotonic_ns()}")
+    os.mkdir(cg)
+    before, after = make_data_file(tmp_path / "before.bin", MIB), make_data_file(tmp_path / "after.bin", 2 * MIB)
+    go, out = tmp_path / "go", tmp_path / "cg.rtrace"
+    outside = make_data_file(tmp_path / "outside.bin", MIB)
+    try:
+        with _running(_reader(before, go)) as inside:
+            with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+                f.write(str(inside.pid))
+            with _attached(None, out, "--cgroup", cg) as rec:
+                join = ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh", *_reader(after)]
+                with _running(join) as joined, _running(_reader(outside)) as other:
+                    go.touch()
+                    assert joined.wait(timeout=60) == 0 and inside.wait(timeout=60) == 0
+                    assert other.wait(timeout=60) == 0
+                os.rmdir(cg)
+                _, err = rec.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(cg)
+    assert rec.returncode == 0, err
+    trace = load_trace(out)
+    meta = trace.meta["attached"]
+    assert meta["cgroup"]["path"] == os.path.realpath(cg) and meta["stopped_by"] == "cgroup removed"
+    assert meta["pids"] == [inside.pid]
+    got_before, got_after = _data_reads(trace, before), _data_reads(trace, after)
+    assert set(got_before["pid"]) == {inside.pid} and int(got_before["ret"].sum()) == MIB
+    assert set(got_after["pid"]) == {joined.pid} and int(got_after["ret"].sum()) == 2 * MIB
+    ev = trace.events  # the join was seen by the probe as it happened (a "fork" row naming the process)
+    assert ((ev["op"] == "fork") & (ev["arg"] == joined.pid)).any()
+    assert _data_reads(trace, outside).empty  # a process outside the cgroup is not recorded
+    assert not (trace.events["pid"] == other.pid).any()
+
+
+def test_bad_cgroup_path_is_one_line_and_exit_5(tmp_path):
+    p = subprocess.run(READTRACE + ["record", "--cgroup", str(tmp_path)], capture_output=True, text=True,
+                       timeout=60, cwd=tmp_path)
+    assert p.returncode == 5
+    assert p.stderr.strip().splitlines() == [f"readtrace: {tmp_path}: not a cgroup v2 directory (one under a "
+                                             "cgroup2 mount, with a cgroup.procs)"]

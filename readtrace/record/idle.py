@@ -1,0 +1,60 @@
+"""``record --until-idle``: when did the recorded processes last read a file that may hold a checkpoint?
+
+Every read through the page cache leaves page-cache records with the file's dev and inode (a read()'s
+page lookups, an mmap's faults, misses, readahead), so the fast ring alone tells, as it is drained,
+whether a checkpoint-like file (fs/datafiles.maybe_data) is still being read. The clock starts at the
+first such read: the load is done once none came for ``quiet_s``."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from readtrace.fs.datafiles import maybe_data
+from readtrace.record.records import KIND, event_view
+
+PAGE_KINDS = [KIND[k] for k in ("FAULT", "MAP_PAGES", "GET_PAGES", "MISS", "SYNC_RA", "ASYNC_RA")]
+
+
+class IdleWatch:
+    """Fed the drained records (``seen``); ``idle()`` once no checkpoint read came for ``quiet_s``."""
+
+    def __init__(self, decoder, quiet_s: float):
+        self.decoder = decoder
+        self.quiet_s = quiet_s
+        self.last: float | None = None  # monotonic s of the latest checkpoint read seen
+        self._verdicts: dict[tuple[int, int], bool] = {}
+        self._pending: dict[tuple[int, int], float] = {}  # seen, not judged yet -> when
+
+    def _data(self, key: tuple[int, int]) -> bool | None:
+        """Is (dev, ino) checkpoint-like? None while its name is not known yet (its open not drained)."""
+        if key in self._verdicts:
+            return self._verdicts[key]
+        info = self.decoder.files.get(key)
+        if info is not None:
+            path, size = info.path, info.size
+        else:
+            known = self.decoder.attached.recovered.named() if self.decoder.attached else {}
+            if key not in known:
+                return None
+            path, size = known[key]
+        self._verdicts[key] = verdict = maybe_data(path, size)
+        return verdict
+
+    def seen(self, events: np.ndarray) -> None:
+        pages = event_view(events[np.isin(events["kind"], PAGE_KINDS)], "pages")
+        if not len(pages):
+            return
+        now = time.monotonic()
+        for key in set(zip(pages["dev"].tolist(), pages["ino"].tolist(), strict=True)):
+            self._pending[key] = now  # judged in idle(): its open may come in the same drain, after
+
+    def idle(self) -> bool:
+        for key, when in list(self._pending.items()):
+            verdict = self._data(key)
+            if verdict is not None or time.monotonic() - when > self.quiet_s:
+                del self._pending[key]
+            if verdict:
+                self.last = max(self.last or 0.0, when)
+        return self.last is not None and time.monotonic() - self.last >= self.quiet_s
