@@ -55,6 +55,16 @@ def check_target(path: str | os.PathLike, *, force: bool, is_ours: Callable[[Pat
                              "(remove it yourself if you mean it)", option="force")
 
 
+def new_file(path: str | os.PathLike, mode: int = 0o644) -> int:
+    """A write fd on a file created now: never one that existed, never through a symlink (O_EXCL)."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+def no_follow(path: str | os.PathLike, flags: int) -> int:
+    """An ``open(..., opener=no_follow)``: the last component is never followed if it is a symlink."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
 def _sibling(path: Path, tag: str) -> Path:
     return path.parent / f".{path.name}.{tag}-{os.getpid()}-{secrets.token_hex(3)}"
 

@@ -19,14 +19,12 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from readtrace import runstate
 from readtrace.errors import CommandNotFoundError, NoEvidenceError, ReadtraceError, TraceError, UsageError
 from readtrace.fix.candidates import (
     LEAVE_ALONE,
@@ -41,6 +39,7 @@ from readtrace.fix.candidates import (
 )
 from readtrace.fix.levers import seen_in
 from readtrace.fix.rankplan import RankPlan, plan_from_spans, split_plan
+from readtrace.fix.workdir import work_dir
 from readtrace.fs.datafiles import DATA_SUFFIXES, SYSTEM_PREFIXES, VOLUME_MIN_BYTES
 from readtrace.fs.datafiles import is_code as _is_code
 from readtrace.fs.procmaps import mapped_by
@@ -57,6 +56,8 @@ from readtrace.loader.fileio import MiB
 from readtrace.pagecache.evict import Eviction, evict
 from readtrace.pagecache.prefetch import prefetch
 from readtrace.pagecache.residency import cache_survives_open
+from readtrace.record.launch import child_setup, command_environment, sudo_credentials
+from readtrace.replace import new_file, no_follow
 
 # A recorder runs ``cmd`` with ``env`` in ``cwd`` writing ``trace``; returns (exit code, wall s, summary).
 Recorder = Callable[[list[str], dict, str | None, Path], tuple[int, float, dict | None]]
@@ -175,7 +176,7 @@ def compare(
     if repeat < 1:
         raise ValueError("repeat must be at least 1")
     command = list(command)
-    with _workdir(workdir) as work:
+    with work_dir(workdir, sudo_credentials(), log) as work:
         notes: list[str] = []
         seen: set[str] = set()
         if files is None:
@@ -438,11 +439,12 @@ def _run(command, side, index, strategy, work: Path, device, cwd, recorder, file
 
 def _run_plain(command, env, cwd, log_path: Path) -> tuple[int, float]:
     """Run without recording; the command's output goes to ``log_path`` (stdout stays ours)."""
-    with open(log_path, "wb") as out:
+    creds = sudo_credentials()  # under sudo the command runs as the invoking user, as `record` runs it
+    with os.fdopen(new_file(log_path), "wb") as out:
         started = time.perf_counter()
         try:
-            proc = subprocess.run(command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, preexec_fn=runstate.die_with_parent)
+            proc = subprocess.run(command, env=command_environment(env, creds), cwd=cwd, stdout=out,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=child_setup(creds))
         except FileNotFoundError:
             raise CommandNotFoundError(f"command not found: {command[0]}") from None
         if proc.returncode == -signal.SIGINT:  # Ctrl-C reached the run first: stop like the user asked
@@ -502,21 +504,11 @@ def spans_by_path(summary: dict) -> dict[int, list]:
 
 def _tail(path: Path, lines: int = 3) -> str:
     try:
-        text = path.read_text(errors="replace").strip().splitlines()
+        with open(path, errors="replace", opener=no_follow) as f:
+            text = f.read().strip().splitlines()
     except OSError:
         return ""
     return " | ".join(text[-lines:])
-
-
-@contextmanager
-def _workdir(path) -> Iterator[Path]:
-    """The given directory (kept), or a temporary one (removed)."""
-    if path is not None:
-        Path(path).mkdir(parents=True, exist_ok=True)
-        yield Path(path)
-        return
-    with tempfile.TemporaryDirectory(prefix=f"{runstate.PREFIX}fix-") as tmp, runstate.noted("fix", tmp):
-        yield Path(tmp)
 
 
 # A file of no data suffix is a checkpoint file by volume (fs/datafiles.VOLUME_MIN_BYTES read) and at least
@@ -602,7 +594,7 @@ def _stdout_to(path: Path) -> Iterator[None]:
     """Point file descriptor 1 at a file while a recorder runs a command that inherits it."""
     sys.stdout.flush()
     saved = os.dup(1)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = new_file(path)
     os.dup2(fd, 1)
     os.close(fd)
     try:

@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field
 
 from readtrace.loader.spans import Piece, split_pieces
+from readtrace.replace import new_file
 
 SPANS, SPLIT = "spans", "split"
 WHOLE = 0.9  # a rank whose spans cover this much of every file reads "all of it"
@@ -48,7 +49,7 @@ class RankPlan:
                 "spans": {str(r): [list(p) for p in pieces] for r, pieces in self.spans.items()}}
 
     def save(self, path: str | os.PathLike) -> None:
-        with open(path, "w", encoding="utf-8") as f:
+        with os.fdopen(new_file(path), "w", encoding="utf-8") as f:  # never through a planted link
             json.dump(self.to_json(), f)
 
     @classmethod

@@ -20,6 +20,7 @@ import pwd
 import shutil
 import signal
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from readtrace.errors import (
@@ -57,6 +58,21 @@ def sudo_credentials() -> Credentials | None:
     except KeyError:
         user, home = os.environ.get("SUDO_USER", str(uid)), None
     return Credentials(int(uid), int(gid), user, home)
+
+
+def child_setup(creds: Credentials | None, parent: int | None = None) -> Callable[[], None]:
+    """What a child runs between fork and exec (a ``preexec_fn``; ``HeldChild`` too): become the invoking
+    user under sudo (groups, gid, uid: the group list is looked up here, in the parent, not after the
+    fork), then get SIGTERM when readtrace dies (``die_with_parent``, after the setuid that clears it)."""
+    groups = os.getgrouplist(creds.user, creds.gid) if creds else None
+
+    def setup() -> None:
+        if creds:
+            os.setgroups(groups)
+            os.setgid(creds.gid)
+            os.setuid(creds.uid)
+        die_with_parent(signal.SIGTERM, parent)
+    return setup
 
 
 def command_environment(env: dict | None, creds: Credentials | None) -> dict:
@@ -124,11 +140,12 @@ class HeldChild:
         go_r, go_w = os.pipe()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         self._parent = os.getpid()
+        setup = child_setup(creds, self._parent)
         pid = os.fork()
         if pid == 0:  # child
             os.close(go_w)
             os.close(err_r)
-            self._child(go_r, err_w, exe, cmd, env, cwd, creds, self._parent)
+            self._child(go_r, err_w, exe, cmd, env, cwd, setup)
         os.close(go_r)
         os.close(err_w)
         self.pid = pid
@@ -138,7 +155,7 @@ class HeldChild:
         self._err = err_r
 
     @staticmethod
-    def _child(go_r, err_w, exe, cmd, env, cwd, creds, parent) -> None:
+    def _child(go_r, err_w, exe, cmd, env, cwd, setup) -> None:
         try:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_DFL)
@@ -147,11 +164,7 @@ class HeldChild:
             os.close(go_r)
             if cwd:
                 os.chdir(cwd)
-            if creds:
-                os.initgroups(creds.user, creds.gid)
-                os.setgid(creds.gid)
-                os.setuid(creds.uid)
-            die_with_parent(signal.SIGTERM, parent)
+            setup()
             os.execve(exe, cmd, env if env is not None else os.environ)
         except BaseException as e:  # noqa: BLE001 - report anything to the parent, never return
             code = getattr(e, "errno", None) or 0
