@@ -15,6 +15,7 @@ import pytest
 from conftest import fuse_available, require
 
 from readtrace.analyze import analyze
+from readtrace.analyze.cost import by_seconds
 from readtrace.trace import load_trace
 
 pytestmark = [pytest.mark.fuse, pytest.mark.slow]
@@ -77,7 +78,9 @@ def test_user_cannot_use_ebpf(unprivileged_user):
 def test_shared_fd_and_per_tensor_pread_from_ptrace_alone(unprivileged_user, lab, pattern, code):
     a, _ = record_as(unprivileged_user, lab, pattern)
     f = next(f for f in a.findings if f.code == code)
-    assert f.file == str(lab) and f.severity == "high" and f.view == "ofd"
+    assert f.file == str(lab) and f.view == "ofd" and f.role == "cause"
+    # how severe follows the seconds it cost (strace's syscall latency stands in for the waits)
+    assert f.cost_s is not None and f.severity == by_seconds(f.cost_s, a.summary["wall_s"], a.thresholds)
     assert not f.inferred and f.basis == "syscalls (strace)"  # seen, not inferred
     if code == "SHARED_FD_INTERLEAVE":
         assert f.tasks == WORKERS and f.min_task_consecutive_fraction >= 0.9
