@@ -71,3 +71,15 @@ def lab_mount(tmp_path, fill, **options):
             yield mnt, made
     finally:
         force_unmount(mnt)
+
+
+def validate_fix_json(data: dict) -> dict:
+    """``fix --compare --json`` output checked against its one schema (docs/fix-compare.schema.json)."""
+    import json
+    from pathlib import Path
+
+    import jsonschema
+
+    schema = json.loads((Path(__file__).parents[1] / "docs" / "fix-compare.schema.json").read_text())
+    jsonschema.validate(data, schema)
+    return data

@@ -20,6 +20,7 @@ def test_demo_runs_end_to_end_and_cleans_up(tmp_path):
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["tensors_identical"] is True and data["tensors"] > 50
+    assert data["exit_code"] == out.returncode and data["verdict"] != "differs"
     assert data["baseline"]["wall_s"] > 0 and data["fixed"]["wall_s"] > 0
     assert "1. checkpoint" in out.stderr and "6. unmounted" in out.stderr
     with open("/proc/self/mountinfo") as f:

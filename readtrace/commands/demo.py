@@ -45,7 +45,6 @@ def run(args) -> int:
                       out=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(result, indent=2))
-    if not result["tensors_identical"]:
-        raise ReadtraceError("the fixed run loaded different tensors: "
-                             + ", ".join(result["differing_tensors"][:10]))
+    if result["verdict"] == "differs":  # fix/verdict.py's word, as fix --compare's exit code follows it
+        raise ReadtraceError(result["why"])
     return ExitStatus.OK

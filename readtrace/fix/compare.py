@@ -122,9 +122,11 @@ class Comparison:
 
     @property
     def speedup(self) -> float | None:
-        """Baseline wall / fixed wall (medians); None when the runs do not allow the claim, or when the
-        load was left alone (no change was made: a ratio of two runs of one command is noise, not a gain)."""
-        return None if self.left_alone else self._wall_ratio()
+        """Baseline wall / fixed wall (medians), only under the verdict ``fixed`` (fix/verdict.py: the fixed
+        runs beat the baseline's beyond their spread); None otherwise, and for a load left alone."""
+        from readtrace.fix.verdict import verdict_of  # verdict.py types against this module
+
+        return verdict_of(self).speedup
 
     @property
     def rerun_ratio(self) -> float | None:

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 import torch
+from conftest import validate_fix_json
 from safetensors.torch import save_file
 
 from readtrace.errors import ExitStatus, ReadtraceError
@@ -119,7 +120,7 @@ def test_cli_json(tmp_path, checkpoint):
     out = run_cli("--compare", "--json", "--no-record", "--strategy", "own-fd", "--",
                   sys.executable, str(script(tmp_path)), str(checkpoint))
     assert out.returncode == 0, out.stderr
-    data = json.loads(out.stdout)
+    data = validate_fix_json(json.loads(out.stdout))
     assert data["tensors"] == 10 and data["tensors_identical"] is True
     assert data["baseline"]["wall_s"] > 0 and data["fixed"]["wall_s"] > 0
     assert data["exit_code"] == out.returncode and data["verdict"] in ("fixed", "no-gain", "slower")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from conftest import lab_mount
+from conftest import lab_mount, validate_fix_json
 
 from readtrace.errors import ExitStatus
 from readtrace.fix.candidates import LEAVE_ALONE, Candidate, Floor, confirmed
@@ -35,13 +35,9 @@ from readtrace.pagecache.evict import Eviction
 from readtrace.workloads import make_checkpoint
 
 SCHEMA = json.loads((Path(__file__).parents[2] / "docs" / "fix-compare.schema.json").read_text())
+validate = validate_fix_json
 FLOOR = Floor(64 << 20, 1.0, 3.0)  # 4.0 s: "not slow" up to 1.1 * 4.0 + 1 = 5.4 s
 PREFETCH = Candidate("readtrace prefetch", "prefetch", "readtrace fix --strategy prefetch -- CMD")
-
-
-def validate(data: dict) -> dict:
-    jsonschema.validate(data, SCHEMA)
-    return data
 
 
 @pytest.mark.parametrize(("baseline", "fixed", "kwargs", "word"), [

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 import torch
+from conftest import validate_fix_json
 from safetensors.torch import save_file
 
 from readtrace.errors import ExitStatus
@@ -90,7 +91,7 @@ def test_raw_pread_loop_keeps_its_measured_runs(tmp_path, safetensors_file):
     out = fix("--json", "--strategy", "prefetch", "--files", str(safetensors_file), "--",
               sys.executable, str(tmp_path / "loop.py"), str(safetensors_file))
     assert out.returncode == ExitStatus.NO_EVIDENCE, out.stderr
-    data = json.loads(out.stdout)
+    data = validate_fix_json(json.loads(out.stdout))
     assert data["baseline"]["wall_s"] > 0 and data["fixed"]["wall_s"] > 0
     assert data["baseline"]["loader_s"] == 0  # nothing was inside a loader call
     # cold, but nothing to compare: no speedup, no "identical", and the JSON says the exit code
@@ -118,7 +119,7 @@ def test_torch_load_is_seen_and_compared(tmp_path):
     (tmp_path / "load.py").write_text(TORCH_LOAD)
     out = fix("--json", "--strategy", "own-fd", "--", sys.executable, str(tmp_path / "load.py"), str(path))
     assert out.returncode == 0, out.stdout + out.stderr
-    data = json.loads(out.stdout)
+    data = validate_fix_json(json.loads(out.stdout))
     assert data["tensors"] == 4 and data["tensors_identical"] is True and data["unproven"] == []
     assert data["files"][0]["path"] == str(path)
 
