@@ -153,7 +153,7 @@ def render_table(comparison: Comparison, out: TextIO) -> None:
         out.write(f"  cannot compare: {why}\n")
     out.write(f"  verdict: {word}: {data['why']}\n")
     if word in (FIXED, NO_GAIN, SLOWER):
-        out.write(f"  (rule: {data['rule']})\n")
+        out.write(f"  rule: {data['rule']}\n")
     if data["change"] and word in (FIXED, SLOW_NO_FIX):
         whose = "the one-line change" if word == FIXED else "the one-line change you can make yourself"
         out.write(f"  {whose}: {data['change']}\n")

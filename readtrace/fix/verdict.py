@@ -96,6 +96,9 @@ def decide(baseline_s: Sequence[float], fixed_s: Sequence[float], *, left_alone:
     if confirmed(fixed_s, baseline_s):
         speedup = base / statistics.median(fixed_s)
         at_least = min(baseline_s) / max(fixed_s)
+        if len(baseline_s) == len(fixed_s) == 1:
+            return Verdict(FIXED, f"{label}: {speedup:.2f}x faster ({runs}, at least {MARGIN_PCT} % apart; "
+                           "--repeat N measures the noise)", change, speedup, at_least)
         return Verdict(FIXED, f"{label}: {speedup:.2f}x faster (medians; at least {at_least:.2f}x: every fixed "
                        f"run at least {MARGIN_PCT} % faster than every baseline run; {runs})", change, speedup, at_least)
     if confirmed(baseline_s, fixed_s):
