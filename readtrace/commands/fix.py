@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 
 from readtrace.commands.args import at_least_one
@@ -52,22 +51,27 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from readtrace.fix import child
+
+    with child.stop_signals_interrupt():  # SIGTERM/SIGHUP: 130 like Ctrl-C, runs stopped, work dirs removed
+        return _run(args, child)
+
+
+def _run(args, child) -> int:
     from readtrace import runstate
     from readtrace.fix.compare import compare, default_recorder  # imports torch: only when running
     from readtrace.fix.compare_report import render_table, to_json
     from readtrace.fix.verdict import DIFFERS, UNPROVEN, verdict_of
     from readtrace.inject.inject import shim_environment
-    from readtrace.record.launch import child_setup, command_environment, sudo_credentials
 
     at_least_one(args, "repeat")
     runstate.sweep(lambda line: print(f"readtrace: {line}", file=sys.stderr))
     command, cwd, files, trace = _target(args.target, args.trust_trace)
+    child.check_runnable(command, cwd)
     if not args.compare:
         files = args.files or files
-        creds = sudo_credentials()  # under sudo CMD runs as the invoking user, as `record` runs it
         with shim_environment(args.strategy, None, device=args.device, prefetch_files=files or ()) as env:
-            return subprocess.run(command, env=command_environment(env, creds), cwd=cwd,
-                                  preexec_fn=child_setup(creds)).returncode
+            return child.run(command, env=env, cwd=cwd)
     recorder, why_not = (None, "runs not recorded (--no-record)") if args.no_record else default_recorder()
     log = (lambda line: print(f"readtrace: {line}", file=sys.stderr)) if not args.json else (lambda line: None)
     result = compare(command, strategy=args.strategy, repeat=args.repeat, files=args.files or files,

@@ -25,7 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from readtrace.errors import CommandNotFoundError, NoEvidenceError, ReadtraceError, TraceError, UsageError
+from readtrace.errors import NoEvidenceError, ReadtraceError, TraceError, UsageError
+from readtrace.fix import child
 from readtrace.fix.candidates import (
     LEAVE_ALONE,
     NO_HARM,
@@ -56,7 +57,7 @@ from readtrace.loader.fileio import MiB
 from readtrace.pagecache.evict import Eviction, evict
 from readtrace.pagecache.prefetch import prefetch
 from readtrace.pagecache.residency import cache_survives_open
-from readtrace.record.launch import child_setup, command_environment, sudo_credentials
+from readtrace.record.launch import sudo_credentials
 from readtrace.replace import new_file, no_follow
 
 # A recorder runs ``cmd`` with ``env`` in ``cwd`` writing ``trace``; returns (exit code, wall s, summary).
@@ -441,17 +442,12 @@ def _run(command, side, index, strategy, work: Path, device, cwd, recorder, file
 
 def _run_plain(command, env, cwd, log_path: Path) -> tuple[int, float]:
     """Run without recording; the command's output goes to ``log_path`` (stdout stays ours)."""
-    creds = sudo_credentials()  # under sudo the command runs as the invoking user, as `record` runs it
     with os.fdopen(new_file(log_path), "wb") as out:
         started = time.perf_counter()
-        try:
-            proc = subprocess.run(command, env=command_environment(env, creds), cwd=cwd, stdout=out,
-                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=child_setup(creds))
-        except FileNotFoundError:
-            raise CommandNotFoundError(f"command not found: {command[0]}") from None
-        if proc.returncode == -signal.SIGINT:  # Ctrl-C reached the run first: stop like the user asked
+        code = child.run(command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        if code == 128 + signal.SIGINT:  # Ctrl-C reached the run first: stop like the user asked
             raise KeyboardInterrupt
-        return proc.returncode, time.perf_counter() - started
+        return code, time.perf_counter() - started
 
 
 def default_recorder() -> tuple[Recorder | None, str | None]:
