@@ -56,6 +56,10 @@ class Verdict:
         return int(EXIT_CODES[self.word])
 
 
+def _tried(n: int) -> str:
+    return f"{n} candidate{'s' * (n != 1)} measured" if n else "none measured: see auto's reason"
+
+
 def runs_text(n_baseline: int, n_fixed: int) -> str:
     return "one run each" if n_baseline == n_fixed == 1 else f"{n_baseline} baseline and {n_fixed} fixed runs"
 
@@ -68,12 +72,14 @@ def _ranges(baseline_s: Sequence[float], fixed_s: Sequence[float]) -> str:
 
 def decide(baseline_s: Sequence[float], fixed_s: Sequence[float], *, left_alone: bool, label: str = "the fix",
            change: str | None = None, floor: Floor | None = None, floor_unknown: str = "not measured",
-           own_change: str | None = None, unproven: Sequence[str] = (), differing: Sequence[str] = ()) -> Verdict:
+           own_change: str | None = None, unproven: Sequence[str] = (), differing: Sequence[str] = (),
+           tried: int | None = None) -> Verdict:
     """The verdict on runs timed ``baseline_s`` and ``fixed_s`` (wall seconds per run).
 
     ``left_alone``: the fixed side is the unchanged command (auto found nothing); ``floor``: measured, or
     None (``floor_unknown`` says why); ``own_change``: what the user could change where readtrace could
-    not; ``unproven``/``differing``: reasons that no claim stands / tensors that differ.
+    not; ``unproven``/``differing``: reasons that no claim stands / tensors that differ; ``tried``: how
+    many candidates auto measured before it left the load alone (None: not said).
     """
     if differing:
         more = f" and {len(differing) - 10} more" if len(differing) > 10 else ""
@@ -84,14 +90,15 @@ def decide(baseline_s: Sequence[float], fixed_s: Sequence[float], *, left_alone:
         return Verdict(UNPROVEN, "nothing proven: a side has no run")
     base = statistics.median(baseline_s)
     if left_alone:
+        measured = "" if tried is None else f" ({_tried(tried)})"
         if floor is not None and floor.not_slow(base):
             return Verdict(NOT_SLOW, f"not slow: the baseline ({base:.2f} s) is within "
                            f"{round(100 * (SLOW_MARGIN - 1))} % + {SLOW_ABS_S:.0f} s of its floor ({floor.total_s:.2f} s: "
                            f"a sequential read of the same bytes {floor.read_s:.2f} s + the load warm "
-                           f"{floor.warm_s:.2f} s), and nothing readtrace can change was faster beyond noise")
+                           f"{floor.warm_s:.2f} s), and nothing readtrace can change was faster beyond noise{measured}")
         where = f"floor {floor.total_s:.2f} s" if floor is not None else f"floor unknown: {floor_unknown}"
         return Verdict(SLOW_NO_FIX, f"slow ({base:.2f} s, {where}) but nothing readtrace can change here was "
-                       "faster", own_change)
+                       f"faster{measured}", own_change)
     runs = _ranges(baseline_s, fixed_s)
     if confirmed(fixed_s, baseline_s):
         speedup = base / statistics.median(fixed_s)
@@ -144,11 +151,14 @@ def verdict_of(c: Comparison) -> Verdict:
     first = baselines[0] if baselines else None
     facts = ((first.summary or {}).get("finding_facts") or []) if first else []
     seen = seen_in(first.manifest.calls) if first else set()
+    tried = None
     if choice is not None:
         label, change, floor, unknown = choice.chosen.label, choice.chosen.change, choice.floor, choice.floor_unknown
+        tried = len({t.label for t in choice.trials if not t.label.endswith(" (again)")})
     else:
         label, change, floor = f"readtrace {c.strategy}", OWN.get(c.strategy), None
         unknown = f"not measured (--strategy {c.strategy})" if c.cold else "not measured (warm runs)"
     return decide([r.wall_s for r in baselines], [r.wall_s for r in c.side("fixed")], left_alone=c.left_alone,
                   label=label, change=change, floor=floor, floor_unknown=unknown or "not measured",
-                  own_change=own_change(facts, seen), unproven=c.unproven, differing=differing_names(c.diff))
+                  own_change=own_change(facts, seen), unproven=c.unproven, differing=differing_names(c.diff),
+                  tried=tried)
