@@ -226,3 +226,27 @@ def test_a_short_load_near_its_floor_has_its_candidates_measured():
     assert v.word == FIXED and v.speedup == pytest.approx(5.85 / 4.2)
     left = decide([5.9, 5.8], [5.9], left_alone=True, floor=floor, tried=3)
     assert left.word == NOT_SLOW and left.why.endswith("(3 candidates measured)")
+
+
+REWRITES = """
+import sys, torch
+from safetensors.torch import load_file, save_file
+state = load_file(sys.argv[1])
+save_file({k: v + 1 for k, v in state.items()}, sys.argv[1])  # the next run loads other values
+"""
+
+
+def test_real_json_of_differing_tensors_agrees_with_exit_1(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    path = tmp_path / "model.safetensors"
+    save_file({f"w{i}": torch.full((64, 64), float(i)) for i in range(3)}, path)
+    (tmp_path / "rewrite.py").write_text(REWRITES)
+    out = subprocess.run([sys.executable, "-m", "readtrace", "fix", "--compare", "--json", "--no-record",
+                          "--strategy", "prefetch", "--files", str(path), "--", sys.executable,
+                          str(tmp_path / "rewrite.py"), str(path)], capture_output=True, text=True, timeout=300)
+    data = validate(json.loads(out.stdout))
+    assert out.returncode == data["exit_code"] == ExitStatus.ERROR and data["verdict"] == DIFFERS
+    assert data["speedup"] is None and "w0 (model.safetensors)" in data["differing_tensors"]
+    assert out.stderr.strip().splitlines()[-1] == f"readtrace: {data['why']}"
