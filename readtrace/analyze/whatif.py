@@ -284,12 +284,14 @@ def what_if(a, profiles: list[Profile], recorded: bool = True) -> list[Predictio
 MAX_ESTIMATE_REQUESTS = 200_000  # FUSE requests looked at to measure the mount's own costs
 
 
-def mount_profile(a) -> Profile | None:
+def mount_profile(a, request_quantile: float = 0.5) -> Profile | None:
     """The profile of the main data file's own mount, with its costs measured from the recorded FUSE
     requests of its handles: a handle serves one read at a time, so each request's service time is
     counted from when the handle was free; ``request_ms`` = the median service of the requests that
     continued a backend range (the daemon's own work), ``latency_ms`` = the median of those that
-    started one (a gap or a jump back on the handle), minus that. None: no profile for that fs."""
+    started one (a gap or a jump back on the handle), minus that. None: no profile for that fs.
+    ``request_quantile``: that quantile instead of the median (a lower one leaves out the continuing
+    requests that still paid for a new backend range: on a handle read at random most of them do)."""
     data = _data_files(a)
     if data.empty:
         return None
@@ -308,6 +310,6 @@ def mount_profile(a) -> Profile | None:
     service_ms = (end - np.where(first, ts, np.maximum(ts, free_at))) / 1e6
     prev_end = np.r_[0, (off + size)[:-1]]
     opened = first | (off != prev_end)  # not the continuation of the read before it on the handle
-    request = float(np.median(service_ms[~opened])) if (~opened).any() else 0.0
+    request = float(np.quantile(service_ms[~opened], request_quantile)) if (~opened).any() else 0.0
     latency = float(np.median(service_ms[opened])) - request if opened.any() else DEFAULTS[name].latency_ms
     return profile(name, max(latency, 0.0), request_ms=request)
