@@ -8,7 +8,7 @@ The words (docs/fix.md "The verdict"):
 - ``slow-no-fix``: left alone; the baseline is over its floor, or the floor is unknown, and nothing
   readtrace can change here was faster beyond noise. Comes with the change the user can make.
 - ``no-gain``: a change was made but its runs did not beat the baseline's beyond their spread.
-- ``slower``: a change was made and every fixed run was slower than every baseline run by the margin.
+- ``slower``: a change was made and every baseline run was faster than every fixed run by the margin.
 - ``unproven``: the runs cannot back any claim (not cold, nothing loaded, no tensors seen): exit 6.
 - ``differs``: the fixed side loaded different tensors: exit 1.
 
@@ -109,8 +109,8 @@ def decide(baseline_s: Sequence[float], fixed_s: Sequence[float], *, left_alone:
         return Verdict(FIXED, f"{label}: {speedup:.2f}x faster (medians; at least {at_least:.2f}x: every fixed "
                        f"run at least {MARGIN_PCT} % faster than every baseline run; {runs})", change, speedup, at_least)
     if confirmed(baseline_s, fixed_s):
-        return Verdict(SLOWER, f"{label}: {statistics.median(fixed_s) / base:.2f}x slower (every fixed run at least "
-                       f"{MARGIN_PCT} % slower than every baseline run; {runs})")
+        return Verdict(SLOWER, f"{label}: {statistics.median(fixed_s) / base:.2f}x slower (every baseline run at least "
+                       f"{MARGIN_PCT} % faster than every fixed run; {runs})")
     return Verdict(NO_GAIN, f"{label}: no gain beyond the runs' spread ({runs}): no speedup claimed")
 
 
