@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from readtrace.analyze import attribution, cost, fronts, interleave, pagecache, ranks, timesplit, whatif
+from readtrace.analyze import measured as measured_mounts
 from readtrace.analyze.accesses import SOURCE_READ, Accesses, fault_accesses, fuse_accesses, read_accesses
 from readtrace.analyze.fileindex import FileIndex
 from readtrace.analyze.finding import Finding
@@ -42,6 +43,8 @@ class Analysis:
     ranks: pd.DataFrame | None = None  # per rank of a distributed job (analyze/ranks.py); empty: no ranks
     rank_spans: dict = field(default_factory=dict)  # rank -> its merged byte spans [(file id, start, end)]
     completeness: Completeness = field(default_factory=lambda: Completeness(True))
+    mount_profiles: dict = field(default_factory=dict)  # mountpoint -> its measured MountProfile (analyze/measured.py)
+    measured: object | None = None  # the MountProfile of the checkpoint's mount (None: the table's prior only)
 
 
 _SHARED_ONLY_PREFIXES = ("task_", "min_task", "interleave", "gcsfuse_")
@@ -286,6 +289,9 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     fuse, handles = fuse_accesses(trace.fuse, events, app, index)
     pages = pagecache.page_rows(trace.pages, index)
     files = index.finish()
+    profiles = measured_mounts.mount_profiles(trace.meta, files)
+    main = measured_mounts.main_profile(profiles, files)
+    th = measured_mounts.thresholds(th, main)
     streams, stream_tasks = _streams(app, fuse, handles, th)
     # after the streams: the waits of a read trace are a row per read, not held through their passes
     waits = timesplit.sched_waits(trace.others, index) or timesplit.syscall_waits(app, fuse)
@@ -302,7 +308,9 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     a = Analysis(files=file_table, streams=streams, findings=[], summary=summary, meta=trace.meta,
                  thresholds=th, app=app, fuse=fuse, handles=handles, pages=pages, stream_tasks=stream_tasks,
                  tasks=tasks, trace_path=str(trace.path) if trace.path else None, completeness=done,
-                 residency=fronts.mapped_files(events, pages, index) if sampled else {})
+                 residency=fronts.mapped_files(events, pages, index) if sampled else {},
+                 mount_profiles=profiles, measured=main)
+    a.summary["measured_mount"] = main.data() if main is not None else None
     job_ranks = ranks.process_ranks(trace.meta, trace.others)  # forks are among the others
     data_files = file_table.index[file_table["role"] == "data"].to_numpy()
     touches = ranks.Touches.of(app, pages) if job_ranks else None
@@ -312,6 +320,7 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
         if job_ranks else 0
     a.rank_spans = ranks.byte_spans(touches, job_ranks, data_files)
     a.findings = find_all(a)
+    measured_mounts.rule_out_levers(a.findings, profiles, files)
     paths = files["path"]
     cost.assign(a, *(pd.Series(s.to_numpy(), index=paths.reindex(s.index).to_numpy()) for s in (file_wait, file_share)))
     file_levers = (summary["reads_from"] or {}).get("file_levers", {})

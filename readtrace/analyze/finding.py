@@ -45,6 +45,8 @@ class Finding:
     # the loader's own levers for this file in this program, checked against the installed version
     # (python_calls view, analyze/attribution.py): {"call", "keyword", "change", "library", "version"}
     library_levers: list[dict] = field(default_factory=list)
+    # levers the mount's measured profile (readtrace probe) says cannot gain here: {"lever", "because"}
+    not_expected: list[dict] = field(default_factory=list)
 
     @property
     def code(self) -> str:

@@ -24,16 +24,26 @@ from readtrace.analyze.finding import (
     SmallFuseReadahead,
     SmallRequests,
 )
-from readtrace.fs.knowledge import fs_profile
+from readtrace.analyze.measured import judged
+from readtrace.fs.knowledge import FsProfile
 from readtrace.trace.completeness import lost_events
 
 if TYPE_CHECKING:
     from readtrace.analyze.analysis import Analysis
 
 
-def _fs(fstype: str) -> dict:
-    """The common file-system fields of a finding, from the knowledge table."""
-    prof = fs_profile(fstype)
+def _judge(a: Analysis, fstype: str, path: str | None) -> FsProfile:
+    """What the file system of ``path`` does: the knowledge table's prior, or its mount's measured
+    profile where there is one (readtrace/analyze/measured.py)."""
+    profile = None
+    if a.mount_profiles and path is not None:
+        point = a.files.loc[a.files["path"] == path, "mountpoint"]
+        profile = a.mount_profiles.get(point.iloc[0]) if len(point) else None
+    return judged(fstype, profile)
+
+
+def _fs(fstype: str, prof: FsProfile) -> dict:
+    """The common file-system fields of a finding."""
     return {"fstype": fstype or "", "fs_family": prof.family, "fs_levers": prof.levers, "fs_known": prof.known}
 
 
@@ -70,7 +80,7 @@ def shared_fd_interleave(a: Analysis) -> list[Finding]:
     # One finding per file: the FUSE handle when the daemon's view was recorded, else the open file.
     for file_id, group in hits.groupby("file_id", sort=False):
         row = group.sort_values("kind", key=lambda k: k != "fuse_handle").iloc[0]
-        prof = fs_profile(row["fstype"])
+        prof = _judge(a, row["fstype"], row["path"])
         # faults on one mapping: the "open file" is the mapping, whichever view (ofd or handle) we cite
         mapping = bool(((group["kind"] == "ofd") & (group["faults"] > group["accesses"] / 2)).any())
         inode = int(a.handles["nodeid"].iloc[int(row["code"])]) if row["kind"] == "fuse_handle" \
@@ -81,7 +91,7 @@ def shared_fd_interleave(a: Analysis) -> list[Finding]:
                                       int(row["opened"]), int(file_id))
         per_handle = prof.per_handle_stream
         out.append(SharedFdInterleave(
-            _handle_severity(prof), file=row["path"], **_fs(row["fstype"]),
+            _handle_severity(prof), file=row["path"], **_fs(row["fstype"], prof),
             view=row["kind"], mapping=mapping, per_handle=per_handle, tasks=int(row["tasks"]),
             min_task_consecutive_fraction=float(row["min_task_consecutive_fraction"]),
             consecutive_fraction=float(row["consecutive_fraction"]),
@@ -106,12 +116,12 @@ def random_on_fuse_handle(a: Analysis) -> list[Finding]:
                 & (cand["gcsfuse_requests"] >= th.random_handle_min_requests)]
     out = []
     for _, row in cand.iterrows():
-        prof = fs_profile(row["fstype"])
+        prof = _judge(a, row["fstype"], row["path"])
         if not prof.per_handle_stream:
             continue
         is_handle = row["kind"] == "fuse_handle"
         out.append(RandomOnFuseHandle(
-            _handle_severity(prof, "high" if row["gcsfuse_read_type"] == "random" else "warn"), file=row["path"], **_fs(row["fstype"]),
+            _handle_severity(prof, "high" if row["gcsfuse_read_type"] == "random" else "warn"), file=row["path"], **_fs(row["fstype"], prof),
             view=row["kind"], stream=row["stream"], handle=int(row["fh"]) if is_handle else None,
             seek_fraction=float(row["seek_fraction"]), bytes=int(row["bytes"]), seeks=int(row["gcsfuse_seeks"]),
             random_after=int(row["gcsfuse_random_after"]), read_type=str(row["gcsfuse_read_type"]),
@@ -141,9 +151,9 @@ def small_requests(a: Analysis) -> list[Finding]:
         row, file_id = a.files.iloc[pos], ids[pos]
         sizes = nbytes[file == file_id]
         small, count = int(small_count[pos]), int(total[pos])
-        prof = fs_profile(row["fstype"])
+        prof = _judge(a, row["fstype"], row["path"])
         out.append(SmallRequests(
-            "warn" if prof.remote else "info", file=row["path"], **_fs(row["fstype"]), remote=prof.remote,
+            "warn" if prof.remote else "info", file=row["path"], **_fs(row["fstype"], prof), remote=prof.remote,
             small=small, reads=count, small_bytes=th.small_request_size, median_bytes=float(np.median(sizes)),
             size_hist={k: int(v) for k, v in row["size_hist"].items() if v}, top_sizes=_pairs(row["top_sizes"])))
     return out
@@ -153,10 +163,10 @@ def mmap_fault_storm(a: Analysis) -> list[Finding]:
     th = a.thresholds
     out = []
     for _, row in a.files[a.files["page_faults"] >= th.mmap_fault_min_count].iterrows():
-        prof = fs_profile(row["fstype"])
+        prof = _judge(a, row["fstype"], row["path"])
         tasks = a.pages[(a.pages["op"] == "fault") & (a.pages["file"] == row.name)]["tid"].nunique()
         out.append(MmapFaultStorm(
-            "high" if prof.remote else "info", file=row["path"], **_fs(row["fstype"]), remote=prof.remote,
+            "high" if prof.remote else "info", file=row["path"], **_fs(row["fstype"], prof), remote=prof.remote,
             faults=int(row["page_faults"]), tasks=int(tasks), mmap_bytes=int(row["mmap_bytes"]),
             read_bytes=int(row["read_bytes"]), cache_miss_fraction=_num(row["cache_miss_fraction"]),
             readahead_windows=int(row["readahead_windows"])))
@@ -175,8 +185,9 @@ def cold_cache(a: Analysis) -> list[Finding]:
     if cold.empty:
         return []
     miss, total = int(cold["cache_miss_bytes"].sum()), int(cold["bytes_read"].sum())
+    first = cold["path"].iloc[0]
     return [ColdCache(
-        "warn", file=cold["path"].iloc[0], **_fs(cold["fstype"].iloc[0]), files=len(cold), miss_bytes=miss,
+        "warn", file=first, **_fs(cold["fstype"].iloc[0], _judge(a, cold["fstype"].iloc[0], first)), files=len(cold), miss_bytes=miss,
         bytes_read=total, miss_fraction=min(1.0, miss / max(total, 1)),
         evidence=[{"path": r["path"], "miss_bytes": int(r["cache_miss_bytes"]), "bytes_read": int(r["bytes_read"])}
                   for _, r in cold.head(5).iterrows()])]
@@ -189,8 +200,9 @@ def cache_evicted_reread(a: Analysis) -> list[Finding]:
     again = f[(f["cache_refetched_bytes"] >= th.reread_min_bytes)
               & (f["cache_refetched_bytes"] >= th.reread_min_fraction * f["cache_miss_unique_bytes"])]
     for _, row in again.iterrows():
+        prof = _judge(a, row["fstype"], row["path"])
         out.append(CacheEvictedReread(
-            "warn", file=row["path"], **_fs(row["fstype"]), refetched_bytes=int(row["cache_refetched_bytes"]),
+            "warn", file=row["path"], **_fs(row["fstype"], prof), refetched_bytes=int(row["cache_refetched_bytes"]),
             miss_bytes=int(row["cache_miss_bytes"]), miss_unique_bytes=int(row["cache_miss_unique_bytes"]),
             reread_amplification=_num(row["reread_amplification"]),
             fuse=str(row["fstype"]).startswith("fuse")))
@@ -211,9 +223,9 @@ def small_fuse_readahead(a: Analysis) -> list[Finding]:
             continue
         known = file_id in a.files.index
         c = int(np.bincount(conn[mask]).argmax())
+        path, fstype = (a.files.loc[file_id, "path"], a.files.loc[file_id, "fstype"]) if known else (None, "fuse")
         out.append(SmallFuseReadahead(
-            "warn", file=a.files.loc[file_id, "path"] if known else None,
-            **_fs(a.files.loc[file_id, "fstype"] if known else "fuse"), requests=len(sizes), median_bytes=median,
+            "warn", file=path, **_fs(fstype, _judge(a, fstype, path)), requests=len(sizes), median_bytes=median,
             bytes=int(sizes.sum()), connection=c, recommended_kb=th.fuse_readahead_recommended_kb))
     return out
 
@@ -244,9 +256,9 @@ def residency_interleave(a: Analysis) -> list[Finding]:
         if seq < th.interleave_task_in_order_min or m.runs_in_order_fraction > th.interleave_merged_in_order_max \
                 or score < th.interleave_min_score:
             continue
-        prof = fs_profile(row["fstype"])
+        prof = _judge(a, row["fstype"], row["path"])
         out.append(SharedFdInterleave(
-            _handle_severity(prof), file=row["path"], **_fs(row["fstype"]),
+            _handle_severity(prof), file=row["path"], **_fs(row["fstype"], prof),
             view="residency", mapping=True, per_handle=prof.per_handle_stream, tasks=m.sampled.concurrent,
             min_task_consecutive_fraction=seq, consecutive_fraction=m.runs_in_order_fraction,
             out_of_order_fraction=1 - m.runs_in_order_fraction, score=score, inode=int(row["ino"]),

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from readtrace.errors import ExitStatus, PrerequisiteError, ReadtraceError
 from readtrace.fs.mounts import kernel_dev, read_mounts
+from readtrace.fs.profile import mounted_profiles
 from readtrace.ptrace.parse import StraceParser
 from readtrace.ptrace.sampler import ResidencySampler
 from readtrace.record import pycalls
@@ -143,6 +144,7 @@ def record_ptrace(cmd: list[str], output: str | Path | None = None, *, force: bo
                 "lost_events": 0, "records": parser.lines, "calls": writer.rows["events"],
                 "strace": {"version": strace_version(strace), "lines": parser.lines, "unparsed_lines": parser.unparsed},
                 "page_size": os.sysconf("SC_PAGE_SIZE"), **ptrace_meta(sampler, interval_s or 0),
+                "mount_profiles": [p.data() for p in mounted_profiles()],
                 **calls_meta,
             }
             writer.close(meta)

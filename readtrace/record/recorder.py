@@ -16,6 +16,7 @@ from pathlib import Path
 
 from readtrace.errors import ExitStatus, PrerequisiteError, ReadtraceError, UsageError
 from readtrace.fs.mounts import fuse_connections, fuse_daemons, read_mounts
+from readtrace.fs.profile import mounted_profiles
 from readtrace.record import pycalls
 from readtrace.record.btf import BTFError
 from readtrace.record.decode import Decoder
@@ -235,6 +236,7 @@ def recording_meta(session: Session, lost: dict, start_wall: datetime, t0_ns: in
         **partial_fields(session.problems, session.dropped),
         "ranks": {str(pid): rank for pid, rank in sorted(session.decoder.ranks.items())},
         "sched": session.sched, "truncated_paths": session.decoder.truncated_paths,
+        "mount_profiles": [p.data() for p in mounted_profiles()],  # readtrace probe's, of the mounts here
     }
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from readtrace.fs.profile import HANDLE_PENALTY_MIN, MountProfile
+from readtrace.fs.profile import HANDLE_PENALTY_MIN, READAHEAD_GAIN_MIN, MountProfile
 
 MiB = 1 << 20
 PRIOR = "no profile: table prior (fs/knowledge.py)"
@@ -34,7 +34,7 @@ def profile_lines(p: MountProfile) -> list[str]:
     else:
         lines.append(f"  read_ahead_kb {p.read_ahead_kb} -> {p.readahead_tried_kb}: 64 KiB reads "
                      f"{p.readahead_old_s:.2f} s -> {p.readahead_new_s:.2f} s ({p.readahead_gain:.2f}x: "
-                     f"{'helps' if p.readahead_helps else 'no change'}; restored)")
+                     f"{_effect(p.readahead_gain)}; restored)")
     return lines
 
 
@@ -45,3 +45,9 @@ def basis_line(p: MountProfile | None) -> str:
     return (f"mount profile: measured {p.date} ({p.mountpoint}: first byte {p.first_byte_ms:.1f} ms, "
             f"{p.parallel_mbps:.0f} MB/s, per-handle penalty {p.handle_penalty:.2f}x, page cache "
             f"{'kept' if p.cache_survives_open else 'dropped'} on open)")
+
+
+def _effect(gain: float) -> str:
+    if gain >= READAHEAD_GAIN_MIN:
+        return "helps"
+    return "slower" if gain * READAHEAD_GAIN_MIN <= 1 else "no change"

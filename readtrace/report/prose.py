@@ -218,10 +218,31 @@ def render(f: Finding) -> Prose:
     message = f"{p.message}; {timing}" if timing else p.message
     if f.inferred:
         message += f" [inferred: {f.basis}]"
-    recommendation = p.recommendation
+    recommendation = without_levers(p.recommendation, f.not_expected)
     if f.library_levers:
         recommendation += "; in this program: " + " or ".join(_lever(lv) for lv in f.library_levers)
     return Prose(message, p.evidence, recommendation)
+
+
+# How each lever a measured profile can rule out (analyze/measured.py) starts in a recommendation's
+# clauses ("; "-separated, alternatives " or "-separated).
+LEVER_WORDS = {"prefetch": ("prefetch",), "own fd": ("open one fd", "give each worker", "one fd per"),
+               "read_ahead_kb": ("raise it (root)", "raise the mount's read_ahead_kb")}
+
+
+def without_levers(text: str, ruled_out: list[dict]) -> str:
+    """``text`` without the alternatives that name a ruled-out lever, then each of those as "not expected
+    to help here, because ..." (from the mount's measured profile)."""
+    if not ruled_out:
+        return text
+    starts = tuple(w for r in ruled_out for w in LEVER_WORDS.get(r["lever"], ()))
+    clauses = []
+    for clause in text.split("; "):
+        kept = [alt for alt in clause.split(" or ") if not alt.strip().lower().startswith(starts)]
+        if kept:
+            clauses.append(" or ".join(kept))
+    said = "; ".join(f"{r['lever']}: not expected to help here, because {r['because']}" for r in ruled_out)
+    return "; ".join([*clauses, said])
 
 
 def _lever(lever: dict) -> str:

@@ -18,6 +18,7 @@ from readtrace.analyze import Analysis
 from readtrace.escape import printable
 from readtrace.fs.knowledge import fs_profile
 from readtrace.report.fit import Column, fitted_table
+from readtrace.report.mountprofile import basis_line
 from readtrace.report.prose import fixed_line, reads_from_lines, render, time_lines, what_if_lines
 from readtrace.report.units import fmt_bytes, fmt_count, fmt_pct
 
@@ -100,6 +101,7 @@ class TerminalReport:
                      f"({fmt_pct(s['handle_consecutive_fraction'])} consecutive on the handles)")
         if s["cache_miss_bytes"] is not None:
             t.append(f"; page-cache misses {fmt_bytes(s['cache_miss_bytes'])}")
+        t.append(f"\n{printable(basis_line(self.a.measured))}", style="dim")
         if s.get("not_seen"):
             t.append(f"\nrecorded with {s['backend']}; not seen:", style="yellow")
             for line in s["not_seen"]:

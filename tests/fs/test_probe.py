@@ -10,10 +10,12 @@ import sys
 import time
 
 import pytest
-from conftest import lab_mount
+from conftest import lab_mount, require
+from workloads import ebpf_ready
 
 from readtrace.fs.probe import probe
 from readtrace.fs.profile import cached_for_path, load_profiles, save_profile
+from readtrace.trace import load_trace
 
 MiB = 1 << 20
 
@@ -101,3 +103,32 @@ def test_probe_refuses_what_it_cannot_read(tmp_path):
                               capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "writable by group or others" in done.stderr.strip().splitlines()[-1]
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.ebpf
+def test_record_notes_the_profile_and_report_says_it(tmp_path):
+    require(*ebpf_ready())
+    env = {**os.environ, "READTRACE_CACHE_DIR": str(tmp_path / "cache")}
+    reader = "import sys; f = open(sys.argv[1], 'rb'); [f.read(1 << 20) for _ in range(8)]"
+
+    def record_and_report(path, name):
+        out = tmp_path / f"{name}.rtrace"
+        done = subprocess.run([sys.executable, "-m", "readtrace", "record", "-q", "-o", str(out), "--",
+                               sys.executable, "-c", reader, str(path)], env=env, capture_output=True, text=True,
+                              timeout=180)
+        assert done.returncode == 0, done.stderr
+        report = subprocess.run([sys.executable, "-m", "readtrace", "report", str(out)], env=env,
+                                capture_output=True, text=True, timeout=180)
+        assert report.returncode == 0, report.stderr
+        return load_trace(out).meta, report.stdout
+
+    with lab_mount(tmp_path, _fill) as (mnt, _):
+        path = mnt / "model.bin"
+        meta, text = record_and_report(path, "before")
+        assert meta["mount_profiles"] == [] and "no profile: table prior (fs/knowledge.py)" in text
+        profile = probe(path, try_readahead=False)
+        save_profile(profile)
+        meta, text = record_and_report(path, "after")
+    [noted] = meta["mount_profiles"]
+    assert noted["mountpoint"] == str(mnt) and noted["measured_at"] == profile.measured_at
+    assert f"mount profile: measured {profile.date}" in text

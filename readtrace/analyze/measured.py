@@ -1,0 +1,110 @@
+"""The measured mount profiles (readtrace probe) of a trace's files, and what they change in the
+analysis: the knowledge table (fs/knowledge.py) is the prior, a profile measured on the mount the truth.
+
+Where a profile comes from: the one the trace recorded (meta ``mount_profiles``, written by
+``record``), else the cache's for that mount when it is mounted now with the same device and fstype
+(a trace recorded before the mount was probed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+
+import pandas as pd
+
+from readtrace.analyze.thresholds import Thresholds
+from readtrace.fs.knowledge import FsProfile, fs_profile
+from readtrace.fs.profile import MountProfile, cached, profile_in_meta
+
+# Where the mount measurably punishes a shared handle, any clear interleave on one counts (the table's
+# 0.3 score and 0.5 merged in-order fraction are for a file system only named, not measured): JuiceFS
+# at score 0.27 paid 3x the GETs and 1.5x the time with one fd shared by 4 workers (issue 21).
+MEASURED_MIN_SCORE = 0.15
+MEASURED_MERGED_IN_ORDER_MAX = 0.85
+
+
+def mount_profiles(meta: dict | None, files: pd.DataFrame) -> dict[str, MountProfile]:
+    """mountpoint -> profile for each mount of ``files`` (columns path, dev, fstype, mountpoint) that
+    has one."""
+    out: dict[str, MountProfile] = {}
+    mounts = files[["mountpoint", "fstype", "dev"]].dropna(subset=["mountpoint"]).drop_duplicates("mountpoint")
+    for point, fstype, dev in mounts.itertuples(index=False):
+        found = profile_in_meta(meta, point, fstype) or _cached_now(point, fstype, int(dev))
+        if found is not None:
+            out[point] = found
+    return out
+
+
+def _cached_now(mountpoint: str, fstype: str, dev: int) -> MountProfile | None:
+    from readtrace.fs.mounts import mount_at
+
+    with contextlib.suppress(OSError):
+        now = mount_at(mountpoint)
+        if now is not None and now.fstype == fstype and now.dev == dev:
+            return cached(now)
+    return None
+
+
+def main_profile(profiles: dict[str, MountProfile], files: pd.DataFrame) -> MountProfile | None:
+    """The profile of the mount holding the largest file that has one (the checkpoint's)."""
+    if not profiles:
+        return None
+    on = files[files["mountpoint"].isin(list(profiles))]
+    if on.empty:
+        return None
+    return profiles[on.sort_values("size", ascending=False)["mountpoint"].iloc[0]]
+
+
+def thresholds(th: Thresholds, profile: MountProfile | None) -> Thresholds:
+    """The interleave rule as the measured per-handle penalty says: looser where sharing one open file
+    measurably costs, unchanged elsewhere (a mount with no penalty is judged harmless in the findings)."""
+    if profile is None or not profile.punishes_shared_handle:
+        return th
+    return replace(th, interleave_min_score=min(th.interleave_min_score, MEASURED_MIN_SCORE),
+                   interleave_merged_in_order_max=max(th.interleave_merged_in_order_max, MEASURED_MERGED_IN_ORDER_MAX))
+
+
+def judged(fstype: str | None, profile: MountProfile | None) -> FsProfile:
+    """The table's prior for ``fstype`` with what the mount's measured profile says in its place."""
+    prior = fs_profile(fstype)
+    if profile is None:
+        return prior
+    return replace(prior, per_handle_stream=profile.punishes_shared_handle,
+                   keeps_page_cache=profile.cache_survives_open, known=True,
+                   source=f"measured {profile.date} (readtrace probe)")
+
+
+# The levers each finding's recommendation names that a profile can rule out (report/prose.py words them).
+LEVERS = {"SHARED_FD_INTERLEAVE": ("own fd", "prefetch"), "RANDOM_ON_FUSE_HANDLE": ("prefetch",),
+          "SMALL_REQUESTS": ("prefetch",), "MMAP_FAULT_STORM": ("prefetch",), "COLD_CACHE": ("prefetch",),
+          "SMALL_FUSE_READAHEAD": ("read_ahead_kb",)}
+
+
+def not_expected(profile: MountProfile | None, code: str) -> list[dict]:
+    """The levers of a finding ``code`` that ``profile`` measured cannot gain on its mount, each with why."""
+    if profile is None:
+        return []
+    why = {}
+    if not profile.cache_survives_open:
+        why["prefetch"] = (f"the mount drops the page cache on every open (measured {profile.date}): pages "
+                           "read ahead of the loader's own open are gone when it reads")
+    if profile.readahead_helps is False:
+        why["read_ahead_kb"] = (f"raising read_ahead_kb {profile.read_ahead_kb} -> {profile.readahead_tried_kb} "
+                                f"changed a sequential read {profile.readahead_gain:.2f}x (measured {profile.date})")
+    if not profile.punishes_shared_handle:
+        why["own fd"] = (f"{profile.streams} readers on one open file took {profile.handle_penalty:.2f}x the time "
+                         f"of one fd each (measured {profile.date}): no per-handle penalty")
+    return [{"lever": lever, "because": why[lever]} for lever in LEVERS.get(code, ()) if lever in why]
+
+
+def rule_out_levers(findings: list, profiles: dict[str, MountProfile], files: pd.DataFrame) -> None:
+    """Fill each finding's ``not_expected`` from its file's mount profile; a finding whose only lever is
+    ruled out (SMALL_FUSE_READAHEAD where read_ahead_kb measured no change) is INFO."""
+    if not profiles:
+        return
+    mount_of = files.drop_duplicates("path").set_index("path")["mountpoint"]
+    for f in findings:
+        f.not_expected = not_expected(profiles.get(mount_of.get(f.file)), f.code) if f.file else []
+        if f.not_expected and len(f.not_expected) == len(LEVERS.get(f.code, ())) and f.code == "SMALL_FUSE_READAHEAD":
+            f.severity = "info"

@@ -1,0 +1,96 @@
+"""A mount's measured profile (readtrace probe) decides the interleave rule, the judgement of the file
+system and which levers the report advises; the knowledge table only fills in where none was measured."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from readtrace.analyze import analyze
+from readtrace.analyze.synthetic import PARENT, KiB, MiB, files_frame, opens
+from readtrace.fs.profile import MountProfile
+from readtrace.report.mountprofile import PRIOR, basis_line
+from readtrace.report.prose import render
+from readtrace.trace import make_trace
+
+PATH, POINT = "/mnt/jfs/model.safetensors", "/mnt/jfs"
+
+
+def _turns(block: int, chunks: int = 64, chunk: int = 256 * KiB) -> pd.DataFrame:
+    """Two forked workers on ONE inherited fd, each reading its half in order, taking turns every
+    ``block`` reads: each task is in order, the merged stream out of order at every switch."""
+    order = np.concatenate([np.stack([np.arange(i, i + block), np.arange(i, i + block) + chunks])
+                            .reshape(-1) for i in range(0, chunks, block)])
+    worker = (order >= chunks).astype(int)
+    n = len(order)
+    pid = PARENT + 1 + worker
+    return pd.DataFrame({"ts_ns": 1_000_000 + 20_000_000 * np.arange(n), "pid": pid, "tid": pid, "comm": "python",
+                         "op": "pread", "fd": 3, "ofd": -0x77770000, "path": None, "offset": order * chunk,
+                         "size": chunk, "ret": chunk, "latency_ns": 20_000_000})
+
+
+def _profile(penalty: float, *, keeps_cache: bool = True, readahead_gain: float | None = None) -> dict:
+    p = MountProfile(dev="0:40", mountpoint=POINT, fstype="fuse.juicefs", source="JuiceFS:jfs", options="ro",
+                     measured_at="2026-12-02T18:00:00+00:00", file=PATH, file_size=32 * MiB, sample_bytes=32 * MiB,
+                     seconds=9.0, first_byte_ms=21.0, first_byte_max_ms=25.0, first_byte_samples=8, open_ms=0.2,
+                     sequential_mbps=150.0, streams=4, parallel_mbps=300.0, own_fd_s=1.0, shared_fd_s=penalty,
+                     handle_bytes=16 * MiB, cache_survives_open=keeps_cache, read_ahead_kb=128, max_read_kib=1024,
+                     readahead_tried_kb=None if readahead_gain is None else 1024,
+                     readahead_old_s=None if readahead_gain is None else readahead_gain, readahead_new_s=1.0)
+    return p.data()
+
+
+def _analyze(block: int, profiles: list[dict] | None, fstype: str = "fuse.juicefs"):
+    reads = _turns(block)
+    events = pd.concat([opens(reads, PATH), reads], ignore_index=True)
+    meta = {"command": ["python", "load.py"], "exit_code": 0, "lost_events": 0}
+    if profiles is not None:
+        meta["mount_profiles"] = profiles
+    return analyze(make_trace(events=events, files=files_frame(PATH, 32 * MiB, fstype, mountpoint=POINT), meta=meta))
+
+
+def _interleave(a):
+    return [f for f in a.findings if f.code == "SHARED_FD_INTERLEAVE"]
+
+
+def test_the_interleave_rule_follows_the_measured_per_handle_penalty():
+    # turns of 4 reads: each task in order, the merged stream 3/4 in order: score ~0.25, under the
+    # table's 0.3 (and merged 0.75 > 0.5): the prior does not flag it
+    a = _analyze(4, None)
+    ofd = a.streams[a.streams["kind"] == "ofd"].iloc[0]
+    assert 0.2 <= ofd["interleave_score"] < 0.3 and not _interleave(a)
+    assert a.measured is None and basis_line(a.measured) == PRIOR
+    # measured: 4 readers on one fd took 1.5x the time of one fd each: flagged, judged on the measurement
+    a = _analyze(4, [_profile(1.5)])
+    [f] = _interleave(a)
+    assert f.severity != "info" and f.per_handle and f.fs_known
+    assert a.measured is not None and basis_line(a.measured).startswith("mount profile: measured 2026-12-02")
+    assert a.summary["measured_mount"]["handle_penalty"] == 1.5
+    # measured: no per-handle penalty: even a clear interleave (turns of 1 read, score ~1) is harmless here
+    a = _analyze(1, [_profile(1.05)])
+    [f] = _interleave(a)
+    assert f.severity == "info" and not f.per_handle and f.score > 0.9
+    rec = render(f).recommendation
+    assert "own fd: not expected to help here, because 4 readers on one open file took 1.05x" in rec
+    assert "open one fd per worker" not in rec
+    # without a profile the table's prior decides (an unknown FUSE daemon: a generic per-handle warning)
+    [f] = _interleave(_analyze(1, None))
+    assert f.severity != "info" and not f.fs_known
+
+
+def test_a_profile_of_another_mount_is_not_used():
+    other = {**_profile(1.5), "mountpoint": "/mnt/other"}
+    a = _analyze(4, [other])
+    assert a.measured is None and not _interleave(a)
+
+
+@pytest.mark.parametrize("keeps_cache", [True, False])
+def test_prefetch_is_not_advised_where_the_mount_drops_the_page_cache_on_open(keeps_cache):
+    a = _analyze(1, [_profile(1.5, keeps_cache=keeps_cache)])
+    [f] = _interleave(a)
+    f_rule = render(f).recommendation
+    ruled_out = [r["lever"] for r in f.not_expected]
+    assert ruled_out == ([] if keeps_cache else ["prefetch"])
+    if not keeps_cache:
+        assert "prefetch: not expected to help here, because the mount drops the page cache on every open" in f_rule
