@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from readtrace.errors import ExitStatus
 from readtrace.fix.candidates import NO_HARM, OWN, SLOW_ABS_S, SLOW_MARGIN, Floor, confirmed
-from readtrace.fix.levers import FORKED_SHARED, seen_in
+from readtrace.fix.levers import FORKED_SHARED, LEVERS, seen_in
 
 if TYPE_CHECKING:
     from readtrace.fix.compare import Comparison
@@ -116,7 +116,11 @@ def decide(baseline_s: Sequence[float], fixed_s: Sequence[float], *, left_alone:
 
 def own_change(facts: Sequence[dict], seen: set[str]) -> str:
     """The one-line change a user can make in their own code where nothing readtrace could change was
-    faster, from what the baseline's trace found (``finding_facts``) and the calls its load made."""
+    faster: a lever of the loader that the installed version lacks (so it was not tried), else from what
+    the baseline's trace found (``finding_facts``) and the calls its load made."""
+    missing = [lv for lv in LEVERS if lv.applies(seen) and not lv.installed()]
+    if missing:
+        return f"{missing[0].change} (not in the installed version: upgrade the library first)"
     codes = {f.get("code") for f in facts}
     shared = [f for f in facts if f.get("code") == "SHARED_FD_INTERLEAVE"]
     storm = [f for f in facts if f.get("code") == "MMAP_FAULT_STORM"]

@@ -98,6 +98,18 @@ def test_the_users_own_change(facts, seen, says):
     assert says in own_change(facts, seen)
 
 
+def test_a_lever_the_installed_version_lacks_is_the_users_change(monkeypatch):
+    """safetensors before `backend` (0.8.0): the lever could not be tried, so it is the user's to pull."""
+    from dataclasses import replace
+
+    from readtrace.fix.levers import by_name
+
+    old = replace(by_name("safetensors-pread"), installed=lambda: False)
+    monkeypatch.setattr("readtrace.fix.verdict.LEVERS", (old,))
+    assert own_change([], {"load_file"}).startswith('safetensors.torch.load_file(path, backend="pread")')
+    assert "upgrade" in own_change([], {"load_file"}) and "upgrade" not in own_change([], {"torch.load"})
+
+
 def _run(side, wall, tensors=(), label="", summary=None):
     manifest = Manifest([{"file": "/m/model.safetensors", "name": n, "dtype": "F32", "shape": [2], "sha256": h}
                          for n, h in tensors], [{"call": "load_file", "seconds": wall / 2}])
