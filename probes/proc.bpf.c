@@ -49,28 +49,38 @@ TRACEPOINT_PROBE(task, task_newtask)
 /* record --cgroup: a process moved into the recorded cgroup v2 directory or one below it (cgroup.procs
  * written: a container's first process, a systemd unit's main process) is traced from then on. The
  * tracepoint fires once per move, with the group leader, after the move succeeded. The directory is
- * the ancestor at CGROUP_LEVEL of the destination, matched by its id (its inode number) on the v2
- * hierarchy (hierarchy id 0: a v1 hierarchy numbers its cgroups on its own). */
+ * found among the destination's ancestors (struct cgroup's ancestors[level], itself included) by its
+ * id, its inode number, on the v2 hierarchy (hierarchy id 0: a v1 hierarchy numbers its cgroups on its
+ * own). Its depth is not needed: a cgroup namespace shows another root than the host's. */
 RAW_TRACEPOINT_PROBE(cgroup_attach_task)
 {
     u64 cgrp = ctx->args[0];
     u64 task = ctx->args[2];
-    u64 root, anc, kn, id = 0;
+    u64 root, anc, kn, id;
     s32 level = -1, hierarchy = -1;
     u32 tgid = 0, pid = 0;
     u8 one = 1;
-    bpf_probe_read_kernel(&level, sizeof(level), (void *)(cgrp + CGROUP_LEVEL));
-    if (level < CGROUP_WANTED_LEVEL)
-        return 0;
+    int found = 0;
     root = read_ptr(cgrp + CGROUP_ROOT);
     bpf_probe_read_kernel(&hierarchy, sizeof(hierarchy), (void *)(root + CGROUP_ROOT_HIERARCHY_ID));
     if (hierarchy != 0)
         return 0;
-    anc = read_ptr(cgrp + CGROUP_ANCESTORS + CGROUP_WANTED_LEVEL * 8);
-    kn = anc ? read_ptr(anc + CGROUP_KN) : 0;
-    if (kn)
-        bpf_probe_read_kernel(&id, sizeof(id), (void *)(kn + KERNFS_NODE_ID));
-    if (id != CGROUP_WANTED_ID)
+    bpf_probe_read_kernel(&level, sizeof(level), (void *)(cgrp + CGROUP_LEVEL));
+#pragma unroll
+    for (int i = 0; i < CGROUP_MAX_DEPTH; i++) {
+        if (i > level)
+            break;
+        anc = read_ptr(cgrp + CGROUP_ANCESTORS + i * 8);
+        kn = anc ? read_ptr(anc + CGROUP_KN) : 0;
+        id = 0;
+        if (kn)
+            bpf_probe_read_kernel(&id, sizeof(id), (void *)(kn + KERNFS_NODE_ID));
+        if (id == CGROUP_WANTED_ID) {
+            found = 1;
+            break;
+        }
+    }
+    if (!found)
         return 0;
     bpf_probe_read_kernel(&tgid, sizeof(tgid), (void *)(task + TASK_TGID));
     bpf_probe_read_kernel(&pid, sizeof(pid), (void *)(task + TASK_PID));

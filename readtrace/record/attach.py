@@ -96,11 +96,10 @@ def parse_pids(text: str) -> list[int]:
 
 @dataclass(frozen=True)
 class Cgroup:
-    """A cgroup v2 directory to record: its id (the directory's inode number) and depth below the root."""
+    """A cgroup v2 directory to record: its id is the directory's inode number."""
 
     path: str
     id: int
-    level: int
 
 
 def cgroup_dir(path: str) -> Cgroup:
@@ -112,8 +111,7 @@ def cgroup_dir(path: str) -> Cgroup:
         mount = None
     if mount is None or mount.fstype != "cgroup2":
         raise InputError(f"{path}: not a cgroup v2 directory (one under a cgroup2 mount, with a cgroup.procs)")
-    rel = os.path.relpath(real, mount.mountpoint)
-    return Cgroup(real, os.stat(real).st_ino, 0 if rel == "." else len(Path(rel).parts))
+    return Cgroup(real, os.stat(real).st_ino)
 
 
 def cgroup_pids(cgroup: Cgroup) -> set[int]:

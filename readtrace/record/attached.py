@@ -209,7 +209,7 @@ def record_attached(target: Targets, output: str | Path | None = None, *, force:
     if output is not None:
         check_trace_target(output, force)
     cgroup = target.cgroup
-    mounts, connections, source = probe_source(coalesce, ring_mib, (cgroup.id, cgroup.level) if cgroup else None)
+    mounts, connections, source = probe_source(coalesce, ring_mib, cgroup.id if cgroup else None)
     first = target.pids[0] if target.pids else None
     writer = bpf = detaching = None
     say = (lambda line: None) if quiet else (lambda line: print(f"readtrace: {line}", file=sys.stderr, flush=True))

@@ -82,6 +82,7 @@ CONSTANTS = {
     "SYS_READ_NR": 0,  # x86_64
     "FUSE_READ_OPCODE": FUSE_READ,
     "DEV_FUSE_RDEV": (10 << 20) | 229,  # /dev/fuse is char 10:229, kernel dev_t encoding
+    "CGROUP_MAX_DEPTH": 32,  # record --cgroup: ancestors of a cgroup searched for the recorded one
 }
 
 
@@ -158,9 +159,9 @@ def strs_ring_bytes(ring_bytes: int) -> int:
 
 
 def build_source(*, with_fuse: bool, coalesce: bool = True, ring_bytes: int = EVENTS_RING_BYTES,
-                 cgroup: tuple[int, int] | None = None) -> str:
+                 cgroup: int | None = None) -> str:
     """The final C text of the probes, as compiled (BTFError when the kernel lacks a struct).
-    ``cgroup``: (id, level) of a cgroup v2 directory whose joining processes are traced (record --cgroup)."""
+    ``cgroup``: the id (inode number) of a cgroup v2 directory whose joining processes are traced."""
     from readtrace.record.records import layout_asserts
 
     seen: set[str] = set()
@@ -168,8 +169,7 @@ def build_source(*, with_fuse: bool, coalesce: bool = True, ring_bytes: int = EV
     if ring_bytes < PAGE_SIZE or ring_bytes & (ring_bytes - 1):
         raise ValueError("the events ring size must be a power of two of at least one page")
     tokens = {**CONSTANTS, **SYSCALL_NUMBERS, **kernel_offsets(with_fuse, cgroup is not None), "COALESCE": int(coalesce),
-              "WITH_CGROUP": int(cgroup is not None), "CGROUP_WANTED_ID": cgroup[0] if cgroup else 0,
-              "CGROUP_WANTED_LEVEL": cgroup[1] if cgroup else 0,
+              "WITH_CGROUP": int(cgroup is not None), "CGROUP_WANTED_ID": cgroup or 0,
               "WITH_FUSE": int(with_fuse), "EVENTS_RING_PAGES": ring_bytes // PAGE_SIZE,
               "MERGED_PAGE_KINDS": merged_page_kinds(), "STRS_RING_PAGES": strs_ring_bytes(ring_bytes) // PAGE_SIZE}
     header = "/* readtrace probes, generated: offsets from /sys/kernel/btf/vmlinux */\n"

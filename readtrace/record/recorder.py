@@ -205,8 +205,7 @@ def _alive(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}/mountinfo")
 
 
-def probe_source(coalesce: bool, ring_mib: int, cgroup: tuple[int, int] | None = None
-                 ) -> tuple[list, set[int], str]:
+def probe_source(coalesce: bool, ring_mib: int, cgroup: int | None = None) -> tuple[list, set[int], str]:
     """The mounts now, the FUSE connections to watch and the probes' C text for them (``cgroup``: see
     program.build_source)."""
     mounts = read_mounts()
