@@ -13,7 +13,7 @@ import pandas as pd
 from readtrace.analyze import Analysis
 from readtrace.escape import printable
 from readtrace.report import plots
-from readtrace.report.prose import render
+from readtrace.report.prose import findings_line, render
 from readtrace.report.terminal import TerminalReport, relevant_streams, replay_applies, table_files
 from readtrace.report.units import fmt_bytes, fmt_pct, fmt_top
 
@@ -173,7 +173,7 @@ def render_html(a: Analysis, predictions: list | None = None) -> str:
     # leads like the terminal: the time split, the fixed prediction, then predicted vs measured
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>readtrace report</title>"
             f"<style>{CSS}</style></head><body>{_partial_html(a)}<h1>readtrace report</h1><pre>{header}</pre>{figs[0]}{_caveat(a, own)}"
-            f"<h2>Findings</h2>{_findings_html(a)}<p><code>{_esc(next_cmd)}</code></p>"
+            f"<h2>Findings</h2><p>{_esc(findings_line(a.findings, a.summary.get('wall_s'), a.thresholds))}</p>{_findings_html(a)}<p><code>{_esc(next_cmd)}</code></p>"
             f"<h2>Files</h2>{_files_html(a)}<h2>Streams</h2>{_streams_html(a)}{''.join(figs[1:])}</body></html>")
 
 

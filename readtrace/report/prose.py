@@ -249,6 +249,17 @@ def _lever(lever: dict) -> str:
     return f"{lever['change']} ({lever['library']} {lever['version']} accepts {lever['keyword']})"
 
 
+def findings_line(findings: list[Finding], wall_s: float | None, th) -> str:
+    """The findings' heading: how much of the wall their causes explain (the seconds add up)."""
+    causes = [f for f in findings if not f.cause and f.cost_s is not None]
+    if not causes or not wall_s:
+        return "Findings"
+    total = sum(f.cost_s for f in causes)
+    return (f"Findings: {len(causes)} cause(s) cost {fmt_seconds(total)} of the {fmt_seconds(wall_s)} wall "
+            f"({fmt_pct(total / wall_s)}) over their floor; HIGH needs >= {fmt_seconds(th.high_min_s)} and "
+            f">= {fmt_pct(th.high_min_wall_fraction)} of the wall")
+
+
 def time_lines(summary: dict) -> list[str]:
     """The report's first line: "44.9 s wall; 41.8 s (93 %) waiting on FUSE reads of model.safetensors
     by 4 threads", and a second with CPU and run-queue time where the scheduler view was recorded."""

@@ -19,7 +19,14 @@ from readtrace.escape import printable
 from readtrace.fs.knowledge import fs_profile
 from readtrace.report.fit import Column, fitted_table
 from readtrace.report.mountprofile import basis_line
-from readtrace.report.prose import fixed_line, reads_from_lines, render, time_lines, what_if_lines
+from readtrace.report.prose import (
+    findings_line,
+    fixed_line,
+    reads_from_lines,
+    render,
+    time_lines,
+    what_if_lines,
+)
 from readtrace.report.units import fmt_bytes, fmt_count, fmt_pct
 
 SEVERITY_STYLE = {"high": "bold red", "warn": "yellow", "info": "cyan"}
@@ -160,7 +167,7 @@ class TerminalReport:
     def findings(self) -> RenderableType:
         if not self.a.findings:
             return Text("No findings: nothing in this trace looks slow for its file system.", style="green")
-        parts: list[RenderableType] = [Text("Findings", style="bold")]
+        parts: list[RenderableType] = [Text(findings_line(self.a.findings, self.a.summary.get("wall_s"), self.a.thresholds), style="bold")]
         for f in self.a.findings:
             p = render(f)
             t = Text()

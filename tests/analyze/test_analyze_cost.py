@@ -88,3 +88,13 @@ def test_harmless_pattern_is_not_the_cause():
     by_code = {f.code: f for f in a.findings}
     assert by_code["SHARED_FD_INTERLEAVE"].severity == "info"
     assert by_code["SHARED_FD_INTERLEAVE"].cause == "SMALL_REQUESTS" and by_code["SMALL_REQUESTS"].role == "cause"
+
+
+def test_the_findings_heading_says_what_the_causes_explain():
+    from readtrace.report.prose import findings_line
+
+    a = analyze(make_trace(**_two_files()))
+    wall = a.summary["wall_s"]
+    assert findings_line(a.findings, wall, a.thresholds) == (
+        f"Findings: 2 cause(s) cost {wall:.3g} s of the {wall:.3g} s wall (100%) over their floor; HIGH needs "
+        ">= 1 s and >= 20% of the wall")
