@@ -218,6 +218,7 @@ def compare(
 
 
 def _diff(runs: list[Run]) -> ManifestDiff:
+    runs = [r for r in runs if not r.manifest.failures]  # a manifest known to lack records proves nothing
     baselines = [r for r in runs if r.side == "baseline"]
     others = [r for r in runs if r.side == "fixed"]
     if not baselines or not others:
@@ -236,6 +237,8 @@ def _unproven(c: Comparison) -> list[str]:
         warm = [f"{os.path.basename(e.path)} {100 * e.after:.0f} %" + (f" ({e.note})" if e.note else "")
                 for e in c.evictions if e.after > 0.01]
         why.append("the runs were not cold: still cached after eviction: " + ", ".join(warm))
+    for r in c.runs:
+        why.extend(f"{r.side} run {r.index + 1}: {failure}" for failure in dict.fromkeys(r.manifest.failures))
     if c.diff.count == 0:
         why.append("no tensors were seen in any run (the load does not go through safetensors or torch.load): "
                    "the runs' tensors could not be compared")
@@ -433,11 +436,28 @@ def _run(command, side, index, strategy, work: Path, device, cwd, recorder, file
         else:
             code, wall = _run_plain(command, env, cwd, work / f"{stem}.log")
             summary, trace_path = None, None
+    _check_work(work, f"{side} run {index + 1}")
     manifest = read_manifest(manifest_path)
+    if _full(work):
+        manifest.failures.append(f"the file system of {work} is full: the run's manifest may lack records")
     if code == 0:
         fill_digests(manifest)  # any the shim could not take when the load returned
     tail = _tail(work / f"{stem}.log") if code != 0 else ""
     return Run(side, index, code, max(wall - manifest.digest_s, 0.0), manifest, trace_path, summary, log=tail)
+
+
+def _check_work(work: Path, run: str) -> None:
+    """The work directory must outlive each run: without it the run's manifest is lost."""
+    if not work.is_dir():
+        raise NoEvidenceError(f"the work directory {work} disappeared during the {run}: its manifest is lost, "
+                              "nothing proven (the command itself ran to its end)")
+
+
+def _full(work: Path) -> bool:
+    try:
+        return os.statvfs(work).f_bavail == 0
+    except OSError:
+        return False
 
 
 def _run_plain(command, env, cwd, log_path: Path) -> tuple[int, float]:

@@ -35,7 +35,7 @@ def work_dir(keep: str | os.PathLike | None, creds: Credentials | None,
             say(f"{printable(keep)} holds an earlier run: this one is kept in {printable(work)}")
         yield work
         return
-    with tempfile.TemporaryDirectory(prefix=f"{runstate.PREFIX}fix-") as tmp, runstate.noted("fix", tmp):
+    with tempfile.TemporaryDirectory(prefix=f"{runstate.PREFIX}fix-", ignore_cleanup_errors=True) as tmp, runstate.noted("fix", tmp):
         _hand_over(Path(tmp), creds)
         yield Path(tmp)
 

@@ -14,10 +14,11 @@ Standard library only: it runs in every child of the rerun, before the child's o
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import stat
+
+from readtrace.inject.failclosed import guarded
 
 _FD_DIR = "/proc/self/fd"
 # status flags an open() can set again; O_APPEND/O_ASYNC make no sense on a read-only checkpoint
@@ -96,6 +97,7 @@ def _link(fd: int) -> str | None:
     return path if path.startswith("/") and not path.endswith(" (deleted)") else None
 
 
+@guarded("fork handler set-up")
 def install(rerun) -> None:
     """For a rerun (``protocol.Rerun``) that names its checkpoint files, records a manifest or asks for
     ``own-fd-per-fork``: after every fork, and now (an exec'd Python child may have inherited an fd),
@@ -111,17 +113,17 @@ def install(rerun) -> None:
     if not files and not rerun.manifest and not fix:
         return
 
+    @guarded("per-fork file check")
     def check(when: str) -> None:
         found = open_on(files)
         if not found:
             return
         done = {fd for fd, path in found if reopen(fd, path)} if fix else set()
         if rerun.manifest:
-            with contextlib.suppress(OSError):  # the manifest is ours: the worker's load must not fail over it
-                append_manifest(rerun.manifest, [
-                    {"event": "call", "call": "fork:shared-fd", "file": path, "fd": fd, "when": when,
-                     "reopened": fd in done, "seconds": 0.0, "nested": True, "pid": os.getpid()}
-                    for fd, path in found])
+            append_manifest(rerun.manifest, [
+                {"event": "call", "call": "fork:shared-fd", "file": path, "fd": fd, "when": when,
+                 "reopened": fd in done, "seconds": 0.0, "nested": True, "pid": os.getpid()}
+                for fd, path in found])
 
     os.register_at_fork(after_in_child=lambda: check("fork"))
     if files:

@@ -13,8 +13,11 @@ from pathlib import Path
 import readtrace
 from readtrace import runstate
 from readtrace.errors import UsageError
-from readtrace.inject import shim_sitecustomize
 from readtrace.inject.protocol import STRATEGIES, Rerun
+
+# Copied, never imported here: importing it would run the hook, and the user's own sitecustomize it
+# shadows, a second time in readtrace's own process.
+SHIM = Path(__file__).with_name("shim_sitecustomize.py")
 
 
 @contextmanager
@@ -41,7 +44,7 @@ def shim_environment(
                     readtrace_path=str(Path(readtrace.__file__).resolve().parent.parent), **settings)
     with tempfile.TemporaryDirectory(prefix=f"{runstate.PREFIX}shim-") as shim_dir, runstate.noted("shim", shim_dir):
         os.chmod(shim_dir, 0o755)  # noqa: S103 - a command recorded under sudo runs as the invoking user
-        shutil.copyfile(shim_sitecustomize.__file__, os.path.join(shim_dir, "sitecustomize.py"))
+        shutil.copyfile(SHIM, os.path.join(shim_dir, "sitecustomize.py"))
         env = rerun.to_env(base)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (shim_dir, base.get("PYTHONPATH")) if p)
         yield env

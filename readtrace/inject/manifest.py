@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from readtrace.errors import ReadtraceError
@@ -103,6 +103,7 @@ class Manifest:
 
     tensors: list[dict]
     calls: list[dict]
+    failures: list[str] = field(default_factory=list)  # readtrace's own work that failed in the run (failclosed)
 
     @property
     def loader_s(self) -> float:
@@ -132,18 +133,24 @@ def fill_digests(manifest: Manifest) -> int:
 
 def read_manifest(path: str | os.PathLike) -> Manifest:
     """Read a manifest written by the shim; a missing file means nothing was loaded through it."""
-    tensors, calls = [], []
+    tensors, calls, failures = [], [], []
     try:
         with open(path, encoding="utf-8", opener=no_follow) as f:  # a link in a work dir is not followed
             for lineno, line in enumerate(f, 1):
                 try:
                     record = json.loads(line)
                 except ValueError:
+                    if not line.endswith("\n"):  # the last line, cut off: a write failed (a full disk)
+                        failures.append(f"{path}:{lineno}: the manifest's last line is cut off (a write failed)")
+                        break
                     raise ReadtraceError(f"{path}:{lineno}: corrupt manifest line") from None
-                (tensors if record.get("event") == "tensor" else calls).append(record)
+                if record.get("event") == "unproven":
+                    failures.append(str(record.get("reason")))
+                else:
+                    (tensors if record.get("event") == "tensor" else calls).append(record)
     except FileNotFoundError:
         pass
-    return Manifest(tensors, calls)
+    return Manifest(tensors, calls, failures)
 
 
 @dataclass

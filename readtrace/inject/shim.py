@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from readtrace.errors import ReadtraceError
 from readtrace.fs.knowledge import is_remote
 from readtrace.inject import early, loaded
+from readtrace.inject.failclosed import guarded
 from readtrace.inject.manifest import tensor_record
 from readtrace.inject.protocol import Rerun, append_manifest, prefetches, process_rank, routes
 from readtrace.inject.startup import already_prefetched, release_pin, wait_prefetched
@@ -89,6 +90,7 @@ class _State:
 _STATE = _State(Config.from_env())
 
 
+@guarded("patch of a loader module")
 def patch(name: str, module) -> None:
     """Called by the import hook right after ``safetensors`` or ``safetensors.torch`` ran."""
     with _STATE.lock:
@@ -130,6 +132,7 @@ def _force_kwarg(cls, key: str, value) -> None:
     cls.from_pretrained = classmethod(from_pretrained)
 
 
+@guarded("manifest record")
 def _record_import(library: str) -> None:
     if _STATE.config.manifest:
         with _STATE.lock:
@@ -139,6 +142,7 @@ def _record_import(library: str) -> None:
         _flush()
 
 
+@guarded("strategy choice", default="none")
 def strategy_for(path: str, device) -> str:
     """The strategy to use for one file: the configured one, or the ``auto`` choice."""
     chosen = _STATE.config.strategy
@@ -317,6 +321,7 @@ def _unshare(key: tuple[str, str], shared: _SharedLoad) -> None:
             del _SHARED[key]
 
 
+@guarded("early read")
 def _early_bytes(path: str) -> memoryview | None:
     """``path``'s bytes as read at start-up (early.py), noted in the manifest; None: there are none."""
     data, note = early.take(path)
@@ -500,6 +505,7 @@ class _Inside:
         return False
 
 
+@guarded("prefetch", default=False)
 def _prefetch_once(path: str) -> bool:
     """Prefetch ``path`` once per process tree. True: this mount drops the page cache on every open,
     so nothing was read: the caller populates the loader's own mapping once it exists instead."""
@@ -518,6 +524,7 @@ def _prefetch_once(path: str) -> bool:
     return False
 
 
+@guarded("populate")
 def _populate_mapping(path: str) -> None:
     """Fault the loader's own mapping of ``path`` in, front to back (no open of ours: see populate)."""
     done, seconds, why = populate(loaded.mapped_ranges(path))
@@ -528,6 +535,7 @@ def _populate_mapping(path: str) -> None:
     _pending(record)
 
 
+@guarded("manifest record")
 def _pending(record: dict) -> None:
     """A manifest record written with the next flush."""
     if _STATE.config.manifest:
@@ -535,6 +543,7 @@ def _pending(record: dict) -> None:
             _STATE.pending.append(record)
 
 
+@guarded("manifest record")
 def _record(call: str, path: str, mode: str, seconds: float, fallback: str | None, tensors,
             error: str | None, *, digest: bool | None = None, nested: bool = False, parse=None,
             extra: dict | None = None) -> None:
@@ -588,6 +597,7 @@ def _digested(path: str, tensors, parse) -> list[dict]:
     return lines
 
 
+@guarded("manifest write")
 def _flush() -> None:
     with _STATE.lock:
         lines, _STATE.pending = _STATE.pending, []

@@ -50,10 +50,9 @@ def _patch_after_exec(loader, name, patch, record):
     def exec_module(module):
         run_module(module)
         if patch:
-            _patch(name, module)
-        if record:
-            with contextlib.suppress(Exception):  # recording must never break the user's import
-                _calls().wrap(name, module)  # after the shim: the recorded call is the outermost
+            _fail_closed("patch of a loader module", _patch, name, module)
+        if record:  # after the shim: the recorded call is the outermost
+            _fail_closed("call recording", lambda: _calls().wrap(name, module))
 
     loader.exec_module = exec_module
 
@@ -96,8 +95,7 @@ def _own_fd_per_fork(rerun):
     _readtrace_importable()
     from readtrace.inject.forkfd import install
 
-    with contextlib.suppress(Exception):  # never break the user's program over it
-        install(rerun)
+    install(rerun)
 
 
 def _run_shadowed_sitecustomize():
@@ -114,12 +112,29 @@ def _rerun():
     return Rerun.from_env()
 
 
-_RERUN = _rerun()
-if _RERUN.active or _RERUN.calls_log:
-    sys.meta_path.insert(0, _SafetensorsHook(_RERUN.active, bool(_RERUN.calls_log)))
-if _RERUN.active:
-    _own_fd_per_fork(_RERUN)
-if _RERUN.start_prefetch() or _RERUN.early_read_candidates():
-    _prefetch_at_start()
-del _RERUN
+def _fail_closed(what, call, *args):
+    """``call(*args)``, readtrace's own work: an error is noted (readtrace.inject.failclosed: stderr once,
+    the run unproven) and swallowed, so the user's program goes on as it would without readtrace."""
+    try:
+        return call(*args)
+    except Exception as e:  # noqa: BLE001 - the bootstrap of failclosed.guarded: readtrace may not import
+        with contextlib.suppress(Exception):
+            _readtrace_importable()
+            from readtrace.inject.failclosed import failed
+
+            failed(what, e)
+        return None
+
+
+def _set_up():
+    rerun = _rerun()
+    if rerun.active or rerun.calls_log:
+        sys.meta_path.insert(0, _SafetensorsHook(rerun.active, bool(rerun.calls_log)))
+    if rerun.active:
+        _own_fd_per_fork(rerun)
+    if rerun.start_prefetch() or rerun.early_read_candidates():
+        _prefetch_at_start()
+
+
+_fail_closed("start-up hook", _set_up)
 _run_shadowed_sitecustomize()

@@ -19,6 +19,7 @@ from dataclasses import replace
 from readtrace.errors import ReadtraceError
 from readtrace.fs.knowledge import is_remote
 from readtrace.inject import early
+from readtrace.inject.failclosed import guarded
 from readtrace.inject.protocol import Rerun, append_manifest, process_rank
 from readtrace.loader.fileio import chunk_bytes_of
 from readtrace.pagecache.pin import DEFAULT_HOLD_S, Pins
@@ -31,6 +32,7 @@ _PEERS: dict[str, list[str]] = {}  # file -> markers of the node's ranks that pr
 PEER_WAIT_S = 120.0  # a rank whose peer never marks its share (killed) loads anyway after this
 
 
+@guarded("start-up prefetch")
 def prefetch_at_start(env=os.environ) -> None:
     """Prefetch the rerun's files before the script runs; with ``Rerun.prefetch_background`` in a
     thread while the interpreter imports the script's libraries (the loads the shim sees wait for
@@ -101,6 +103,7 @@ def _prefetch(rerun: Rerun, pieces: list, done: threading.Event | None, markers=
             done.set()
 
 
+@guarded("start-up prefetch")
 def _prefetch_and_note(rerun: Rerun, pieces: list) -> None:
     started = time.perf_counter()
     hold_s = DEFAULT_HOLD_S if rerun.prefetch_pin_s is None else rerun.prefetch_pin_s
@@ -121,6 +124,7 @@ def _prefetch_and_note(rerun: Rerun, pieces: list) -> None:
                   "pinned_bytes": result.pinned_bytes, "pin_note": result.pin_note, "pid": os.getpid()})
 
 
+@guarded("wait for the prefetch", default=0.0)
 def wait_prefetched(path: str) -> float:
     """Wait until a background prefetch of ``path`` (if any) has finished; returns the seconds waited."""
     done = _PENDING.get(os.path.abspath(path))
@@ -141,6 +145,7 @@ def _forget_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_in_child)
 
 
+@guarded("release of the prefetch's pinned pages")
 def release_pin(path: str) -> None:
     """``path`` has been loaded: its prefetched pages need not stay locked any longer."""
     for pins in _HELD:
@@ -167,6 +172,7 @@ def _note_never_taken(rerun: Rerun, pid: int) -> None:
                           "pid": pid})
 
 
+@guarded("manifest write")
 def _note(rerun: Rerun, record: dict) -> None:
     if rerun.manifest:
         append_manifest(rerun.manifest, [record])

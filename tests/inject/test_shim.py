@@ -172,14 +172,14 @@ def test_unknown_strategy_is_a_usage_error():
 
 
 def test_script_without_safetensors_pays_nothing(tmp_path):
-    """The hook imports nothing but the protocol and the fork handler (standard library only) until
-    safetensors is imported."""
+    """The hook imports nothing but the protocol, the fork handler and failclosed (standard library only)
+    until safetensors is imported."""
     with shim_environment("both", tmp_path / "m.jsonl") as env:
         out = subprocess.run([sys.executable, "-c", "import sys; print(sorted(m for m in sys.modules "
                               "if m.startswith(('readtrace', 'torch'))))"],
                              env=env, capture_output=True, text=True, timeout=60)
-    assert json.loads(out.stdout.replace("'", '"')) == ["readtrace", "readtrace.inject", "readtrace.inject.forkfd",
-                                                        "readtrace.inject.protocol"]
+    assert json.loads(out.stdout.replace("'", '"')) == ["readtrace", "readtrace.inject", "readtrace.inject.failclosed",
+                                                        "readtrace.inject.forkfd", "readtrace.inject.protocol"]
 
 
 def test_auto_strategy_follows_the_file_system(workload, monkeypatch):

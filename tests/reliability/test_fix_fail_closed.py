@@ -1,0 +1,103 @@
+"""Issue 24: the user's load never breaks because of readtrace. What readtrace does inside the user's
+process (manifest writes, early reads, prefetch, patches) fails closed: the load goes on as it would
+without readtrace, and `fix --compare` reports the run unproven (exit 6), never a crash.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from readtrace.errors import ExitStatus
+from reliability.conftest import readtrace
+
+# Loads the checkpoint twice; between the loads, in the fixed run only, readtrace's manifest directory
+# disappears (``gone``) or its file system fills up (``full``). Its own result goes to result-SIDE.
+LOAD = """import errno, os, shutil, sys
+from safetensors.torch import load_file
+how, ckpt = sys.argv[1], sys.argv[2]
+first = load_file(ckpt)
+manifest = os.environ.get("READTRACE_MANIFEST", "")
+side = "fixed" if "fixed" in os.path.basename(manifest) else "other"
+if side == "fixed" and how == "gone":
+    shutil.rmtree(os.path.dirname(manifest))
+if side == "fixed" and how == "full":
+    with open(os.path.join(os.path.dirname(manifest), "filler"), "wb") as f:
+        try:
+            while True:
+                f.write(b"x" * 65536)
+                f.flush()
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+second = load_file(ckpt)
+total = sum(float(t.sum()) for t in second.values())
+with open(f"result-{side}-{os.getpid()}", "w") as f:
+    f.write(repr(total))
+"""
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    save_file({f"w{i}": torch.randn(64, 64) for i in range(8)}, str(tmp_path / "model.safetensors"))
+    (tmp_path / "load.py").write_text(LOAD)
+    return tmp_path / "model.safetensors"
+
+
+def _results(tmp_path, side: str) -> list[str]:
+    return [p.read_text() for p in tmp_path.glob(f"result-{side}-*")]
+
+
+@pytest.fixture
+def tiny_fs(tmp_path, need_root):
+    """A 2 MiB tmpfs at tmp_path/keep, unmounted after."""
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0755", "tmpfs", str(keep)], check=True)
+    try:
+        yield keep
+    finally:
+        subprocess.run(["umount", "-l", str(keep)], check=False)
+
+
+@pytest.mark.parametrize("strategy", ["own-fd", "prefetch"])
+def test_the_work_directory_disappears_mid_run(tmp_path, leftovers, checkpoint, strategy):
+    p = readtrace(["fix", "--compare", "--no-record", "--strategy", strategy, "--files", checkpoint, "--",
+                   sys.executable, "load.py", "gone", checkpoint], cwd=tmp_path, env=leftovers.env, timeout=300)
+    assert p.returncode == ExitStatus.NO_EVIDENCE, p.stderr
+    assert "Traceback" not in p.stderr
+    assert "disappeared during the fixed run 1" in p.stderr.strip().splitlines()[-1]
+    fixed, other = _results(tmp_path, "fixed"), _results(tmp_path, "other")
+    assert len(fixed) == 1 and other and set(other) == set(fixed), "the user's load did not finish as without readtrace"
+
+
+def test_the_manifest_file_system_fills_up_mid_run(tmp_path, leftovers, checkpoint, tiny_fs):
+    p = readtrace(["fix", "--compare", "--no-record", "--strategy", "own-fd", "--keep", tiny_fs, "--files",
+                   checkpoint, "--", sys.executable, "load.py", "full", checkpoint],
+                  cwd=tmp_path, env=leftovers.env, timeout=300)
+    assert p.returncode == ExitStatus.NO_EVIDENCE, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr
+    last = p.stderr.strip().splitlines()[-1]
+    assert "nothing proven: fixed run 1:" in last and ("is full" in last or "cut off" in last), last
+    fixed, other = _results(tmp_path, "fixed"), _results(tmp_path, "other")
+    assert len(fixed) == 1 and other and set(other) == set(fixed), "the user's load did not finish as without readtrace"
+
+
+def test_the_user_s_sitecustomize_runs_once_per_process(tmp_path, leftovers):
+    site = tmp_path / "site"
+    site.mkdir()
+    ledger = tmp_path / "ledger"
+    (site / "sitecustomize.py").write_text(f"import os\nwith open({str(ledger)!r}, 'a') as f:\n"
+                                           "    f.write(f'{os.getpid()}\\n')\n")
+    env = {**leftovers.env, "PYTHONPATH": str(site)}
+    p = readtrace(["fix", "--strategy", "own-fd", "--", sys.executable, "-c", "print('ran')"],
+                  cwd=tmp_path, env=env)
+    assert p.returncode == 0 and "ran" in p.stdout, p.stderr
+    pids = ledger.read_text().split()
+    assert len(pids) == 2, pids  # readtrace itself (its PYTHONPATH has it too), and the command
+    assert len(set(pids)) == len(pids), f"a process ran the user's sitecustomize twice: {pids}"
