@@ -66,8 +66,7 @@ RAW_TRACEPOINT_PROBE(cgroup_attach_task)
     if (hierarchy != 0)
         return 0;
     bpf_probe_read_kernel(&level, sizeof(level), (void *)(cgrp + CGROUP_LEVEL));
-#pragma unroll
-    for (int i = 0; i < CGROUP_MAX_DEPTH; i++) {
+    for (int i = 0; i < CGROUP_MAX_DEPTH; i++) {    /* a bounded loop: the verifier takes it as it is */
         if (i > level)
             break;
         anc = read_ptr(cgrp + CGROUP_ANCESTORS + i * 8);

@@ -53,7 +53,9 @@ def _attached(pid, out, *more):
     with _running(READTRACE + ["record", *what, "-o", str(out), *more], stderr=subprocess.PIPE,
                   text=True) as rec:
         line = rec.stderr.readline()
-        assert "attached to" in line, line + rec.stderr.read()
+        if "attached to" not in line:
+            rec.kill()
+            pytest.fail(line + rec.stderr.read())
         yield rec
 
 
@@ -204,7 +206,9 @@ def test_wait_for_catches_a_load_started_after_the_recorder(tmp_path):
     with _running(READTRACE + ["record", "--wait-for", marker, "-o", str(out)], stderr=subprocess.PIPE,
                   text=True) as rec:
         line = rec.stderr.readline()
-        assert "waiting for a process" in line, line + rec.stderr.read()
+        if "waiting for a process" not in line:
+            rec.kill()
+            pytest.fail(line + rec.stderr.read())
         time.sleep(0.5)  # the recorder polls /proc from now on
         script = _reader(data, sleep_after=0)
         script[2] = f"import time; time.sleep(0.3)  # {marker}\n" + script[2]
