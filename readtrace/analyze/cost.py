@@ -62,6 +62,8 @@ def milder(a: str, b: str) -> str:
 def _floor(row, fstype: str, mount: whatif.Profile | None) -> tuple[float | None, str]:
     """(seconds one sequential read of what the load needed of the file costs on its mount, model)."""
     name = fs_profile(fstype).storage_model
+    if name is None and mount is not None and mount.measured_at:
+        name = mount.name  # a file system the table has no model for, measured on this mount
     if name is None or row is None:
         return None, ""
     p = mount if mount is not None and mount.name == name else whatif.profile(name)

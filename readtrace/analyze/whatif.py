@@ -44,6 +44,7 @@ import pandas as pd
 
 from readtrace.analyze.grouping import running_max_in_group
 from readtrace.fs.knowledge import fs_profile
+from readtrace.fs.profile import MountProfile
 
 MiB = 1 << 20
 KERNEL_READAHEAD = 128 * 1024  # the kernel's FUSE/NFS read-ahead window (default read_ahead_kb)
@@ -62,6 +63,7 @@ class Profile:
     bandwidth_mbps: float | None  # link, MB/s (10**6 bytes/s); None: unlimited
     rsize: int = 1 * MiB  # stateless: largest request
     request_ms: float = 0.0  # what serving any request costs besides the first byte (a FUSE daemon's own work)
+    measured_at: str = ""  # latency and bandwidth from the mount's profile measured then (readtrace probe)
 
 
 DEFAULTS = {
@@ -243,6 +245,9 @@ def _fixed_plan(a, data: pd.DataFrame, need: list[int], p: Profile) -> tuple[str
     plans = [("prefetch", max(t - startup, 0.0), requests, nbytes)]
     if _routed(a):
         plans.append(("own-fd", *_predict_fixed(need, p, 1)))
+    measured = getattr(a, "measured", None)
+    if measured is not None and not measured.cache_survives_open and len(plans) > 1:
+        plans = plans[1:]  # measured: the mount drops the page cache on open, a prefetch cannot gain
     return (*min(plans, key=lambda plan: plan[1]), startup)
 
 
@@ -295,9 +300,34 @@ def mount_profile(a, request_quantile: float = 0.5) -> Profile | None:
     data = _data_files(a)
     if data.empty:
         return None
-    name = fs_profile(str(data["fstype"].iloc[0])).storage_model
+    measured = getattr(a, "measured", None)
+    name = fs_profile(str(data["fstype"].iloc[0])).storage_model or measured_model(measured)
     if name is None:
         return None
+    return with_measured(_recorded_costs(a, data, name, request_quantile), measured)
+
+
+def measured_model(m: MountProfile | None) -> str | None:
+    """The model of a mount the table has none for, from its measured profile: a per-handle prefetcher
+    where a shared handle measurably costs, else stateless requests."""
+    if m is None:
+        return None
+    return "prefetch" if m.punishes_shared_handle else "nfs"
+
+
+def with_measured(p: Profile, m: MountProfile | None) -> Profile:
+    """``p`` with the first byte and link bandwidth the mount's profile measured (the N-stream rate
+    net of one first byte per stream, which the model charges on its own)."""
+    if m is None:
+        return p
+    seconds = m.sample_bytes / (m.parallel_mbps * 1e6) if m.parallel_mbps > 0 else 0.0
+    net = seconds - m.first_byte_ms / 1000.0
+    bandwidth = m.sample_bytes / net / 1e6 if net > seconds / 2 else m.parallel_mbps * 2
+    return Profile(p.name, p.model, m.first_byte_ms, round(bandwidth, 2), p.rsize, p.request_ms, m.measured_at)
+
+
+def _recorded_costs(a, data: pd.DataFrame, name: str, request_quantile: float) -> Profile:
+    """The profile ``name`` with the costs measured from the recorded FUSE requests."""
     f = a.fuse
     on = np.isin(f.file, data.index.to_numpy())
     if name == "local-nvme" or not on.any() or on.sum() > MAX_ESTIMATE_REQUESTS:

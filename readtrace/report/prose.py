@@ -291,8 +291,9 @@ def fixed_line(summary: dict) -> str | None:
     wall, fixed = summary.get("wall_s"), summary.get("predicted_fixed_s")
     if not wall or fixed is None or fixed > 0.8 * wall:
         return None
+    measured = " measured" if summary.get("measured_mount") else ""
     return (f"fixed: ~{fmt_seconds(fixed)} predicted on this mount ({summary['mount_profile']} model, "
-            f"{summary['mount_latency_ms']:.3g} ms first byte; {FIXED_HOW.get(summary.get('fixed_strategy'), FIXED_HOW['prefetch'])})")
+            f"{summary['mount_latency_ms']:.3g} ms first byte{measured}; {FIXED_HOW.get(summary.get('fixed_strategy'), FIXED_HOW['prefetch'])})")
 
 
 def what_if_lines(predictions: list) -> list[str]:

@@ -94,3 +94,16 @@ def test_prefetch_is_not_advised_where_the_mount_drops_the_page_cache_on_open(ke
     assert ruled_out == ([] if keeps_cache else ["prefetch"])
     if not keeps_cache:
         assert "prefetch: not expected to help here, because the mount drops the page cache on every open" in f_rule
+
+
+def test_the_storage_model_takes_the_measured_first_byte_and_bandwidth():
+    from readtrace.analyze.whatif import mount_profile
+
+    assert mount_profile(_analyze(4, None)) is None  # fuse.juicefs: no model in the table
+    a = _analyze(4, [_profile(1.5)])
+    p = mount_profile(a)
+    assert p.name == "prefetch" and p.latency_ms == 21.0 and p.measured_at.startswith("2026-12-02")
+    # 32 MiB in 33.6e6 / 300e6 s = 0.112 s, less one first byte (21 ms): ~369 MB/s of link
+    assert p.bandwidth_mbps == pytest.approx(32 * MiB / (32 * MiB / 300e6 - 0.021) / 1e6, rel=1e-3)
+    assert mount_profile(_analyze(4, [_profile(1.05)])).name == "nfs"  # no per-handle penalty: stateless
+    assert a.summary["mount_latency_ms"] == 21.0
