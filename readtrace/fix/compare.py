@@ -44,6 +44,7 @@ from readtrace.fix.workdir import work_dir
 from readtrace.fs.datafiles import DATA_SUFFIXES, SYSTEM_PREFIXES, VOLUME_MIN_BYTES
 from readtrace.fs.datafiles import is_code as _is_code
 from readtrace.fs.procmaps import mapped_by
+from readtrace.fs.profile import cached_for_path
 from readtrace.inject.inject import shim_environment
 from readtrace.inject.manifest import (
     Manifest,
@@ -414,6 +415,11 @@ def early_read_helps(baseline: Manifest) -> bool:
 
 
 def _cache_kept(path: str) -> bool:
+    """Whether the page cache of ``path`` survives an open: as its mount's cached profile measured it
+    (readtrace probe), else tried now."""
+    profile = cached_for_path(path)
+    if profile is not None:
+        return profile.cache_survives_open
     try:
         return cache_survives_open(path)
     except (OSError, ReadtraceError):
