@@ -51,15 +51,18 @@ def state_dir() -> Path:
     return _private(base, STATE_DIR_ENV)
 
 
-def cache_dir() -> Path:
+def cache_dir(create: bool = True) -> Path:
     """$READTRACE_CACHE_DIR, else /var/cache/readtrace for root, else $XDG_CACHE_HOME/readtrace or
-    ~/.cache/readtrace (0700, ours): what should outlive a reboot."""
+    ~/.cache/readtrace (0700, ours): what should outlive a reboot. ``create`` False: a missing one is
+    not made (a reader finds nothing in it)."""
     if os.environ.get(CACHE_DIR_ENV):
         base = Path(os.environ[CACHE_DIR_ENV])
     elif os.geteuid() == 0:
         base = Path("/var/cache/readtrace")
     else:
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "readtrace"
+    if not create and not os.path.lexists(base):
+        return base
     return _private(base, CACHE_DIR_ENV, parents=True)
 
 

@@ -117,14 +117,14 @@ def mount_key(mount: Mount) -> tuple[str, str, str, str]:
     return mount.dev_name, mount.fstype, mount.source, mount.options
 
 
-def cache_path() -> str:
-    return os.path.join(runstate.cache_dir(), CACHE_FILE)
+def cache_path(create: bool = True) -> str:
+    return os.path.join(runstate.cache_dir(create), CACHE_FILE)
 
 
 def load_profiles() -> list[MountProfile]:
     """Every cached profile (none when there is no cache, or one that cannot be read)."""
     try:
-        with open(cache_path(), encoding="utf-8") as f:
+        with open(cache_path(create=False), encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError):
         return []
