@@ -92,7 +92,8 @@ def what_if_profiles(args: argparse.Namespace, a) -> list:
             if p is None:
                 raise UsageError("--what-if mount: no storage model for this trace's mount")
             out.append(whatif.profile(p.name, args.latency_ms if args.latency_ms is not None else p.latency_ms,
-                                      args.bandwidth_mbps, request_ms=p.request_ms))
+                                      args.bandwidth_mbps if args.bandwidth_mbps is not None else p.bandwidth_mbps,
+                                      request_ms=p.request_ms))
             continue
         try:
             out.append(whatif.profile(name, args.latency_ms, args.bandwidth_mbps))

@@ -107,3 +107,20 @@ def test_the_storage_model_takes_the_measured_first_byte_and_bandwidth():
     assert p.bandwidth_mbps == pytest.approx(32 * MiB / (32 * MiB / 300e6 - 0.021) / 1e6, rel=1e-3)
     assert mount_profile(_analyze(4, [_profile(1.05)])).name == "nfs"  # no per-handle penalty: stateless
     assert a.summary["mount_latency_ms"] == 21.0
+
+
+@pytest.mark.parametrize("gain", [1.0, 1.6])
+def test_read_ahead_is_advised_only_where_it_measured_a_gain(gain):
+    from readtrace.analyze.synthetic import load_case
+
+    frames = load_case("sequential", chunk=128 * KiB, fstype="fuse.juicefs", path=PATH)
+    frames["files"]["mountpoint"] = POINT
+    frames["meta"]["mount_profiles"] = [_profile(1.5, readahead_gain=gain)]
+    [f] = [f for f in analyze(make_trace(**frames)).findings if f.code == "SMALL_FUSE_READAHEAD"]
+    rec = render(f).recommendation
+    if gain < 1.1:
+        assert f.severity == "info" and "echo 1024" not in rec
+        assert "read_ahead_kb: not expected to help here, because raising read_ahead_kb 128 -> 1024 changed " \
+               "a sequential read 1.00x" in rec
+    else:
+        assert "echo 1024" in rec and not f.not_expected and "not expected" not in rec
