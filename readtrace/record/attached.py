@@ -139,6 +139,16 @@ def _wait_for(pattern: re.Pattern, stop: _StopSignals) -> int | None:
     return None
 
 
+def _mounts(pids, fallback: list) -> list:
+    """The mounts as the first recorded process still alive sees them (its mount namespace), else ours."""
+    for pid in pids:
+        try:
+            return read_mounts(pid)
+        except OSError:  # gone, or exiting (a zombie's mountinfo reads EINVAL)
+            continue
+    return fallback
+
+
 def _cwd(pid: int) -> str:
     try:
         return os.readlink(f"/proc/{pid}/cwd")
@@ -252,8 +262,7 @@ def record_attached(target: Targets, output: str | Path | None = None, *, force:
             survivors = session.survivors(0)
             lost = session.stop()
             detaching = detach_in_background(bpf)
-            alive = [p for p in seeded if os.path.exists(f"/proc/{p}/mountinfo")]
-            session.write(read_mounts(alive[0]) if alive else mounts)
+            session.write(_mounts(seeded, mounts))
         recovered = state.recovered
         attached = {
             "pids": sorted(roots), "start_time": start_wall.isoformat(),
