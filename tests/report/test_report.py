@@ -4,6 +4,7 @@ import base64
 import io
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -171,3 +172,22 @@ def test_paths_are_shortened_with_the_common_directory_once():
     assert shorten(paths[0], 60, "/data/ckpt/run-7") == "…/model-00001-of-00002.safetensors"
     assert shorten("/a/very/long/directory/name/model.safetensors", 30) == "/a/very/lon…/model.safetensors"
     assert len(shorten("/x/" + "m" * 40 + ".safetensors", 20)) == 20
+
+
+def test_html_caveats_a_prediction_off_its_own_recording():
+    """The chart's model replays this recording on its own mount: 256 reads that each waited 20 ms
+    while the daemon answered in 40 us is predicted at a fraction of the 5.1 s it took: the page says
+    so beside the chart (issue 22); the lines of the summary are real line breaks, not a literal \\n."""
+    from readtrace.report.plots import own_mount_predictions, prediction_caveat
+
+    a = analyze(make_trace(**load_case("shared", read_ms=20)))
+    own = own_mount_predictions(a)
+    assert own and own[0].predicted_s < 0.75 * a.summary["wall_s"]
+    why = prediction_caveat(a, own)
+    assert why.startswith("Caveat: the model predicts this recording at ") and "% under" in why
+    page = render_html(a)
+    assert "<p class='caveat'>Caveat: the model predicts" in page
+    header = page[page.index("<pre>"):page.index("</pre>")]
+    assert "\\n" not in header and header.count("\n") >= 4
+    # a prediction within 25 % of the recording: no caveat
+    assert prediction_caveat(a, [replace(own[0], predicted_s=1.2 * a.summary["wall_s"])]) is None
