@@ -98,3 +98,12 @@ def test_the_findings_heading_says_what_the_causes_explain():
     assert findings_line(a.findings, wall, a.thresholds) == (
         f"Findings: 2 cause(s) cost {wall:.3g} s of the {wall:.3g} s wall (100%) over their floor; HIGH needs "
         ">= 1 s and >= 20% of the wall")
+
+
+def test_a_wall_clock_shorter_than_the_waits_bounds_the_seconds():
+    # the recorder's wall clock can start after the first wait (record -p attached to a running load)
+    frames = _two_files()
+    frames["meta"] = {**frames["meta"], "wall_s": 2.0}
+    a = analyze(make_trace(**frames))
+    assert sum(f.cost_s for f in a.findings if f.cost_s) == pytest.approx(2.0)
+    assert all(f.cost_fraction <= 1 for f in a.findings if f.cost_s)
