@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import fuse_available, require
+from conftest import fuse_available, require, validate_fix_json
 from workloads import free_port, torchrun_cmd
 
 from readtrace.fix.rankplan import SPANS, SPLIT, RankPlan, plan_from_spans
@@ -94,7 +94,7 @@ def test_four_rank_sharded_job_compared_rank_by_rank(tmp_path):
             reads = m.requests()
     finally:
         force_unmount(mnt)
-    data = json.loads(json.dumps(to_json(result)))  # what --json prints
+    data = validate_fix_json(json.loads(json.dumps(to_json(result))))  # what --json prints
     assert data["tensors_identical"] and not data["unproven"], data
     ranks = data["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
@@ -151,7 +151,7 @@ def test_fix_compare_of_a_recorded_job_prefetches_the_spans_its_rank_read(tmp_pa
     done = subprocess.run([sys.executable, "-m", "readtrace", "fix", "--compare", "--strategy", "prefetch",
                            "--no-record", "--json", str(trace)], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
-    data = json.loads(done.stdout)
+    data = validate_fix_json(json.loads(done.stdout))
     assert data["rank_plan"]["mode"] == SPANS and data["rank_plan"]["bytes_by_rank"] == {"0": half}
     [rank] = data["ranks"]
     assert rank["rank"] == 0 and rank["identical"] and rank["fixed"]["prefetched_bytes"] == half
@@ -168,7 +168,7 @@ def test_two_ranks_reading_all_of_it_split_the_prefetch(tmp_path):
 
     ckpt = make_checkpoint(tmp_path / "ckpt", 8)[0]
     cmd = torchrun_cmd(2, free_port(), WORKLOAD, ckpt)
-    data = to_json(compare(cmd, strategy="prefetch", recorder=None, workdir=tmp_path / "work"))
+    data = validate_fix_json(to_json(compare(cmd, strategy="prefetch", recorder=None, workdir=tmp_path / "work")))
     assert data["tensors_identical"] and data["job"]["identical_on_every_rank"], data
     assert data["rank_plan"]["mode"] == SPLIT
     halves = [r["fixed"]["prefetched_bytes"] for r in data["ranks"]]
