@@ -22,6 +22,8 @@ from readtrace.trace.format import FORMAT_NAME, META_FILE, SUFFIX
 from readtrace.trace.location import COMPLETE_MARKER, StoreLocation, is_url
 from readtrace.trace.schema import TABLES
 
+TRACE_FILES = (META_FILE, *(f"{t}.parquet" for t in TABLES))
+
 
 def trace_url(url: str, name: str) -> str:
     """The trace's URL: ``url`` itself when it names a trace (``*.rtrace``), else ``url/name``."""
@@ -33,12 +35,19 @@ def check_upload_target(url: str, force: bool) -> StoreLocation:
     """The target, checked before any work: a URL of a store we can reach, free or (``force``) a trace."""
     if not is_url(url):
         raise UsageError(f"{url}: not an object-store URL (s3://BUCKET/PREFIX, gs://...)")
+    from pyarrow.fs import FileSelector
+
     target = StoreLocation(url)
-    if target.has(COMPLETE_MARKER) and not force:
-        raise UsageError(f"{url}: a trace is already there (--force replaces it)")
-    if not target.has(COMPLETE_MARKER) and target.is_dir():
+    try:
+        there = {i.path.removeprefix(target.key + "/")
+                 for i in target.fs.get_file_info(FileSelector(target.key, recursive=True, allow_not_found=True))}
+    except OSError as e:
+        raise ReadtraceError(f"{url}: cannot reach the store: {' '.join(str(e).split())}") from None
+    if there - {COMPLETE_MARKER, *TRACE_FILES}:
         raise UsageError(f"{url}: holds other objects than a readtrace trace; give another prefix")
-    return target
+    if COMPLETE_MARKER in there and not force:
+        raise UsageError(f"{url}: a trace is already there (--force replaces it)")
+    return target  # free, or an upload that never finished (no marker): replaced
 
 
 def upload_trace(local: str | os.PathLike, url: str, force: bool = False) -> str:
@@ -46,7 +55,7 @@ def upload_trace(local: str | os.PathLike, url: str, force: bool = False) -> str
     from pyarrow.fs import FileType, LocalFileSystem, copy_files
 
     local = Path(local)
-    names = [n for n in (META_FILE, *(f"{t}.parquet" for t in TABLES)) if (local / n).is_file()]
+    names = [n for n in TRACE_FILES if (local / n).is_file()]
     if META_FILE not in names:
         raise TraceError(f"{local}: not a finished trace (no {META_FILE})")
     target = check_upload_target(url, force)

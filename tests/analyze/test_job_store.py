@@ -202,3 +202,21 @@ def test_record_to_the_store_uploads_a_whole_trace(store, tmp_path):
     assert kept.returncode == 0 and kept.stderr == "", kept.stderr
     assert (work / "local.rtrace" / "meta.json").exists()
     assert load_trace(f"s3://{BUCKET}/rec2/local.rtrace").meta == load_trace(work / "local.rtrace").meta
+
+
+def test_an_upload_replaces_only_an_unfinished_trace_without_force(store):
+    """The target of an upload: an upload that never finished (files, no marker) is replaced; a whole
+    trace only with force; a prefix holding other objects never."""
+    from readtrace.errors import UsageError
+
+    client, local = store["client"], store["local"] / "node0.rtrace"
+    client.put_object(Bucket=BUCKET, Key="retry/node0.rtrace/events.parquet", Body=b"cut off")
+    upload_trace(local, f"s3://{BUCKET}/retry/node0.rtrace")
+    assert load_trace(f"s3://{BUCKET}/retry/node0.rtrace").meta == load_trace(local).meta
+    with pytest.raises(UsageError, match="a trace is already there"):
+        upload_trace(local, f"s3://{BUCKET}/retry/node0.rtrace")
+    upload_trace(local, f"s3://{BUCKET}/retry/node0.rtrace", force=True)
+    client.put_object(Bucket=BUCKET, Key="other/node0.rtrace/notes.txt", Body=b"mine")
+    with pytest.raises(UsageError, match="holds other objects"):
+        upload_trace(local, f"s3://{BUCKET}/other/node0.rtrace", force=True)
+    assert client.get_object(Bucket=BUCKET, Key="other/node0.rtrace/notes.txt")["Body"].read() == b"mine"
