@@ -3,6 +3,7 @@
   readtrace fix --compare                          # the newest trace's command, in this directory
   readtrace fix --compare run.rtrace               # a recorded command (options before TRACE)
   readtrace fix --compare --trust-trace theirs.rtrace   # a trace another user owns: read its command first
+  readtrace fix --compare --plan -- python load.py ckpt/   # the runs it would make (how many), running nothing
   readtrace fix --compare --repeat 3 -- python load.py model.safetensors
   readtrace fix --compare -- torchrun --nproc_per_node 4 load.py ckpt/   # and rank by rank
   readtrace fix -- python load.py model.safetensors   # just run it with the fix
@@ -44,6 +45,8 @@ def add_arguments(parser) -> None:
                         help="warm runs instead of cold ones: what the fix costs where nothing is slow")
     parser.add_argument("--keep", metavar="DIR", type=directory, help="keep manifests, logs and traces of every run in DIR")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--plan", action="store_true",
+                        help="with --compare: list the runs it would make and how many times the command runs; run nothing")
     parser.add_argument("--trust-trace", action="store_true",
                         help="run a trace's recorded command although another user owns or can change the trace")
     parser.add_argument("target", nargs=argparse.REMAINDER, metavar="TRACE | -- CMD",
@@ -61,19 +64,34 @@ def _run(args, child) -> int:
     from readtrace import runstate
     from readtrace.fix.compare import compare, default_recorder  # imports torch: only when running
     from readtrace.fix.compare_report import render_table, to_json
+    from readtrace.fix.plan import plan
     from readtrace.fix.verdict import DIFFERS, UNPROVEN, verdict_of
+    from readtrace.fix.workdir import checked_keep
     from readtrace.inject.inject import shim_environment
+    from readtrace.record.launch import sudo_credentials
 
     at_least_one(args, "repeat")
-    runstate.sweep(lambda line: print(f"readtrace: {line}", file=sys.stderr))
-    command, cwd, files, trace = _target(args.target, args.trust_trace)
+    say = _say
+    if args.plan:
+        command, cwd, files, trace, shown = _target(args.target, trust=True)
+        return _print_plan(args, command, cwd, args.files or files, shown)
+    cleaned: list[str] = []
+    runstate.sweep(cleaned.append)  # said after the first line: a compare's first line is its run count
+    command, cwd, files, trace, shown = _target(args.target, args.trust_trace)
     child.check_runnable(command, cwd)
+    if args.compare:
+        if args.keep:
+            checked_keep(args.keep, sudo_credentials())  # a refused DIR before anything is said or run
+        say(plan(args.strategy, args.repeat, files_known=(args.files or files) is not None,
+                 cold=not args.warm).headline())
+    for line in [shown] * bool(shown) + cleaned:
+        say(line)
     if not args.compare:
         files = args.files or files
         with shim_environment(args.strategy, None, device=args.device, prefetch_files=files or ()) as env:
             return child.run(command, env=env, cwd=cwd)
     recorder, why_not = (None, "runs not recorded (--no-record)") if args.no_record else default_recorder()
-    log = (lambda line: print(f"readtrace: {line}", file=sys.stderr)) if not args.json else (lambda line: None)
+    log = say if not args.json else (lambda line: None)
     result = compare(command, strategy=args.strategy, repeat=args.repeat, files=args.files or files,
                      device=args.device, cwd=cwd, workdir=args.keep, recorder=recorder, cold=not args.warm,
                      log=log, spans_from=trace)
@@ -92,14 +110,43 @@ def _run(args, child) -> int:
     return ExitStatus.OK
 
 
-def _target(target: list[str], trust: bool = False) -> tuple[list[str], str | None, list[str] | None, str | None]:
-    """(command, cwd, files to evict, the trace) from `-- CMD`, a trace, or the newest trace here; a
-    trace's recorded command only from a trace of this user or root (fix/trust.py), said on stderr."""
+def _say(line: str) -> None:
+    print(f"readtrace: {line}", file=sys.stderr)
+
+
+def _print_plan(args, command: list[str], cwd: str | None, files: list[str] | None, shown: str | None) -> int:
+    """``--plan``: the runs a compare would make, on stdout; nothing is run."""
+    import os
+    import shlex
+
+    from readtrace.escape import printable
+    from readtrace.fix.plan import plan
+
+    p = plan(args.strategy, args.repeat, files_known=files is not None, cold=not args.warm)
+    print(f"fix --compare plan (nothing was run): strategy {args.strategy}, --repeat {args.repeat}, "
+          f"{'warm' if args.warm else 'cold'}")
+    print(f"  command: {printable(shlex.join(command))} (cwd {printable(cwd or os.getcwd())})")
+    if shown:
+        print(f"  {shown}")
+    if files:
+        print(f"  checkpoint files evicted before each run: {len(files)}")
+    for i, step in enumerate(p.steps, 1):
+        print(f"  {i:2d}. {step}")
+    print(f"The command runs {p.count()}: whatever it does besides loading (appending to a file, writing a "
+          "checkpoint, sending data) happens each time.")
+    return ExitStatus.OK
+
+
+def _target(target: list[str], trust: bool = False
+            ) -> tuple[list[str], str | None, list[str] | None, str | None, str | None]:
+    """(command, cwd, files to evict, the trace, the line saying what will run) from `-- CMD`, a trace,
+    or the newest trace here; a trace's recorded command only from a trace of this user or root
+    (fix/trust.py)."""
     if target and target[0] == "--":
         target = target[1:]
         if not target:
             raise UsageError("nothing to run after --")
-        return target, None, None, None
+        return target, None, None, None, None
     if len(target) > 1:
         raise UsageError("give one trace, or a command after --")
     from readtrace.fix.compare import command_from_trace
@@ -111,5 +158,4 @@ def _target(target: list[str], trust: bool = False) -> tuple[list[str], str | No
         target = [str(newest_trace("."))]
     owner = trace_owner(target[0], trust=trust)
     command, cwd, files = command_from_trace(target[0])
-    print(f"readtrace: {describe(command, cwd, target[0], owner)}", file=sys.stderr)
-    return command, cwd, files, target[0]
+    return command, cwd, files, target[0], describe(command, cwd, target[0], owner)

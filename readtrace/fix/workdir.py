@@ -29,7 +29,7 @@ def work_dir(keep: str | os.PathLike | None, creds: Credentials | None,
              say: Callable[[str], None] = lambda line: None) -> Iterator[Path]:
     """A fresh directory for one comparison: in ``keep`` (kept) or temporary (removed)."""
     if keep is not None:
-        path = _checked_keep(keep, creds)
+        path = checked_keep(keep, creds)
         work = _fresh_in(path, creds)
         if work != path:
             say(f"{printable(keep)} holds an earlier run: this one is kept in {printable(work)}")
@@ -40,7 +40,7 @@ def work_dir(keep: str | os.PathLike | None, creds: Credentials | None,
         yield Path(tmp)
 
 
-def _checked_keep(keep: str | os.PathLike, creds: Credentials | None) -> Path:
+def checked_keep(keep: str | os.PathLike, creds: Credentials | None) -> Path:
     """``keep``, made if missing (for the invoking user), resolved once; refused when someone else
     owns it or group or others can write it."""
     path = Path(keep)

@@ -1,0 +1,68 @@
+"""What ``fix --compare`` will run before it runs anything: each run of the user's command, in order,
+and how many there will be (``--plan`` prints it and runs nothing; every compare says the count first).
+A command with side effects (appending to a ledger, writing a checkpoint, sending data) does them on
+every run: the user judges that from this plan.
+
+The count mirrors ``compare``: a discovery run unless the files are known (``--files``, a trace); then
+``repeat`` interleaved pairs; with ``auto`` (cold) the baseline, the floor's warm run, each candidate
+that can apply (at most those of ``candidates`` for a load that uses every routed call), a
+confirmation pair, then the remaining pairs: an upper bound, since auto stops early where the
+baseline is not slow or nothing applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from readtrace.fix.candidates import candidates
+from readtrace.fix.levers import FORKED_SHARED
+
+# Everything a discovery run can see: the candidates for it are every candidate auto can try.
+EVERY_CALL = {"load_file", "safe_open", "torch.load", "torch.load:mmap", "import:transformers", FORKED_SHARED}
+
+
+@dataclass(frozen=True)
+class Plan:
+    steps: list[str]  # one line per run of the command (or per group of repeats)
+    most: int  # the most times the command runs
+    exact: bool  # it runs exactly ``most`` times
+
+    def count(self) -> str:
+        return f"{self.most} times" if self.exact else f"up to {self.most} times"
+
+    def headline(self) -> str:
+        return (f"fix --compare runs the command {self.count()} (--plan lists the runs): "
+                "whatever it does besides loading (side effects) happens each time")
+
+
+def plan(strategy: str, repeat: int, *, files_known: bool, cold: bool = True) -> Plan:
+    """The runs ``compare(strategy=..., repeat=..., files=... if files_known else None, cold=...)`` makes."""
+    how = "cold" if cold else "warm"
+    steps = [] if files_known else ["discovery: the unchanged command once, to find the checkpoint files it loads"]
+    if strategy == "auto" and cold:
+        with_cache, without = candidates(EVERY_CALL, True)[0], candidates(EVERY_CALL, False)[0]
+        labels = list(dict.fromkeys(c.label for c in with_cache + without))
+        steps += ["baseline 1: the unchanged command, cold",
+                  "floor: the same bytes read sequentially, then the command warm (where the mount keeps the "
+                  "page cache)"]
+        where = {c.label: ", only where the mount keeps the page cache" for c in with_cache} | \
+            {c.label: ", only where the mount drops the page cache on every open" for c in without}
+        for c in with_cache:
+            if c.label in where and any(w.label == c.label for w in without):
+                where[c.label] = ""
+        steps += [f"candidate: {label}, cold (if the baseline is slow on reads and it applies to this load"
+                  f"{where[label]})" for label in labels]
+        steps += ["confirmation: the fastest candidate again and the baseline again, cold (or the unchanged "
+                  "command once more when no candidate was faster)"]
+        if repeat > 1:
+            steps.append(f"repeats: baseline and fixed, interleaved, until each side has {repeat} runs "
+                         f"(up to {2 * (repeat - 1)})")
+        tried = max(len(with_cache), len(without))  # a mount keeps the page cache or drops it
+        most = (0 if files_known else 1) + 1 + 1 + tried + 2 + 2 * (repeat - 1)
+        return Plan(steps, most, exact=False)
+    fixed = f"readtrace {strategy}"
+    for i in range(repeat):
+        order = ("baseline", "fixed") if i % 2 == 0 else ("fixed", "baseline")
+        steps += [f"{side} {i + 1}: " + ("the unchanged command" if side == "baseline" else fixed) + f", {how}"
+                  for side in order]
+    return Plan(steps, len(steps), exact=True)
