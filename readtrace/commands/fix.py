@@ -47,6 +47,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--plan", action="store_true",
                         help="with --compare: list the runs it would make and how many times the command runs; run nothing")
+    parser.add_argument("--no-wait", action="store_true",
+                        help="with --compare: fail instead of waiting while another compare measures the same files")
     parser.add_argument("--trust-trace", action="store_true",
                         help="run a trace's recorded command although another user owns or can change the trace")
     parser.add_argument("target", nargs=argparse.REMAINDER, metavar="TRACE | -- CMD",
@@ -94,7 +96,7 @@ def _run(args, child) -> int:
     log = say if not args.json else (lambda line: None)
     result = compare(command, strategy=args.strategy, repeat=args.repeat, files=args.files or files,
                      device=args.device, cwd=cwd, workdir=args.keep, recorder=recorder, cold=not args.warm,
-                     log=log, spans_from=trace)
+                     log=log, spans_from=trace, wait=not args.no_wait, tell=say)
     if why_not:
         result.notes.append(why_not)
     if args.json:

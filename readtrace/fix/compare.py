@@ -21,12 +21,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from readtrace.errors import NoEvidenceError, ReadtraceError, TraceError, UsageError
-from readtrace.fix import child
+from readtrace.fix import child, coldlock
 from readtrace.fix.candidates import (
     LEAVE_ALONE,
     NO_HARM,
@@ -162,6 +162,8 @@ def compare(
     cold: bool = True,
     log: Callable[[str], None] = lambda line: None,
     spans_from: str | None = None,
+    wait: bool = True,
+    tell: Callable[[str], None] | None = None,
 ) -> Comparison:
     """Run ``command`` as baseline and fixed ``repeat`` times each, cold, interleaved; compare.
 
@@ -173,14 +175,17 @@ def compare(
     baseline runs beyond their spread twice, else the load is left alone (fix/verdict.py words it). ``recorder``: record each run (see ``default_recorder``);
     None runs it plainly. ``workdir`` keeps manifests, logs and traces. ``cold=False``: warm runs.
     Under torchrun (tensors tagged with a rank) the fixed runs' prefetch follows a rank plan
-    (fix/rankplan.py) from ``spans_from`` (a trace of the job) or the baseline's own trace.
+    (fix/rankplan.py) from ``spans_from`` (a trace of the job) or the baseline's own trace. Another
+    compare measuring one of the same files is waited for (fix/coldlock.py), said through ``tell``
+    (default ``log``), or with ``wait=False`` a ReadtraceError.
     """
     if strategy not in FIX_STRATEGIES:
         raise UsageError(f"unknown strategy {strategy!r} (choose from {', '.join(FIX_STRATEGIES)})")
     if repeat < 1:
         raise ValueError("repeat must be at least 1")
     command = list(command)
-    with work_dir(workdir, sudo_credentials(), log) as work:
+    tell = tell or log  # what the user must hear even when ``log`` is quiet (a wait, where runs are kept)
+    with work_dir(workdir, sudo_credentials(), tell) as work, ExitStack() as held:
         notes: list[str] = []
         seen: set[str] = set()
         if files is None:
@@ -193,6 +198,7 @@ def compare(
             if not files and discovery.trace_path:  # a loader the shim does not see: what the load read
                 files = command_from_trace(discovery.trace_path, command)[2]
         files = list(files)
+        notes += held.enter_context(coldlock.holding(files, wait=wait, say=tell))  # one compare per file
         if cold and (held := mapped_elsewhere(files)):
             raise NoEvidenceError("the runs cannot be cold: eviction leaves the pages another process maps: "
                                   + "; ".join(held))
