@@ -58,11 +58,15 @@ def main_profile(profiles: dict[str, MountProfile], files: pd.DataFrame) -> Moun
 
 def thresholds(th: Thresholds, profile: MountProfile | None) -> Thresholds:
     """The interleave rule as the measured per-handle penalty says: looser where sharing one open file
-    measurably costs, unchanged elsewhere (a mount with no penalty is judged harmless in the findings)."""
+    measurably costs, unchanged elsewhere (a mount with no penalty is judged harmless in the findings).
+    Thresholds the user set keep their value."""
     if profile is None or not profile.punishes_shared_handle:
         return th
-    return replace(th, interleave_min_score=min(th.interleave_min_score, MEASURED_MIN_SCORE),
-                   interleave_merged_in_order_max=max(th.interleave_merged_in_order_max, MEASURED_MERGED_IN_ORDER_MAX))
+    default = Thresholds()
+    changes = {name: value for name, value in (("interleave_min_score", MEASURED_MIN_SCORE),
+                                               ("interleave_merged_in_order_max", MEASURED_MERGED_IN_ORDER_MAX))
+               if getattr(th, name) == getattr(default, name)}  # a value the user set (--threshold) stays
+    return replace(th, **changes)
 
 
 def judged(fstype: str | None, profile: MountProfile | None) -> FsProfile:

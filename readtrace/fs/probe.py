@@ -38,6 +38,7 @@ MIN_FILE = 1 * MiB
 WARMUP_BYTES = 4 * MiB
 TEST_BUDGET_S = 4.0  # a bandwidth test's sample is what the first read's rate moves in this time
 DEADLINE_S = 12.0  # a test still running then is stopped (its time is then a lower bound)
+READAHEAD_BEFORE_S = 30.0  # a probe slower than this so far leaves the read_ahead_kb test out (<= 60 s in all)
 FIRST_BYTE_SAMPLES = 8
 STREAMS = 4
 REPEAT_UNDER_S = 1.0  # compared runs this short are repeated (in turns) and the fastest kept
@@ -252,13 +253,14 @@ def probe(path: str | os.PathLike, *, streams: int = STREAMS, sample_bytes: int 
         handle = sample if parallel < REPEAT_UNDER_S else min(sample, handle_bytes)
         own = _timed(target, streams, False, handle)
         # a shared handle slower than STOP_SHARED_AFTER x the own fds is stopped there: penalty >= that
-        cap = max(own * STOP_SHARED_AFTER, REPEAT_UNDER_S)
+        cap = min(max(own * STOP_SHARED_AFTER, REPEAT_UNDER_S), DEADLINE_S)
         own, shared = _pair(lambda: _timed(target, streams, False, handle),
                             lambda: _timed(target, streams, True, handle, deadline_s=cap), own)
         survives = _survives(target)
         ra_kb = _read_ahead_kb(mount)
         tried, old_s, new_s = _readahead_test(target, mount, ra_kb, sample) \
-            if try_readahead and ra_kb is not None else (None, None, None)
+            if try_readahead and ra_kb is not None and time.perf_counter() - started < READAHEAD_BEFORE_S \
+            else (None, None, None)
     except OSError as e:
         raise InputError(f"probe: cannot read {target}: {e.strerror or e}") from None
     return MountProfile(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 from readtrace.fs.profile import HANDLE_PENALTY_MIN, READAHEAD_GAIN_MIN, MountProfile
 
 MiB = 1 << 20
@@ -38,10 +40,11 @@ def profile_lines(p: MountProfile) -> list[str]:
     return lines
 
 
-def basis_line(p: MountProfile | None) -> str:
-    """Where the report's judgement of the mount comes from."""
+def basis_line(p: MountProfile | None, mountpoint: str | None = None) -> str:
+    """Where the report's judgement of the mount comes from (``mountpoint``: the checkpoint's, named
+    in the command that would measure it)."""
     if p is None:
-        return PRIOR
+        return f"{PRIOR}; measure the mount: readtrace probe {shlex.quote(mountpoint)}" if mountpoint else PRIOR
     return (f"mount profile: measured {p.date} ({p.mountpoint}: first byte {p.first_byte_ms:.1f} ms, "
             f"{p.parallel_mbps:.0f} MB/s, per-handle penalty {p.handle_penalty:.2f}x, page cache "
             f"{'kept' if p.cache_survives_open else 'dropped'} on open)")

@@ -108,12 +108,19 @@ class TerminalReport:
                      f"({fmt_pct(s['handle_consecutive_fraction'])} consecutive on the handles)")
         if s["cache_miss_bytes"] is not None:
             t.append(f"; page-cache misses {fmt_bytes(s['cache_miss_bytes'])}")
-        t.append(f"\n{printable(basis_line(self.a.measured))}", style="dim")
+        t.append(f"\n{printable(basis_line(self.a.measured, self._data_mount()))}", style="dim")
         if s.get("not_seen"):
             t.append(f"\nrecorded with {s['backend']}; not seen:", style="yellow")
             for line in s["not_seen"]:
                 t.append(f"\n  - {printable(line)}", style="yellow")
         return t
+
+    def _data_mount(self) -> str | None:
+        """The mount point of the largest data file on a remote or FUSE mount (None: none)."""
+        f = self.a.files
+        far = f[(f["role"] == "data") & (f["fstype"].fillna("").str.startswith("fuse") | f["remote"].fillna(False))]
+        points = far.sort_values("size", ascending=False)["mountpoint"].dropna()
+        return str(points.iloc[0]) if len(points) else None
 
     def files(self, width: int = PIPED_WIDTH) -> RenderableType:
         """Data files first (checkpoints, anything big), code and libraries folded into one line."""

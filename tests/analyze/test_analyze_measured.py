@@ -124,3 +124,15 @@ def test_read_ahead_is_advised_only_where_it_measured_a_gain(gain):
                "a sequential read 1.00x" in rec
     else:
         assert "echo 1024" in rec and not f.not_expected and "not expected" not in rec
+
+
+def test_a_threshold_the_user_set_is_kept_on_a_measured_mount():
+    from readtrace.analyze.thresholds import Thresholds
+
+    reads = _turns(4)
+    events = pd.concat([opens(reads, PATH), reads], ignore_index=True)
+    meta = {"command": ["python"], "exit_code": 0, "lost_events": 0, "mount_profiles": [_profile(1.5)]}
+    trace = make_trace(events=events, files=files_frame(PATH, 32 * MiB, "fuse.juicefs", mountpoint=POINT), meta=meta)
+    a = analyze(trace, Thresholds().override(["interleave_min_score=0.5"]))
+    assert not _interleave(a) and a.thresholds.interleave_min_score == 0.5
+    assert a.thresholds.interleave_merged_in_order_max == 0.85  # the one left at its default follows the profile

@@ -119,7 +119,7 @@ def test_record_notes_the_profile_and_report_says_it(tmp_path):
                                sys.executable, "-c", reader, str(path)], env=env, capture_output=True, text=True,
                               timeout=180)
         assert done.returncode == 0, done.stderr
-        report = subprocess.run([sys.executable, "-m", "readtrace", "report", str(out)], env=env,
+        report = subprocess.run([sys.executable, "-m", "readtrace", "report", str(out)], env={**env, "COLUMNS": "1000"},
                                 capture_output=True, text=True, timeout=180)
         assert report.returncode == 0, report.stderr
         return load_trace(out).meta, report.stdout
@@ -127,7 +127,8 @@ def test_record_notes_the_profile_and_report_says_it(tmp_path):
     with lab_mount(tmp_path, _fill) as (mnt, _):
         path = mnt / "model.bin"
         meta, text = record_and_report(path, "before")
-        assert meta["mount_profiles"] == [] and "no profile: table prior (fs/knowledge.py)" in text
+        assert meta["mount_profiles"] == []
+        assert f"no profile: table prior (fs/knowledge.py); measure the mount: readtrace probe {mnt}" in text
         profile = probe(path, try_readahead=False)
         save_profile(profile)
         meta, text = record_and_report(path, "after")
