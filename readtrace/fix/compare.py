@@ -341,7 +341,7 @@ def _choose(session: _Session, seen: set[str], keeps_cache: bool, repeat: int, n
     if not session.files:
         why = "no checkpoint files were found: nothing to act on"
     elif floor is not None and floor.nothing_to_gain(baseline.wall_s):
-        why = (f"the baseline ({baseline.wall_s:.2f} s) is within {100 * (1 - NO_HARM):.0f} % of a sequential read "
+        why = (f"the baseline ({baseline.wall_s:.2f} s) is at most {100 * (1 - NO_HARM):.0f} % over a sequential read "
                f"of the same bytes on this mount ({floor.read_s:.2f} s) plus the same load warm "
                f"({floor.warm_s:.2f} s): nothing to gain beyond noise")
     else:

@@ -57,7 +57,7 @@ class Verdict:
 
 
 def _tried(n: int) -> str:
-    return f"{n} candidate{'s' * (n != 1)} measured" if n else "none measured: see auto's reason"
+    return f"{n} candidate{'s' * (n != 1)} measured"
 
 
 def runs_text(n_baseline: int, n_fixed: int) -> str:
@@ -90,15 +90,20 @@ def decide(baseline_s: Sequence[float], fixed_s: Sequence[float], *, left_alone:
         return Verdict(UNPROVEN, "nothing proven: a side has no run")
     base = statistics.median(baseline_s)
     if left_alone:
-        measured = "" if tried is None else f" ({_tried(tried)})"
         if floor is not None and floor.not_slow(base):
-            return Verdict(NOT_SLOW, f"not slow: the baseline ({base:.2f} s) is within "
-                           f"{round(100 * (SLOW_MARGIN - 1))} % + {SLOW_ABS_S:.0f} s of its floor ({floor.total_s:.2f} s: "
-                           f"a sequential read of the same bytes {floor.read_s:.2f} s + the load warm "
-                           f"{floor.warm_s:.2f} s), and nothing readtrace can change was faster beyond noise{measured}")
+            near = (f"not slow: the baseline ({base:.2f} s) is within {round(100 * (SLOW_MARGIN - 1))} % + "
+                    f"{SLOW_ABS_S:.0f} s of its floor ({floor.total_s:.2f} s: a sequential read of the same bytes "
+                    f"{floor.read_s:.2f} s + the load warm {floor.warm_s:.2f} s)")
+            if tried == 0:
+                return Verdict(NOT_SLOW, near + ("; no candidate was measured: at most 3 % over the floor, there "
+                                                 "is nothing to gain beyond noise" if floor.nothing_to_gain(base)
+                                                 else "; no candidate can act on this load (see the notes)"))
+            return Verdict(NOT_SLOW, near + ", and nothing readtrace can change was faster beyond noise"
+                           + ("" if tried is None else f" ({_tried(tried)})"))
         where = f"floor {floor.total_s:.2f} s" if floor is not None else f"floor unknown: {floor_unknown}"
+        nothing = {None: "", 0: ": no candidate can act on this load (see the notes)"}.get(tried, f" ({_tried(tried)})")
         return Verdict(SLOW_NO_FIX, f"slow ({base:.2f} s, {where}) but nothing readtrace can change here was "
-                       f"faster{measured}", own_change)
+                       f"faster{nothing}", own_change)
     runs = _ranges(baseline_s, fixed_s)
     if confirmed(fixed_s, baseline_s):
         speedup = base / statistics.median(fixed_s)

@@ -183,7 +183,8 @@ def test_left_alone_reads_slow_with_the_users_change_when_the_floor_is_unknown()
     data = validate(to_json(c))
     assert data["verdict"] == SLOW_NO_FIX and data["left_alone"] is True and data["speedup"] is None
     assert data["why"] == ("slow (35.40 s, floor unknown: this mount drops the page cache on every open) "
-                           "but nothing readtrace can change here was faster (none measured: see auto's reason)")
+                           "but nothing readtrace can change here was faster: no candidate can act on this load "
+                           "(see the notes)")
     assert "instead of 4 threads faulting one mapping" in data["change"]
     text = _table(c)
     assert "not slow" not in text and "faster\n" not in text.split("verdict")[0]
@@ -237,7 +238,11 @@ def test_a_short_load_near_its_floor_has_its_candidates_measured():
     v = decide([5.9, 5.8], [4.1, 4.3], left_alone=False, label="readtrace prefetch", floor=floor)
     assert v.word == FIXED and v.speedup == pytest.approx(5.85 / 4.2)
     left = decide([5.9, 5.8], [5.9], left_alone=True, floor=floor, tried=3)
-    assert left.word == NOT_SLOW and left.why.endswith("(3 candidates measured)")
+    assert left.word == NOT_SLOW and left.why.endswith("nothing readtrace can change was faster beyond noise "
+                                                       "(3 candidates measured)")
+    untried = decide([4.6], [4.7], left_alone=True, floor=floor, tried=0)
+    assert untried.word == NOT_SLOW and untried.why.endswith("at most 3 % over the floor, there is nothing to gain "
+                                                             "beyond noise")
 
 
 REWRITES = """
