@@ -16,9 +16,14 @@ _CODE_DIR = re.compile(r"(^|/)(site-packages|dist-packages|__pycache__|lib(64)?/
 ELF_MAGIC = b"\x7fELF"
 
 
+def code_by_name(path: str) -> bool:
+    """A shared object, Python code, or a file of an installed Python environment (its .pth files too)."""
+    return bool(_CODE_NAME.search(path) or _CODE_DIR.search(path))
+
+
 def is_code(path: str) -> bool:
     """An executable, a shared object, Python code, or a file of an installed Python environment."""
-    if _CODE_NAME.search(path) or _CODE_DIR.search(path):
+    if code_by_name(path):
         return True
     try:
         with open(path, "rb") as f:
@@ -28,8 +33,9 @@ def is_code(path: str) -> bool:
 
 
 def maybe_data(path: str | None, size: int) -> bool:
-    """Could reading this file be loading a checkpoint? A data suffix, or VOLUME_MIN_BYTES or more that
-    is neither a system file nor code (what `fix` later decides by the bytes actually read)."""
-    if not path or path.startswith(SYSTEM_PREFIXES):
+    """Could reading this file be loading a checkpoint? Neither a system file nor code by its name (the
+    file is not opened: some FUSE clients drop its cache on every open), and a data suffix or
+    VOLUME_MIN_BYTES or more (what `fix` later decides by the bytes actually read)."""
+    if not path or path.startswith(SYSTEM_PREFIXES) or code_by_name(path):
         return False
-    return path.endswith(DATA_SUFFIXES) or (size >= VOLUME_MIN_BYTES and not is_code(path))
+    return path.endswith(DATA_SUFFIXES) or size >= VOLUME_MIN_BYTES

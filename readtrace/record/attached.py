@@ -275,13 +275,15 @@ def record_attached(target: Targets, output: str | Path | None = None, *, force:
                           "files": [{"pid": f.pid, "fd": f.fd, "path": f.path, "pos": f.pos, "flags": f.flags}
                                     for f in recovered.files]},
             "not_known": BEFORE_ATTACH, "stopped_by": stop_when.why,
+            "still_running": survivors,  # by design: the recording ends, they do not
         }
+        first = first if first in seeded else next(iter(seeded), first)  # --cgroup: the first that joined
         command = seeded[first].cmdline if first in seeded else name
         meta = {
             "command": list(command), "exit_code": None, "interrupted": stop.received is not None,
             **recording_meta(session, lost, start_wall, t0_ns, end_ns, connections=connections,
                              coalesce=coalesce, ring_mib=ring_mib),
-            "pid": first, "cwd": _cwd(first) if first else None, "survivors": survivors, "attached": attached,
+            "pid": first, "cwd": _cwd(first) if first else None, "attached": attached,
         }
         writer.close(meta)
     except BaseException as e:

@@ -151,3 +151,12 @@ def test_a_file_reopened_under_another_name_is_named_by_the_latest_open():
     app, _, _ = d.events(read_records([(6000, ofd)]))
     assert d.files[(40, 77)].path == "/m/unet/model.safetensors"
     assert list(app.path) == ["/m/unet/model.safetensors"]
+
+
+def test_until_idle_counts_checkpoint_like_files_by_name_only():
+    from readtrace.fs.datafiles import maybe_data
+
+    assert maybe_data("/models/model.pth", 10) and maybe_data("/data/shard-00001", 64 << 20)
+    assert not maybe_data("/venv/lib/python3.11/site-packages/distutils-precedence.pth", 151)  # a .pth of code
+    assert not maybe_data("/venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so", 400 << 20)
+    assert not maybe_data("/usr/lib/locale/locale-archive", 3 << 20) and not maybe_data("/data/small.json", 10)
