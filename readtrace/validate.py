@@ -90,3 +90,14 @@ def directory(text: str) -> str:
     if os.path.lexists(text) and not os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"{text}: exists and is not a directory")
     return text
+
+
+def json_value(text: str | bytes, **options):
+    """``json.loads(text)`` for input readtrace did not write (a trace, a log, a checkpoint header):
+    nesting too deep for the parser is a ValueError like any other malformed JSON, not a RecursionError."""
+    import json
+
+    try:
+        return json.loads(text, **options)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None

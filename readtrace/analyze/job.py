@@ -14,7 +14,6 @@ mount point with the same size (each node mounts the shared storage itself, mayb
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 from collections.abc import Callable, Iterable
@@ -36,6 +35,7 @@ from readtrace.pagecache.pin import fits_in_memory
 from readtrace.trace import Trace, load_trace
 from readtrace.trace.format import META_FILE
 from readtrace.trace.location import locate
+from readtrace.validate import json_value
 
 SKEW_RATIO = 1.25  # slowest / median load time that makes a straggler
 SKEW_MIN_S = 1.0  # ... and by at least this much
@@ -203,7 +203,7 @@ def _analyze_in_workers(paths: list, thresholds: Thresholds | None, workers: int
 def trace_rows(path: str | os.PathLike) -> int:
     """Rows of every table of a trace, from its meta.json (0 when unreadable: the worker says why)."""
     try:
-        rows = json.loads(locate(path).read_bytes(META_FILE)).get("rows") or {}
+        rows = json_value(locate(path).read_bytes(META_FILE)).get("rows") or {}
         return sum(int(v) for v in rows.values() if isinstance(v, int))
     except (OSError, ValueError, AttributeError, ReadtraceError):
         return 0

@@ -36,6 +36,7 @@ import argparse
 import sys
 
 from readtrace.errors import ExitStatus, PrerequisiteError, UsageError
+from readtrace.validate import NON_NEGATIVE, arg
 
 
 def _int(text: str):
@@ -66,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="one row per read call (default: merge consecutive same-size reads in kernel)")
     parser.add_argument("--backend", default="auto", choices=["auto", "ebpf", "ptrace"],
                         help="auto (default): eBPF when allowed, else ptrace (strace, no privileges)")
-    parser.add_argument("--sample-ms", type=float, default=5.0, metavar="MS",
+    parser.add_argument("--sample-ms", type=arg(NON_NEGATIVE), default=5.0, metavar="MS",
                         help="ptrace backend: residency sampling interval (0: no sampler)")
     parser.add_argument("--ring-mib", type=_int, default=None, metavar="N",
                         help="events ring buffer in MiB, a power of two (default 64); "
@@ -134,8 +135,6 @@ def _record(args: argparse.Namespace, cmd: list[str], attach: bool):
     if backend == "ptrace":
         from readtrace.ptrace.recorder import record_ptrace
 
-        if args.sample_ms < 0:
-            raise UsageError("--sample-ms must be >= 0")
         result = record_ptrace(cmd, args.output, force=args.force, quiet=args.quiet,
                                interval_s=args.sample_ms / 1000 or None, python_calls=args.python_calls)
     else:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from readtrace.analyze.thresholds import Thresholds  # no pandas: `readtrace --help` needs only its names
 from readtrace.errors import ExitStatus, UsageError
-from readtrace.validate import NON_NEGATIVE_INT, arg
+from readtrace.validate import NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, arg
 
 
 def trace_paths(paths: list[str]) -> list[Path | str]:
@@ -75,16 +75,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="predict this load on other storage: comma-separated, from "
                              "gcsfuse, prefetch, mountpoint-s3, rclone, hf-mount, nfs, lustre, local-nvme, or 'mount' "
                              "(this trace's own mount, its costs measured from the trace)")
-    parser.add_argument("--latency-ms", type=float, metavar="MS", help="--what-if: first-byte latency per backend request")
-    parser.add_argument("--bandwidth-mbps", type=float, metavar="MB/S", help="--what-if: link bandwidth (default unlimited)")
+    parser.add_argument("--latency-ms", type=arg(NON_NEGATIVE), metavar="MS", help="--what-if: first-byte latency per backend request")
+    parser.add_argument("--bandwidth-mbps", type=arg(POSITIVE), metavar="MB/S", help="--what-if: link bandwidth (default unlimited)")
 
 
 def what_if_profiles(args: argparse.Namespace, a) -> list:
     """The --what-if profiles with the user's latency and bandwidth (a usage error names the bad one)."""
     from readtrace.analyze import whatif
 
-    if args.latency_ms is not None and args.latency_ms < 0 or args.bandwidth_mbps is not None and args.bandwidth_mbps <= 0:
-        raise UsageError("--latency-ms must be >= 0 and --bandwidth-mbps > 0")
     out = []
     for name in (n.strip() for n in args.what_if.split(",") if n.strip()):
         if name == "mount":

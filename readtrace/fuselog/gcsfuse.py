@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from readtrace.trace.schema import FUSE_READ
+from readtrace.validate import json_value
 
+_INT64 = 1 << 63  # a number from the log at or past this fits no column of the trace
 _READ = re.compile(r"<- ReadFile \(inode (\d+), PID (\d+), handle (\d+), offset (\d+), (\d+) bytes\)")
 _OP = re.compile(r"Op 0x([0-9a-fA-F]+)\s")
 _LOOKUP = re.compile(r'<- LookUpInode \(parent (\d+), name "((?:[^"\\]|\\.)*)"')
@@ -116,12 +118,12 @@ def _message(line: str, log: GcsfuseLog, clock: _Clock) -> tuple[str, int | None
     """(the log message, its time in ns or None); None for a JSON line that does not parse."""
     if line.startswith("{"):
         try:
-            record = json.loads(line)
+            record = json_value(line)
             stamp = record.get("timestamp") or {}
             ts = int(stamp["seconds"]) * 10**9 + int(stamp.get("nanos", 0)) if stamp else None
             log.formats.add("json")
             return str(record.get("message", "")), ts
-        except (ValueError, TypeError, KeyError, AttributeError):
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
             return None
     m = _TEXT_TIME.match(line)
     if m:
@@ -150,6 +152,9 @@ def parse_lines(lines) -> GcsfuseLog:
         m = _READ.search(text)
         if m:
             inode, tid, handle, offset, size = (int(g) for g in m.groups())
+            if max(inode, tid, handle, offset, size, abs(ts or 0), op_id) >= _INT64:  # not a trace column's value
+                _bad(log, line)
+                continue
             if ts is not None:
                 log.timed = True
             log.ts_ns.append(ts if ts is not None else len(log.offset))

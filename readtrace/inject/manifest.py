@@ -139,7 +139,7 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
             for lineno, line in enumerate(f, 1):
                 try:
                     record = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):  # RecursionError: nested too deeply
                     if not line.endswith("\n"):  # the last line, cut off: a write failed (a full disk)
                         failures.append(f"{path}:{lineno}: the manifest's last line is cut off (a write failed)")
                         break

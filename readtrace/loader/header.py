@@ -108,7 +108,7 @@ def parse_header_json(raw: bytes, *, data_start: int, data_len: int, path: str |
         raise CheckpointFormatError(path, "the header does not start with '{'")
     try:
         doc = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: nested too deeply
         raise CheckpointFormatError(path, f"malformed JSON header ({e})") from None
     if not isinstance(doc, dict):
         raise CheckpointFormatError(path, "the header is not a JSON object")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from readtrace.errors import InputError
+from readtrace.validate import json_value
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,8 +63,8 @@ def read_records(path: str | Path) -> list[dict]:
     records = []
     for number, line in enumerate(lines, 1):
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
+            records.append(json_value(line))
+        except ValueError:
             raise InputError(f"{path}:{number}: corrupt simfs log line") from None
     return records
 

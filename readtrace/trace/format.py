@@ -43,6 +43,7 @@ from readtrace.trace.schema import (
     TABLES,
     default_for,
 )
+from readtrace.validate import json_value
 
 FORMAT_NAME = "readtrace-trace"
 FORMAT_VERSION = 2
@@ -73,13 +74,17 @@ def is_trace_dir(path: Path) -> bool:
     if replace.is_unfinished(path):
         return True
     try:
-        with open(path / META_FILE, "rb") as f:  # noqa: PTH123
+        with open(path / META_FILE, "rb", opener=_nonblocking) as f:  # noqa: PTH123
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 return False
-            meta = json.loads(f.read(1 << 20))
+            meta = json_value(f.read(1 << 20))
     except (OSError, ValueError):
         return False
     return isinstance(meta, dict) and meta.get("format") == FORMAT_NAME
+
+
+def _nonblocking(path, flags: int) -> int:
+    return os.open(path, flags | os.O_NONBLOCK)  # a FIFO planted as meta.json must not block us
 
 
 @dataclass
@@ -301,7 +306,7 @@ def _read_meta(path: TraceLocation) -> dict:
     if not path.has(META_FILE):
         raise TraceError(f"{path}: incomplete trace (no {META_FILE}; was the recorder killed?)")
     try:
-        meta = json.loads(path.read_bytes(META_FILE))
+        meta = json_value(path.read_bytes(META_FILE))
     except PermissionError:
         raise unreadable(path, META_FILE) from None
     except (OSError, ValueError) as e:

@@ -18,13 +18,14 @@ checks the sizes: nothing half-written is ever read as a trace.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
+import stat
 import urllib.parse
 from pathlib import Path
 
 from readtrace.errors import TraceError
+from readtrace.validate import json_value
 
 COMPLETE_MARKER = "_READTRACE_COMPLETE"
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -97,10 +98,19 @@ class LocalLocation(TraceLocation):
         return (self.path / name).exists()
 
     def read_bytes(self, name: str) -> bytes:
-        return (self.path / name).read_bytes()
+        fd = os.open(self.path / name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block us
+        with os.fdopen(fd, "rb") as f:
+            self._regular(name, os.fstat(fd))
+            return f.read()
 
     def open(self, name: str):
+        self._regular(name, os.stat(self.path / name))  # pyarrow would block on a FIFO
         return self.path / name
+
+    def _regular(self, name: str, st: os.stat_result) -> None:
+        if not stat.S_ISREG(st.st_mode):
+            raise TraceError(f"{self.path}: {name} is not a regular file (a FIFO, a device, a directory): "
+                             "not a trace readtrace wrote")
 
     def owner(self, name: str) -> str | None:
         try:
@@ -175,7 +185,7 @@ class StoreLocation(TraceLocation):
 
     def check_complete(self) -> None:
         try:
-            marker = json.loads(self.read_bytes(COMPLETE_MARKER))
+            marker = json_value(self.read_bytes(COMPLETE_MARKER))
             sizes = dict(marker["files"])
         except FileNotFoundError:
             raise TraceError(f"{self}: incomplete trace (no {COMPLETE_MARKER} marker: its upload has not "

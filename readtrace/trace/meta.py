@@ -71,3 +71,7 @@ def check_meta(meta: dict, where: str) -> None:
         if items and not all(_is(v, items) for v in inner):
             raise TraceError(f"{where}: corrupt meta.json: {key!r} holds {value!r}, expected items that are "
                              f"{_names(items)}")
+    for key in ("command", "cwd"):  # what `fix` runs: no argument or path can hold a NUL
+        value = meta.get(key)
+        if value is not None and "\0" in "".join(value if isinstance(value, list) else [value]):
+            raise TraceError(f"{where}: corrupt meta.json: {key!r} holds a NUL character")
