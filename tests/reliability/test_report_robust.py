@@ -78,3 +78,12 @@ def test_error_line_on_an_ascii_stderr(tmp_path):
     p = readtrace(["report", "nicht-da-…-✓.rtrace"], cwd=tmp_path, env=env)
     assert p.returncode == 4 and "Traceback" not in p.stderr, p.stderr
     assert "nicht-da-...-\\u2713.rtrace" in p.stderr
+
+
+def test_fix_lines_on_an_ascii_output(tmp_path):
+    gone = tmp_path / "gone-…-✓"
+    write_trace(tmp_path / "t.rtrace", meta={"command": ["true"], "cwd": str(gone)})
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    p = readtrace(["fix", "--compare", "--no-record", "t.rtrace"], cwd=tmp_path, env=env, encoding="ascii")
+    assert p.returncode == 5 and "Traceback" not in p.stderr, p.stderr
+    assert "gone-...-\\u2713" in p.stderr.strip().splitlines()[-1]
