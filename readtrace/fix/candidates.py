@@ -2,10 +2,12 @@
 
 The candidates: readtrace's own strategies that can act on what the discovery run saw (own-fd for
 loads through safetensors or torch.load; prefetch where the mount keeps the page cache across
-opens), and the one-line levers of the detected loaders (``readtrace.fix.levers``). The floor: a
-cold sequential read of the same bytes on the same mount (``dd bs=16M``) plus the same command warm.
-A baseline within noise (3 %) of it is left alone untried; otherwise every candidate is measured, and a
-load left alone is called "not slow" only within ``SLOW_MARGIN`` + ``SLOW_ABS_S`` of it (fix/verdict.py).
+opens; populate through the loader's own open file where the script maps a checkpoint with Python's
+mmap: a raw mmap, numpy.memmap, GGUFReader), and the one-line levers of the detected loaders
+(``readtrace.fix.levers``). The floor: a cold sequential read of the same bytes on the same mount
+(``dd bs=16M``) plus the same command warm. A baseline within noise (3 %) of it is left alone untried;
+otherwise every candidate is measured, and a load left alone is called "not slow" only within
+``SLOW_MARGIN`` + ``SLOW_ABS_S`` of it (fix/verdict.py).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from readtrace.fix.levers import FORKED_SHARED, NO_FORKED_SHARING, levers_for
-from readtrace.inject.protocol import OWN_FD_PER_FORK
+from readtrace.inject.protocol import OWN_FD_PER_FORK, POPULATE
 from readtrace.loader.fileio import MiB, open_fd
 
 ROUTED_CALLS = ("load_file", "safe_open", "torch.load")
@@ -48,7 +50,10 @@ OWN = {
     "both": "readtrace fix --strategy both -- CMD",
     OWN_FD_PER_FORK: "open the checkpoint in each worker, after the fork, not before "
                      "(or readtrace fix --strategy own-fd-per-fork -- CMD)",
+    POPULATE: "read the file front to back in a thread on os.dup() of the fd you map, right after mmap() "
+              "(or readtrace fix --strategy populate -- CMD)",
 }
+MAPPED = "mmap"  # the manifest's note of a checkpoint the script mapped with Python's mmap (inject/mapfill.py)
 
 
 def candidates(seen: set[str], keeps_cache: bool) -> tuple[list[Candidate], list[str]]:
@@ -62,6 +67,8 @@ def candidates(seen: set[str], keeps_cache: bool) -> tuple[list[Candidate], list
     forked = FORKED_SHARED in seen  # forked workers read through their parent's open file description
     hooked = any(c in ROUTED_CALLS or c.startswith("pattern:") for c in seen) and "load" not in seen
     notes, found = [], []
+    if MAPPED in seen:  # read ahead through the loader's own open file: kept across its open on any mount
+        found.append(Candidate("readtrace populate", POPULATE, OWN[POPULATE]))
     if forked:  # each worker reopens it after the fork (readtrace.inject.forkfd): one handle per worker
         found.append(Candidate("readtrace own fd per forked worker", OWN_FD_PER_FORK, OWN[OWN_FD_PER_FORK]))
     if routed:
@@ -78,7 +85,7 @@ def candidates(seen: set[str], keeps_cache: bool) -> tuple[list[Candidate], list
     else:
         notes.append("this mount drops the page cache on every open(): a prefetch before the loader opens the "
                      "file is wasted, so it is not tried; the loader is not one readtrace can route")
-    if not routed and not forked:
+    if not routed and not forked and MAPPED not in seen:
         notes.append("nothing the script loads goes through safetensors or torch.load: only the prefetch can act"
                      if keeps_cache else "nothing the script loads can be routed")
         notes.append(NO_FORKED_SHARING)

@@ -17,7 +17,8 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, fields, replace
 
 OWN_FD_PER_FORK = "own-fd-per-fork"  # each forked worker reopens the checkpoint fds it inherited (inject/forkfd.py)
-STRATEGIES = ("none", "prefetch", "own-fd", "both", OWN_FD_PER_FORK, "auto")  # what the shim accepts; none = record only
+POPULATE = "populate"  # a checkpoint the script maps is read ahead through the loader's own fd (inject/mapfill.py)
+STRATEGIES = ("none", "prefetch", "own-fd", "both", OWN_FD_PER_FORK, POPULATE, "auto")  # what the shim accepts; none = record only
 FIX_STRATEGIES = STRATEGIES[1:]  # what `readtrace fix` applies
 _PREFETCHING = ("prefetch", "both")  # per-file modes that stream the file into the page cache first
 _ROUTING = ("own-fd", "both")  # per-file modes that load through readtrace's own-fd loader

@@ -5,7 +5,9 @@ library only), installs an import hook that patches ``safetensors`` and ``safete
 are imported (nothing else is imported until then) and, under ``readtrace record``, wraps the
 loaders' entry points to record which call issued the reads (readtrace.inject.calls), prefetches the
 rerun's start-up files if any, registers the fork handler of readtrace.inject.forkfd (each forked
-worker's own open file on the checkpoints, or a note that it shared its parent's), then runs the ``sitecustomize`` this one shadows, if any.
+worker's own open file on the checkpoints, or a note that it shared its parent's), patches
+``mmap.mmap`` for the checkpoint files (readtrace.inject.mapfill: populate through the loader's fd, and
+a digest of the mapped bytes), then runs the ``sitecustomize`` this one shadows, if any.
 """
 
 import contextlib
@@ -98,6 +100,13 @@ def _own_fd_per_fork(rerun):
     install(rerun)
 
 
+def _fill_mappings(rerun):
+    _readtrace_importable()
+    from readtrace.inject.mapfill import install
+
+    install(rerun)
+
+
 def _run_shadowed_sitecustomize():
     others = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", others)
@@ -132,6 +141,8 @@ def _set_up():
         sys.meta_path.insert(0, _SafetensorsHook(rerun.active, bool(rerun.calls_log)))
     if rerun.active:
         _own_fd_per_fork(rerun)
+        if rerun.files or rerun.prefetch_files:
+            _fill_mappings(rerun)
     if rerun.start_prefetch() or rerun.early_read_candidates():
         _prefetch_at_start()
 

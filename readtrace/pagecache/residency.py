@@ -48,12 +48,17 @@ def resident_fraction(path: str | os.PathLike) -> float:
     return cached / total if total else 1.0
 
 
-def _cachestat(fd: int) -> int | None:
+def _cachestat(fd: int, offset: int = 0, length: int = 0) -> int | None:
+    """Pages of ``fd``'s file in the page cache (``length`` 0: to the end), those still being read
+    included; None where cachestat(2) is missing (kernels before 6.5)."""
     if _CACHESTAT is None:
         return None
     stat = _Cachestat()
-    rc = _libc.syscall(_CACHESTAT, fd, ctypes.byref(_Range(0, 0)), ctypes.byref(stat), 0)
+    rc = _libc.syscall(_CACHESTAT, fd, ctypes.byref(_Range(offset, length)), ctypes.byref(stat), 0)
     return stat.nr_cache if rc == 0 else None  # ENOSYS on kernels before 6.5: use mincore
+
+
+cached_in = _cachestat  # the same, for a byte range of an open file (readtrace.inject.mapfill)
 
 
 def _mincore(fd: int, size: int) -> int:

@@ -1,0 +1,225 @@
+"""Fill the page cache of a checkpoint the user's code maps, right after its open, on a handle of our own.
+
+For any loader that maps a checkpoint with Python's ``mmap.mmap(fd, ...)`` (a raw mmap, numpy.memmap,
+gguf's GGUFReader, np.load(mmap_mode=...)): ``install`` makes ``mmap.mmap`` a subclass that, for a
+mapping of one of the rerun's checkpoint files (``Rerun.files``), starts one background thread that
+reopens the loader's own open file (``/proc/self/fd/N``: the same inode, whatever its path is now)
+and reads it front to back in 16 MiB reads into one reused buffer: the reads only fill the page cache
+the loader's threads then fault on. On a FUSE mount that drops the page cache on every open, that
+open comes after the loader's, so what it reads stays; and the daemon sees one sequential reader on
+a handle of its own. Reading through a duplicate of the loader's fd (``os.dup``, the same handle)
+interleaves with the loader's faults on that handle: measured 1.5x instead of 13x (docs/fix.md);
+it is the fallback where the reopen fails (``populate`` strategy). Any error of ours returns the
+user's mapping as made, or ends the thread and leaves the load as it was; it is noted
+(readtrace.inject.failclosed: stderr once, the run unproven).
+
+In every rerun (baseline too), a mapping of a checkpoint made outside a loader call the shim records
+is digested when it is closed (or at exit): the manifest gets its bytes' sha256 as a record like a
+tensor's, so two runs of a loader without tensors still compare what they read. Standard library only.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import mmap
+import os
+import sys
+import threading
+import time
+import weakref
+
+from readtrace.inject.failclosed import failed, guarded
+from readtrace.inject.protocol import POPULATE, Rerun, append_manifest
+
+STEP = 2 << 20  # one read's size, and the stretch whose residency decides whether a loader is there
+
+_ORIGINAL = mmap.mmap
+_STARTED: set[tuple[int, int]] = set()  # (st_dev, st_ino) of the files this process fills (once each)
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # checkpoint mappings not digested yet
+_LOCK = threading.Lock()
+_CONFIG: dict = {}  # "rerun", "files": {(st_dev, st_ino): path}
+
+
+def install(rerun: Rerun) -> None:
+    """Patch ``mmap.mmap`` for this rerun (its checkpoint files are ``rerun.files``)."""
+    files = {}
+    for path in rerun.files or rerun.prefetch_files:
+        with contextlib.suppress(OSError):
+            st = os.stat(path)
+            files[(st.st_dev, st.st_ino)] = os.path.abspath(path)
+    if not files or not rerun.manifest and rerun.strategy != POPULATE:
+        return
+    _CONFIG.update(rerun=rerun, files=files)
+    mmap.mmap = _Mapping
+    atexit.register(_digest_all)
+
+
+class _Mapping(_ORIGINAL):
+    """``mmap.mmap`` that fills and digests the checkpoint files it maps."""
+
+    def __new__(cls, fileno, length, *args, **kwargs):
+        self = super().__new__(cls, fileno, length, *args, **kwargs)
+        self._readtrace = _checkpoint(fileno, args, kwargs)
+        if self._readtrace is not None:
+            _mapped(self)
+            _started(fileno, self._readtrace)
+        return self  # fail closed: whatever of ours failed above, the user's mapping as made
+
+    def close(self):
+        _digest(self)
+        return super().close()
+
+    def __del__(self):
+        _digest(self)
+
+
+@guarded("mmap hook")
+def _checkpoint(fileno: int, args, kwargs) -> dict | None:
+    """What to know of a mapping of one of the checkpoint files (None: another file or anonymous)."""
+    if not isinstance(fileno, int) or fileno < 0:
+        return None
+    st = os.fstat(fileno)
+    path = _CONFIG["files"].get((st.st_dev, st.st_ino))
+    if path is None:
+        return None
+    offset = args[3] if len(args) >= 4 else kwargs.get("offset", 0)  # mmap(fileno, length, flags, prot, access, offset)
+    return {"path": path, "key": (st.st_dev, st.st_ino), "offset": int(offset or 0), "pending": False}
+
+
+@guarded("mmap hook")
+def _mapped(mapping) -> None:
+    """Note the mapping, and keep it to digest (unless a loader call the shim records made it)."""
+    info = mapping._readtrace
+    _note([{"event": "call", "call": "mmap", "file": info["path"], "seconds": 0.0, "strategy": _CONFIG["rerun"].strategy,
+            "tensors": 0, "nested": True, "pid": os.getpid()}])
+    if not _inside_recorded_call():
+        info["pending"] = True
+        _LIVE.add(mapping)
+
+
+@guarded("populate")
+def _started(fileno: int, info: dict) -> None:
+    """Start filling the file from the loader's open file (see ``_fill``), once per file and process."""
+    rerun = _CONFIG["rerun"]
+    if rerun.strategy != POPULATE:
+        return
+    with _LOCK:
+        if info["key"] in _STARTED:
+            return
+        _STARTED.add(info["key"])
+    fd = os.dup(fileno)  # the loader may close its fd right after mmap(): the thread reopens this one
+    try:
+        threading.Thread(target=_fill, args=(fd, info["path"], rerun), name="readtrace-populate", daemon=True).start()
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _fill(loader_fd: int, path: str, rerun: Rerun) -> None:
+    """Read the whole file front to back into one reused buffer, on a new open of the loader's open
+    file (else on the loader's handle itself); note what it did."""
+    started, done, error, how, fd = time.perf_counter(), 0, None, "loader's fd", loader_fd
+    try:
+        with contextlib.suppress(OSError):
+            fd, how = os.open(f"/proc/self/fd/{loader_fd}", os.O_RDONLY | os.O_CLOEXEC), "reopened"
+        if fd != loader_fd:
+            os.close(loader_fd)
+        done = _read_around_readers(fd, os.fstat(fd).st_size)
+    except Exception as e:  # noqa: BLE001 - fail closed: the loader reads what it needs itself
+        error = f"{type(e).__name__}: {e}"
+        failed("populate", e)
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    record = {"event": "call", "call": "populate", "file": path, "strategy": rerun.strategy, "how": how,
+              "seconds": time.perf_counter() - started, "bytes": done, "tensors": 0, "nested": True,
+              "pid": os.getpid()}
+    if error:
+        record["note"] = error
+    _note([record])
+
+
+def _read_around_readers(fd: int, size: int) -> int:
+    """Read the file front to back in STEP reads, skipping past stretches already in the page cache
+    or being read (cachestat counts both): a loader thread is there, and a read of pages it is
+    fetching would wait for each of its slow requests instead of streaming ahead of it. The stretches
+    skipped are read at the end (mostly cached by then). Returns the bytes read."""
+    from readtrace.pagecache.residency import cached_in  # in the thread: the hook itself stays cheap
+
+    buf = memoryview(bytearray(min(STEP, max(size, 1))))
+    done, pos, skipped = 0, 0, []
+    while pos < size:  # reads, not POSIX_FADV_WILLNEED: FUSE skips readahead when its queue is busy
+        n = min(STEP, size - pos)
+        if cached_in(fd, pos, n):
+            start = pos
+            while pos < size and cached_in(fd, pos, min(STEP, size - pos)):
+                pos += STEP
+            skipped.append((start, min(pos, size)))
+            continue
+        done += _read_range(fd, buf, pos, pos + n)
+        pos += n
+    for start, end in skipped:
+        done += _read_range(fd, buf, start, end)
+    return done
+
+
+def _read_range(fd: int, buf: memoryview, start: int, end: int) -> int:
+    done = 0
+    while start + done < end:
+        got = os.preadv(fd, [buf[:min(len(buf), end - start - done)]], start + done)
+        if got <= 0:
+            break
+        done += got
+    return done
+
+
+def _inside_recorded_call() -> bool:
+    """Made inside a loader call the shim records (it digests that call's tensors itself)."""
+    shim = sys.modules.get("readtrace.inject.shim")
+    return shim is not None and getattr(shim._STATE.local, "inside", False)
+
+
+def _digest(mapping) -> None:
+    """The manifest record of the bytes a checkpoint mapping shows, once, while it is still open."""
+    info = getattr(mapping, "_readtrace", None)
+    if info is None or not info["pending"] or mapping.closed:
+        return
+    info["pending"] = False
+    try:
+        started = time.perf_counter()
+        digest = hashlib.sha256()
+        with memoryview(mapping) as view:
+            for pos in range(0, len(view), STEP):
+                digest.update(view[pos:pos + STEP])
+        name = f"mapped bytes {info['offset']}+{len(mapping)}"
+        _note([{"event": "tensor", "file": info["path"], "name": name, "dtype": "uint8", "shape": [len(mapping)],
+                "sha256": digest.hexdigest()},
+               {"event": "call", "call": "mapped bytes", "file": info["path"], "strategy": _CONFIG["rerun"].strategy,
+                "seconds": 0.0, "tensors": 1, "digest_seconds": time.perf_counter() - started, "nested": True,
+                "pid": os.getpid()}])
+    except Exception as e:  # noqa: BLE001 - a mapping we cannot read: no digest, so the run proves nothing
+        failed("mapped-bytes digest", e)
+
+
+def _digest_all() -> None:
+    for mapping in list(_LIVE):
+        _digest(mapping)
+
+
+def _note(records: list[dict]) -> None:
+    manifest = _CONFIG["rerun"].manifest
+    if manifest:
+        with contextlib.suppress(OSError):
+            append_manifest(manifest, records)
+
+
+def _forget_in_child() -> None:
+    """A forked child has no filling thread: it may start its own (its parent's fd is shared)."""
+    global _LOCK
+    _LOCK = threading.Lock()
+    _STARTED.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)

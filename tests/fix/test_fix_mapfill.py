@@ -1,0 +1,109 @@
+"""Populate through the loader's own open file (inject/mapfill.py): any loader that maps a checkpoint
+with Python's mmap (a raw mmap read by threads, numpy.memmap) gets the file read ahead, front to back,
+right after its open; every run digests the mapped bytes so that loaders without tensors compare too.
+Real processes on the lab mount without keep_cache (it drops the page cache on every open)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import lab_mount
+
+from readtrace.compat.loaders import SCRIPTS
+from readtrace.fix.compare import compare
+from readtrace.inject.inject import shim_environment
+from readtrace.inject.manifest import compare_manifests, read_manifest
+from readtrace.inject.protocol import POPULATE
+from readtrace.pagecache.evict import evict
+
+MiB = 1 << 20
+
+RAW_MMAP = (SCRIPTS / "raw_mmap_threads.py").read_text()
+
+NUMPY_MEMMAP = """
+import sys
+from concurrent.futures import ThreadPoolExecutor
+import numpy as np
+data = np.memmap(sys.argv[1], dtype=np.float32, mode="r")
+tensors = np.array_split(data, 8)
+with ThreadPoolExecutor(4) as pool:  # every tensor touched, every page of it
+    print(sum(pool.map(lambda t: float(t[::1024].sum()), tensors)))
+"""
+
+# Uses up its file descriptors before mapping: mmap's own dup takes the last one, so the populate's
+# dup fails inside mmap.mmap(); the script's mapping must still come back and read the same bytes.
+NO_FDS_LEFT = """
+import mmap, os, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+f = open(sys.argv[1], "rb")
+held = []
+try:
+    while True:
+        held.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    os.close(held.pop())
+m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+for fd in held: os.close(fd)
+print(sum(m[pos] for pos in range(0, len(m), 4096)))
+m.close()
+"""
+
+
+def write_weights(src, mib: int) -> str:
+    data = os.urandom(mib * MiB)
+    (src / "weights.raw").write_bytes(data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def run(tmp_path, script: str, path, strategy: str, name: str):
+    manifest = tmp_path / f"{name}.jsonl"
+    (tmp_path / f"{name}.py").write_text(script)
+    evict([str(path)])
+    with shim_environment(strategy, manifest, files=(str(path),)) as env:
+        out = subprocess.run([sys.executable, str(tmp_path / f"{name}.py"), str(path)], env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return read_manifest(manifest)
+
+
+@pytest.mark.fuse
+def test_populate_reads_the_file_once_ahead_and_every_run_digests_the_mapped_bytes(tmp_path):
+    with lab_mount(tmp_path, lambda src: write_weights(src, 16), latency_ms=2, keep_cache=False) as (mnt, sha):
+        path = mnt / "weights.raw"
+        base = run(tmp_path, RAW_MMAP, path, "none", "base")
+        fixed = run(tmp_path, RAW_MMAP, path, POPULATE, "fixed")
+    assert not any(c.get("call") == "populate" for c in base.calls)
+    [pop] = [c for c in fixed.calls if c.get("call") == "populate"]
+    assert pop["bytes"] == 16 * MiB and pop["how"] == "reopened" and "note" not in pop
+    for m in (base, fixed):
+        assert [c["call"] for c in m.calls if c.get("call") == "mmap"] == ["mmap"]
+        [digest] = m.tensors
+        assert digest["sha256"] == sha and digest["shape"] == [16 * MiB]
+    assert compare_manifests(base, fixed).all_identical
+
+
+@pytest.mark.fuse
+def test_a_populate_that_cannot_start_leaves_the_mapping_untouched(tmp_path):
+    with lab_mount(tmp_path, lambda src: write_weights(src, 4), latency_ms=1, keep_cache=False) as (mnt, sha):
+        fixed = run(tmp_path, NO_FDS_LEFT, mnt / "weights.raw", POPULATE, "fixed")
+    assert not any(c.get("call") == "populate" for c in fixed.calls)
+    assert [t["sha256"] for t in fixed.tensors] == [sha]  # the script's mapping read the file's bytes
+    [unproven] = [c for c in fixed.calls if c.get("event") == "unproven"]  # the fix did not run: no claim
+    assert "populate failed" in unproven["reason"]
+
+
+@pytest.mark.fuse
+@pytest.mark.parametrize("script", [RAW_MMAP, NUMPY_MEMMAP], ids=["raw-mmap-4-threads", "numpy-memmap"])
+def test_auto_picks_populate_on_a_mount_that_drops_the_cache(tmp_path, script):
+    with lab_mount(tmp_path, lambda src: write_weights(src, 32), latency_ms=20, keep_cache=False) as (mnt, sha):
+        (tmp_path / "load.py").write_text(script)
+        path = str(mnt / "weights.raw")
+        result = compare([sys.executable, str(tmp_path / "load.py"), path], files=[path], workdir=tmp_path / "work")
+    assert result.choice.chosen.strategy == POPULATE, result.choice.why
+    assert result.speedup is not None and result.speedup >= 1.3, result.choice.why
+    assert result.diff.all_identical and result.diff.count == 1 and not result.unproven
+    assert {t["sha256"] for r in result.runs for t in r.manifest.tensors} == {sha}
