@@ -6,12 +6,14 @@ Real processes on the lab mount without keep_cache (it drops the page cache on e
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
 
 import pytest
-from conftest import lab_mount
+from conftest import lab_mount, require
+from workloads import ebpf_ready
 
 from readtrace.compat.loaders import SCRIPTS
 from readtrace.fix.compare import compare
@@ -107,3 +109,51 @@ def test_auto_picks_populate_on_a_mount_that_drops_the_cache(tmp_path, script):
     assert result.speedup is not None and result.speedup >= 1.3, result.choice.why
     assert result.diff.all_identical and result.diff.count == 1 and not result.unproven
     assert {t["sha256"] for r in result.runs for t in r.manifest.tensors} == {sha}
+
+
+GGUF_LOAD = """
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from gguf import GGUFReader
+reader = GGUFReader(sys.argv[1])
+with ThreadPoolExecutor(4) as pool:  # every tensor touched, every page of it
+    print(sum(pool.map(lambda t: float(t.data.reshape(-1)[::1024].sum()), reader.tensors)))
+"""
+
+
+def write_gguf(src, tensors: int) -> None:
+    import numpy as np
+    from gguf import GGUFWriter
+
+    rng = np.random.default_rng(3)
+    writer = GGUFWriter(str(src / "model.gguf"), "llama")
+    for i in range(tensors):
+        writer.add_tensor(f"blk.{i}.weight", rng.random((1024, 1024), dtype=np.float32))  # 4 MiB each
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.mark.fuse
+@pytest.mark.ebpf
+def test_a_gguf_load_recorded_then_fixed_without_files(tmp_path):
+    """GGUFReader (numpy memmap, 4 threads touching every tensor) on the lab mount without keep_cache:
+    recorded, then `fix --compare TRACE` finds the .gguf from the trace alone and populates it."""
+    ok, why = ebpf_ready()
+    require(ok, why)
+    from readtrace.record import record_command
+
+    with lab_mount(tmp_path, lambda src: write_gguf(src, 8), latency_ms=20, keep_cache=False) as (mnt, _):
+        (tmp_path / "load.py").write_text(GGUF_LOAD)
+        trace = tmp_path / "t.rtrace"
+        recorded = record_command([sys.executable, str(tmp_path / "load.py"), str(mnt / "model.gguf")], trace,
+                                  quiet=True)
+        assert recorded.exit_code == 0
+        out = subprocess.run([sys.executable, "-m", "readtrace", "fix", "--compare", "--no-record", "--json",
+                              str(trace)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert [f["path"] for f in report["files"]] == [str(mnt / "model.gguf")]
+    assert report["choice"]["chosen"] == "readtrace populate" and report["speedup"] >= 1.3, report["choice"]
+    assert report["tensors_identical"] is True and report["tensors"] == 1
