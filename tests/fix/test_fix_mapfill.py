@@ -90,12 +90,18 @@ def test_populate_reads_the_file_once_ahead_and_every_run_digests_the_mapped_byt
 
 @pytest.mark.fuse
 def test_a_populate_that_cannot_start_leaves_the_mapping_untouched(tmp_path):
+    manifest = tmp_path / "fixed.jsonl"
+    (tmp_path / "load.py").write_text(NO_FDS_LEFT)
     with lab_mount(tmp_path, lambda src: write_weights(src, 4), latency_ms=1, keep_cache=False) as (mnt, sha):
-        fixed = run(tmp_path, NO_FDS_LEFT, mnt / "weights.raw", POPULATE, "fixed")
+        path = str(mnt / "weights.raw")
+        with shim_environment(POPULATE, manifest, files=(path,)) as env:
+            out = subprocess.run([sys.executable, str(tmp_path / "load.py"), path], env=env, capture_output=True,
+                                 text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip().isdigit(), out.stderr  # the script's mapping worked
+    assert "readtrace's populate failed" in out.stderr and "this run is unproven" in out.stderr
+    fixed = read_manifest(manifest)
     assert not any(c.get("call") == "populate" for c in fixed.calls)
     assert [t["sha256"] for t in fixed.tensors] == [sha]  # the script's mapping read the file's bytes
-    [unproven] = [c for c in fixed.calls if c.get("event") == "unproven"]  # the fix did not run: no claim
-    assert "populate failed" in unproven["reason"]
 
 
 @pytest.mark.fuse
