@@ -92,7 +92,7 @@ def assign(a: Analysis, wait_by_path: pd.Series, share_by_path: pd.Series) -> No
         wait = float(wait_by_path.get(path, 0.0)) if timed else None
         share = float(share_by_path.get(path, 0.0)) if timed else None
         floor, model = _floor(row, group[0].fstype, mount) if timed else (None, "")
-        cost = None if share is None else max(0.0, share - (floor or 0.0))
+        cost = None if share is None else min(share, max(0.0, share - (floor or 0.0)))  # a floor < 0: none
         cause = _cause(group)
         for f in group:
             f.wait_s, f.floor_s, f.floor_model = wait, floor, model
