@@ -166,7 +166,7 @@ def _pair(first, second, a: float | None = None) -> tuple[float, float]:
 
 def first_byte(path: str, size: int, samples: int = FIRST_BYTE_SAMPLES) -> tuple[list[float], list[float]]:
     """(read ms, open ms) of ``samples`` small reads at random offsets, each cold on a fresh open."""
-    rng = random.Random(size)  # the same offsets each time for the same file
+    rng = random.Random()  # other offsets each probe: a daemon's own cache may hold the last ones
     reads, opens = [], []
     for _ in range(samples):
         offset = rng.randrange(0, max(size - SMALL_READ, 1)) // SMALL_READ * SMALL_READ

@@ -22,6 +22,7 @@ from readtrace.fs.mounts import Mount, file_mount, read_mounts
 
 CACHE_FILE = "mount-profiles.json"
 VERSION = 1
+MAX_PROFILES = 64  # the newest kept (a FUSE mount gets a new device each time it is mounted)
 # own fds at least this much faster than one shared fd: the mount keeps state per open file and a
 # shared handle costs (the issue's own-fd 1.39-1.50x on sshfs, 1.5x on JuiceFS)
 HANDLE_PENALTY_MIN = 1.3
@@ -150,7 +151,7 @@ def _save(profile: MountProfile) -> str:
     path = cache_path()
     with open(path + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        kept = [p for p in load_profiles() if p.key() != profile.key()]
+        kept = [p for p in load_profiles() if p.key() != profile.key()][-(MAX_PROFILES - 1):]
         body = json.dumps({"version": VERSION, "profiles": [p.data() for p in [*kept, profile]]}, indent=1)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".mount-profiles-")
         try:

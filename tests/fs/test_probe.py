@@ -135,3 +135,21 @@ def test_record_notes_the_profile_and_report_says_it(tmp_path):
     [noted] = meta["mount_profiles"]
     assert noted["mountpoint"] == str(mnt) and noted["measured_at"] == profile.measured_at
     assert f"mount profile: measured {profile.date}" in text
+
+
+def test_the_cache_keeps_one_profile_per_mount_and_the_newest_64():
+    from dataclasses import replace
+
+    from readtrace.fs.profile import MAX_PROFILES, MountProfile
+
+    p = MountProfile(dev="0:1", mountpoint="/m", fstype="fuse.x", source="s", options="ro;max_read=131072",
+                     measured_at="2026-12-02T00:00:00+00:00", file="/m/f", file_size=1, sample_bytes=1, seconds=1,
+                     first_byte_ms=1, first_byte_max_ms=1, first_byte_samples=1, open_ms=0, sequential_mbps=1,
+                     streams=4, parallel_mbps=1, own_fd_s=1, shared_fd_s=2, handle_bytes=1, cache_survives_open=True,
+                     read_ahead_kb=128, max_read_kib=128)
+    for i in range(MAX_PROFILES + 6):
+        save_profile(replace(p, dev=f"0:{i}"))
+    save_profile(replace(p, dev=f"0:{MAX_PROFILES + 5}", first_byte_ms=7.0))  # the same mount: replaced
+    kept = load_profiles()
+    assert len(kept) == MAX_PROFILES and kept[0].dev == "0:6" and kept[-1].first_byte_ms == 7.0
+    assert kept[-1].handle_penalty == 2.0 and kept[-1].request_kib == 128
