@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from readtrace.analyze import Analysis, Finding
+from readtrace.fs.knowledge import fs_profile
 from readtrace.report.prose import render
 
 REPORT_VERSION = 1
@@ -99,9 +100,12 @@ def _stream_records(streams: pd.DataFrame) -> list[dict]:
     columns["fh"] = [int(h) if yes else None  # exact u64: never through float NaN
                      for h, yes in zip(streams["fh"].tolist(), is_handle, strict=True)]
     unshared = ~(is_ofd | is_handle)
+    # the gcsfuse replay says nothing where the file system keeps no per-handle reader (fs/knowledge.py)
+    kinds = streams["fstype"].astype(object).fillna("") if "fstype" in streams else pd.Series([""] * len(streams))
+    no_replay = ~kinds.map(lambda t: fs_profile(t).per_handle_stream).to_numpy(dtype=bool)
     for k in _SHARED_ONLY & columns.keys():
         col = np.array(columns[k], dtype=object)
-        col[unshared] = None
+        col[unshared | (no_replay & k.startswith("gcsfuse_"))] = None
         columns[k] = col.tolist()
     return _rows(columns)
 

@@ -191,3 +191,15 @@ def test_html_caveats_a_prediction_off_its_own_recording():
     assert "\\n" not in header and header.count("\n") >= 4
     # a prediction within 25 % of the recording: no caveat
     assert prediction_caveat(a, [replace(own[0], predicted_s=1.2 * a.summary["wall_s"])]) is None
+
+
+def test_the_gcsfuse_replay_only_where_the_file_system_keeps_a_reader_per_handle():
+    """A local ext4 file taking turns on one fd: no "gcsfuse requests" column in the table, null in --json
+    (issue 22); on a gcsfuse mount both are there."""
+    for fstype, applies in (("ext4", False), ("fuse.gcsfuse", True)):
+        a = analyze(make_trace(**load_case("shared", fstype=fstype, with_fuse=False)))
+        out = io.StringIO()
+        TerminalReport(a).render(out, width=200, color=False)
+        assert ("gcsfuse requests" in out.getvalue()) is applies
+        ofd = next(s for s in report_json(a)["streams"] if s["kind"] == "ofd")
+        assert (ofd["gcsfuse_requests"] is not None) is applies and (ofd["gcsfuse_read_type"] is not None) is applies
