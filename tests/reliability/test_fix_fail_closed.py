@@ -101,3 +101,26 @@ def test_the_user_s_sitecustomize_runs_once_per_process(tmp_path, leftovers):
     pids = ledger.read_text().split()
     assert len(pids) == 2, pids  # readtrace itself (its PYTHONPATH has it too), and the command
     assert len(set(pids)) == len(pids), f"a process ran the user's sitecustomize twice: {pids}"
+
+
+LOAD_AND_EXIT = """import sys
+from safetensors.torch import load_file
+print("loaded", len(load_file(sys.argv[1])), flush=True)
+sys.exit(int(sys.argv[2]))
+"""
+
+
+@pytest.mark.parametrize("tuning", ["nan", "1e308"])
+def test_the_shim_failing_to_patch_leaves_the_load_as_it_was(tmp_path, leftovers, checkpoint, tuning):
+    """A chunk size the shim cannot use (READTRACE_CHUNK_MB, kept from the user's environment) makes
+    patching the loader fail inside the command: the load runs unpatched, with its own exit code."""
+    (tmp_path / "load_exit.py").write_text(LOAD_AND_EXIT)
+    env = {**leftovers.env, "READTRACE_CHUNK_MB": tuning}
+    p = readtrace(["fix", "--strategy", "own-fd", "--", sys.executable, "load_exit.py", checkpoint, "3"],
+                  cwd=tmp_path, env=env, timeout=300)
+    assert p.returncode == 3 and "loaded 8" in p.stdout, p.stderr
+    assert "Traceback" not in p.stderr and p.stderr.count("patch of a loader module failed") == 1, p.stderr
+    p = readtrace(["fix", "--compare", "--no-record", "--strategy", "own-fd", "--files", checkpoint, "--",
+                   sys.executable, "load_exit.py", checkpoint, "0"], cwd=tmp_path, env=env, timeout=300)
+    assert p.returncode == ExitStatus.NO_EVIDENCE and "Traceback" not in p.stderr, p.stderr
+    assert "patch of a loader module failed" in p.stderr.strip().splitlines()[-1]
