@@ -165,7 +165,8 @@ def verdict_of(c: Comparison) -> Verdict:
         label, change, floor, unknown = choice.chosen.label, choice.chosen.change, choice.floor, choice.floor_unknown
         tried = len({t.label for t in choice.trials if not t.label.endswith(" (again)")})
     else:
-        label, change, floor = f"readtrace {c.strategy}", OWN.get(c.strategy), None
+        label, floor = f"readtrace {c.strategy}", None
+        change = OWN.get(c.strategy, f"readtrace fix --strategy {c.strategy} -- CMD")
         unknown = f"not measured (--strategy {c.strategy})" if c.cold else "not measured (warm runs)"
     return decide([r.wall_s for r in baselines], [r.wall_s for r in c.side("fixed")], left_alone=c.left_alone,
                   label=label, change=change, floor=floor, floor_unknown=unknown or "not measured",

@@ -267,3 +267,12 @@ def test_real_json_of_differing_tensors_agrees_with_exit_1(tmp_path):
     assert out.returncode == data["exit_code"] == ExitStatus.ERROR and data["verdict"] == DIFFERS
     assert data["speedup"] is None and "w0 (model.safetensors)" in data["differing_tensors"]
     assert out.stderr.strip().splitlines()[-1] == f"readtrace: {data['why']}"
+
+
+def test_every_strategy_that_fixes_names_its_change():
+    """--strategy auto --warm (no choice) included: a `fixed` verdict always carries a one-line change."""
+    for strategy in ("auto", "prefetch", "own-fd", "both", "own-fd-per-fork"):
+        c = _comparison([_run("baseline", 9.0, TENSORS), _run("fixed", 3.0, TENSORS)])
+        c.strategy = strategy
+        data = validate(to_json(c))
+        assert data["verdict"] == FIXED and strategy in data["change"]
