@@ -41,11 +41,12 @@ def run(args: argparse.Namespace) -> int:
 
     say = (lambda msg: print(msg, file=sys.stderr)) if not args.json else None
     profile = probe(args.path, streams=args.streams, sample_bytes=args.sample_mib << 20, say=say)
+    _print([profile], args.json)  # what was measured is shown even where it cannot be cached
     if not args.no_cache:
         where = save_profile(profile)
         if say:
             say(f"probe: cached in {where}")
-    return _print([profile], args.json)
+    return ExitStatus.OK
 
 
 def _print(profiles: list, as_json: bool, empty: str = "") -> int:
