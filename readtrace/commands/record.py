@@ -149,6 +149,8 @@ def _record(args: argparse.Namespace, cmd: list[str], attach: bool):
 def _attach(args: argparse.Namespace):
     if args.backend == "ptrace":
         raise UsageError("-p, --cgroup and --wait-for need the eBPF backend (root)")
+    if sum(v is not None for v in (args.pid, args.cgroup, args.wait_for)) > 1:
+        raise UsageError("give one of -p PID, --cgroup PATH, --wait-for REGEX")
     from readtrace.record.attach import parse_pids
     from readtrace.record.attached import record_attached, targets
 

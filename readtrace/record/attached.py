@@ -87,12 +87,12 @@ def targets(pids: list[int] | None = None, cgroup: str | None = None, wait_for: 
     """One of ``pids``, ``cgroup``, ``wait_for`` as Targets (UsageError for none or several, a bad regex;
     InputError for a path that is no cgroup v2 directory)."""
     if sum(x is not None for x in (pids, cgroup, wait_for)) != 1:
-        raise UsageError("give one of -p PID, --cgroup PATH, --wait-for REGEX")
+        raise UsageError("record one target: processes by pid, a cgroup, or the next process to match")
     if wait_for is not None:
         try:
             return Targets(wait_for=re.compile(wait_for))
         except re.error as e:
-            raise UsageError(f"--wait-for {wait_for!r}: not a regular expression ({e})") from None
+            raise UsageError(f"{{option}} {wait_for!r}: not a regular expression ({e})", option="wait_for") from None
     if cgroup is not None:
         return Targets(cgroup=cgroup_dir(cgroup))
     return Targets(pids=list(pids))

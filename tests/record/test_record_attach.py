@@ -155,13 +155,13 @@ def test_bad_pid_is_one_line_and_exit_5(tmp_path, pids, line):
     assert not list(tmp_path.iterdir())
 
 
-def test_pid_with_a_command_or_duration_without_pid_is_usage(tmp_path):
-    p = subprocess.run(READTRACE + ["record", "-p", str(os.getpid()), "--", "true"], capture_output=True,
-                       text=True, timeout=60, cwd=tmp_path)
-    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
-    p = subprocess.run(READTRACE + ["record", "--duration", "1", "--", "true"], capture_output=True,
-                       text=True, timeout=60, cwd=tmp_path)
-    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
+@pytest.mark.parametrize("args", [["-p", "1", "--", "true"], ["--duration", "1", "--", "true"],
+                                  ["--until-idle", "1", "--", "true"], ["-p", "1", "--cgroup", "/sys/fs/cgroup"],
+                                  ["--wait-for", "("], ["-p", "1", "--duration", "0"]])
+def test_attach_usage_errors_are_one_line_and_exit_2(tmp_path, args):
+    p = subprocess.run(READTRACE + ["record", *args], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
 
 
 def test_attach_needs_root(unprivileged_user):
