@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import fuse_available, require
+from conftest import fuse_available, require, validate_fix_json
 
 pytestmark = [pytest.mark.fuse, pytest.mark.slow]
 
@@ -18,7 +18,7 @@ def test_demo_runs_end_to_end_and_cleans_up(tmp_path):
     out = subprocess.run([sys.executable, "-m", "readtrace", "demo", "--size-mib", "8", "--latency-ms", "5",
                           "--no-record", "--json", "--keep", str(keep)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    data = json.loads(out.stdout)
+    data = validate_fix_json(json.loads(out.stdout))  # the demo ends with fix --compare's JSON
     assert data["tensors_identical"] is True and data["tensors"] > 50
     assert data["exit_code"] == out.returncode and data["verdict"] != "differs"
     assert data["baseline"]["wall_s"] > 0 and data["fixed"]["wall_s"] > 0
