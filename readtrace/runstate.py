@@ -21,6 +21,8 @@ import stat
 import time
 from pathlib import Path
 
+from readtrace.owners import writable_by_others
+
 PREFIX = "readtrace-"
 PR_SET_PDEATHSIG = 1
 DAEMON_MODULE = "readtrace.simfs.daemon"
@@ -75,7 +77,7 @@ def _private(base: Path, env: str, parents: bool = False) -> Path:
     if st.st_uid != os.geteuid() or not stat.S_ISDIR(st.st_mode):
         raise PermissionError(f"{what} directory {base} is not a directory of this user: refused "
                               f"(set {env} to a directory of yours that only you can write)")
-    if st.st_mode & 0o022:  # a sticky /tmp is no excuse: anyone could plant a note there
+    if writable_by_others(st):  # a sticky /tmp is no excuse: anyone could plant a note there
         raise PermissionError(f"{what} directory {base} is writable by group or others "
                               f"(mode {stat.S_IMODE(st.st_mode):o}): refused (chmod go-w it, or set "
                               f"{env} to a directory only you can write)")

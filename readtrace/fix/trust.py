@@ -5,13 +5,13 @@ can change; ``--trust-trace`` overrides that after the user read the command."""
 from __future__ import annotations
 
 import os
-import pwd
 import shlex
 import stat
 from pathlib import Path
 
 from readtrace.errors import UsageError
 from readtrace.escape import printable
+from readtrace.owners import user_name, writable_by_others
 
 
 def invoking_uid() -> int:
@@ -20,13 +20,6 @@ def invoking_uid() -> int:
 
     creds = sudo_credentials()
     return creds.uid if creds else os.geteuid()
-
-
-def user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
 
 
 def trace_owner(trace: str | os.PathLike, *, trust: bool = False) -> str:
@@ -42,7 +35,7 @@ def trace_owner(trace: str | os.PathLike, *, trust: bool = False) -> str:
             except OSError:
                 continue  # missing: load_trace says so
             owners.add(info.st_uid)
-            if info.st_mode & 0o022 and not stat.S_ISLNK(info.st_mode):
+            if writable_by_others(info) and not stat.S_ISLNK(info.st_mode):
                 loose.append(part.name)
     foreign = sorted(owners - {me, 0})
     owner = user_name(foreign[0] if foreign else max(owners, default=me))

@@ -20,7 +20,7 @@ from pathlib import Path
 from readtrace import runstate
 from readtrace.errors import UsageError
 from readtrace.escape import printable
-from readtrace.fix.trust import user_name
+from readtrace.owners import user_name, writable_by_others
 from readtrace.record.launch import Credentials
 
 
@@ -59,7 +59,7 @@ def checked_keep(keep: str | os.PathLike, creds: Credentials | None) -> Path:
     if st.st_uid != me:
         raise UsageError(f"--keep {printable(keep)}: owned by {user_name(st.st_uid)}, not by {user_name(me)}: "
                          "refused (another user could plant links in it); give a directory of yours")
-    if st.st_mode & 0o022:
+    if writable_by_others(st):
         raise UsageError(f"--keep {printable(keep)}: writable by group or others (mode "
                          f"{stat.S_IMODE(st.st_mode):o}): refused; chmod go-w it or give another")
     return path

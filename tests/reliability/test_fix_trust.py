@@ -60,3 +60,23 @@ def test_an_own_trace_runs_and_is_shown(tmp_path):
     done = readtrace(["fix", str(trace)], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "sh -c 'echo ran > ran'" in done.stderr.splitlines()[0] and (tmp_path / "ran").exists()
+
+
+def test_a_group_writable_trace_of_the_users_private_group_runs(unprivileged_user):
+    """umask 002 (user private groups) makes meta.json group-writable: the group is the user's own."""
+
+    user = unprivileged_user
+    work = user.home / "upg"
+    user.run(["mkdir", "-p", str(work)], check=True)
+    trace = write_trace(work / "mine.rtrace", meta={"command": ["sh", "-c", "id -u > ran"], "cwd": str(work)})
+    for path in (trace, *trace.iterdir()):
+        os.chown(path, user.uid, user.gid)
+        path.chmod(0o775 if path.is_dir() else 0o664)
+    sudo = {**os.environ, "SUDO_UID": str(user.uid), "SUDO_GID": str(user.gid), "SUDO_USER": user.name}
+    done = readtrace(["fix", str(trace)], cwd=work, env=sudo)
+    assert done.returncode == 0, done.stderr
+    assert (work / "ran").read_text().strip() == str(user.uid)
+    os.chown(trace / "meta.json", user.uid, NOBODY)  # a group others are in (or may be): refused
+    done = readtrace(["fix", str(trace)], cwd=work, env=sudo)
+    assert done.returncode == ExitStatus.USAGE and "writable by group or others" in one_line(done.stderr)
+

@@ -37,14 +37,17 @@ def _victim(where):
     return victim
 
 
-@pytest.mark.parametrize("mode", [0o1777, 0o777, 0o770])
-def test_a_state_dir_others_can_write_is_refused_and_nothing_is_removed(tmp_path, need_root, mode):
-    state = tmp_path / "shared"  # like /tmp: world-writable, sticky or not
+@pytest.mark.parametrize("argv", [["fix", "--", "true"], ["record", "-o", "t.rtrace", "--", "true"]],
+                         ids=["fix", "record"])
+@pytest.mark.parametrize(("mode", "group"), [(0o1777, 0), (0o777, 0), (0o770, NOBODY)])
+def test_a_state_dir_others_can_write_is_refused_and_nothing_is_removed(tmp_path, need_root, mode, group, argv):
+    state = tmp_path / "shared"  # like /tmp: world-writable, sticky or not; or writable by a shared group
     state.mkdir()
     state.chmod(mode)
+    os.chown(state, 0, group)
     victim = _victim(tmp_path)
     _plant(state, victim)
-    done = readtrace(["fix", "--", "true"], cwd=tmp_path, env={**os.environ, runstate.STATE_DIR_ENV: str(state)})
+    done = readtrace(argv, cwd=tmp_path, env={**os.environ, runstate.STATE_DIR_ENV: str(state)})
     line = one_line(done.stderr)
     assert done.returncode == ExitStatus.USAGE
     assert str(state) in line and "writable by group or others" in line and runstate.STATE_DIR_ENV in line
