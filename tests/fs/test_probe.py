@@ -122,19 +122,23 @@ def test_record_notes_the_profile_and_report_says_it(tmp_path):
         report = subprocess.run([sys.executable, "-m", "readtrace", "report", str(out)], env={**env, "COLUMNS": "1000"},
                                 capture_output=True, text=True, timeout=180)
         assert report.returncode == 0, report.stderr
-        return load_trace(out).meta, report.stdout
+        as_json = subprocess.run([sys.executable, "-m", "readtrace", "report", "--json", str(out)], env=env,
+                                 capture_output=True, text=True, timeout=180)
+        assert as_json.returncode == 0, as_json.stderr
+        return load_trace(out).meta, report.stdout, json.loads(as_json.stdout)["summary"]["measured_mount"]
 
     with lab_mount(tmp_path, _fill) as (mnt, _):
         path = mnt / "model.bin"
-        meta, text = record_and_report(path, "before")
-        assert meta["mount_profiles"] == []
+        meta, text, measured = record_and_report(path, "before")
+        assert meta["mount_profiles"] == [] and measured is None
         assert f"no profile: table prior (fs/knowledge.py); measure the mount: readtrace probe {mnt}" in text
         profile = probe(path, try_readahead=False)
         save_profile(profile)
-        meta, text = record_and_report(path, "after")
+        meta, text, measured = record_and_report(path, "after")
     [noted] = meta["mount_profiles"]
     assert noted["mountpoint"] == str(mnt) and noted["measured_at"] == profile.measured_at
     assert f"mount profile: measured {profile.date}" in text
+    assert measured["mountpoint"] == str(mnt) and measured["handle_penalty"] == round(profile.handle_penalty, 3)
 
 
 def test_the_cache_keeps_one_profile_per_mount_and_the_newest_64():
