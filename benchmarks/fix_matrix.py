@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from readtrace.fix.compare import compare
+from readtrace.fix.verdict import verdict_of
 from readtrace.pagecache.prefetch import prefetch
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -152,8 +153,9 @@ def cell(kind: str, loader: str, size_mib: int, latency_ms: float, root: Path) -
     choice = result.choice
     levers = [t for t in choice.trials if t.label.startswith("lever") and t.exit_code == 0]
     best_lever = min(levers, key=lambda t: t.wall_s, default=None)
-    return {"mount": kind, "loader": loader, "bytes": size,
-            "baseline_s": base, "fixed_s": fixed, "speedup": base / fixed if fixed else None,
+    verdict = verdict_of(result)  # a speedup only where fix --compare itself claims one (fix/verdict.py)
+    return {"mount": kind, "loader": loader, "bytes": size, "verdict": verdict.word, "verdict_why": verdict.why,
+            "baseline_s": base, "fixed_s": fixed, "speedup": verdict.speedup,
             "chosen": choice.chosen.label, "why": choice.why, "change": choice.chosen.change,
             "candidates": {t.label: t.wall_s for t in choice.trials if t.exit_code == 0},
             "best_lever": best_lever.label if best_lever else None,
@@ -179,11 +181,12 @@ def main() -> int:
                 rows.append(cell(kind, loader, args.size_mib, args.latency_ms, Path(tmp)))
                 print(json.dumps(rows[-1]), file=sys.stderr)
     print(f"{args.size_mib} MiB, lab mount gcsfuse profile {args.latency_ms:g} ms, {os.cpu_count()} CPUs")
-    print("| mount | loader | baseline s | fixed s | speedup | auto chose | best lever (s) | target s | identical |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| mount | loader | baseline s | fixed s | verdict | speedup | auto chose | best lever (s) | target s | identical |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         lever = f"{r['best_lever'].removeprefix('lever ')} {r['best_lever_s']:.2f}" if r["best_lever"] else "-"
-        print(f"| {r['mount']} | {r['loader']} | {r['baseline_s']:.2f} | {r['fixed_s']:.2f} | {r['speedup']:.2f}x "
+        speedup = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
+        print(f"| {r['mount']} | {r['loader']} | {r['baseline_s']:.2f} | {r['fixed_s']:.2f} | {r['verdict']} | {speedup} "
               f"| {r['chosen']} | {lever} | {r['target_s']:.2f} | {'yes' if r['identical'] else 'NO'} |")
     out = Path(args.out)
     out.mkdir(exist_ok=True)
