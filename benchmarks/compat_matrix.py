@@ -223,19 +223,19 @@ def print_tables(rows: list[dict], handles: list[dict]) -> None:
             print(f"| {h['client']} | {h['fstype']} | {h['latency_ms']:g} ms | {_s(h['shared_seconds'])} | "
                   f"{_s(h['own_seconds'])} | {h['shared_requests'] if h['shared_requests'] is not None else '-'} | "
                   f"{h['own_requests'] if h['own_requests'] is not None else '-'} |")
-    print("\n| file system | loader | findings | baseline s | fixed s | speedup | identical | dd s | warm local s "
-          "| fixed / (dd + local) | best one-line lever | issue 10 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| file system | loader | findings | baseline s | fixed s | speedup | fix's verdict | identical | dd s "
+          "| warm local s | fixed / (dd + local) | best one-line lever | issue 10 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
-            print(f"| {r['client']} {r['latency_ms']:g} ms | {r['loader']} | {r['error']} |" + " - |" * 9)
+            print(f"| {r['client']} {r['latency_ms']:g} ms | {r['loader']} | {r['error']} |" + " - |" * 10)
             continue
         floor = floor_s(r)
         ratio = r["fixed_s"] / floor if r["fixed_s"] and floor else None
         findings = ", ".join(f for f in r["findings"] if not f.endswith(":info")) or "-"
         speedup = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
         print(f"| {r['client']} {r['latency_ms']:g} ms | {r['loader']} | {findings} | {_s(r['baseline_s'])} | "
-              f"{_s(r['fixed_s'])}{' (left alone)' if left_alone(r) else ''} | {speedup} | "
+              f"{_s(r['fixed_s'])}{' (left alone)' if left_alone(r) else ''} | {speedup} | {r.get('verdict') or '-'} | "
               f"{'yes' if r['identical'] else 'NO'} | {_s(r['dd_s'])} | {_s(r['warm_local_s'])} | "
               f"{'-' if ratio is None else f'{ratio:.2f}'} | {r['best_lever']} | {verdict(r)} |")
 
