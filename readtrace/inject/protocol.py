@@ -12,6 +12,7 @@ To add a setting: a field with a default here, and its variable in ``_VARIABLES`
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, fields, replace
@@ -159,7 +160,10 @@ def _encode(value) -> str:
 
 def _decode(text: str, default, number: type | None):
     if number is not None:
-        return number(text)
+        value = number(text)
+        if not math.isfinite(value) or value < 0:  # nan, inf, negative: no setting means that
+            raise ValueError(text)
+        return value
     if isinstance(default, bool):
         return text != "0"
     if isinstance(default, tuple):

@@ -103,7 +103,7 @@ class Pins:
 
     def hold(self, seconds: float) -> None:
         """Release after ``seconds`` (a daemon timer: exiting earlier releases everything anyway)."""
-        self._timer = threading.Timer(seconds, self.release)
+        self._timer = threading.Timer(min(seconds, threading.TIMEOUT_MAX), self.release)
         self._timer.daemon = True
         self._timer.start()
 

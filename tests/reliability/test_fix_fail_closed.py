@@ -110,12 +110,11 @@ sys.exit(int(sys.argv[2]))
 """
 
 
-@pytest.mark.parametrize("tuning", ["nan", "1e308"])
-def test_the_shim_failing_to_patch_leaves_the_load_as_it_was(tmp_path, leftovers, checkpoint, tuning):
+def test_the_shim_failing_to_patch_leaves_the_load_as_it_was(tmp_path, leftovers, checkpoint):
     """A chunk size the shim cannot use (READTRACE_CHUNK_MB, kept from the user's environment) makes
     patching the loader fail inside the command: the load runs unpatched, with its own exit code."""
     (tmp_path / "load_exit.py").write_text(LOAD_AND_EXIT)
-    env = {**leftovers.env, "READTRACE_CHUNK_MB": tuning}
+    env = {**leftovers.env, "READTRACE_CHUNK_MB": "1e308"}  # finite, but no chunk size in bytes
     p = readtrace(["fix", "--strategy", "own-fd", "--", sys.executable, "load_exit.py", checkpoint, "3"],
                   cwd=tmp_path, env=env, timeout=300)
     assert p.returncode == 3 and "loaded 8" in p.stdout, p.stderr
@@ -124,3 +123,19 @@ def test_the_shim_failing_to_patch_leaves_the_load_as_it_was(tmp_path, leftovers
                    sys.executable, "load_exit.py", checkpoint, "0"], cwd=tmp_path, env=env, timeout=300)
     assert p.returncode == ExitStatus.NO_EVIDENCE and "Traceback" not in p.stderr, p.stderr
     assert "patch of a loader module failed" in p.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1"])
+@pytest.mark.parametrize("name", ["READTRACE_CHUNK_MB", "READTRACE_THREADS", "READTRACE_PREFETCH_PIN_S"])
+def test_a_tuning_no_setting_means_keeps_its_default(name, value):
+    from readtrace.inject.protocol import Rerun
+
+    assert Rerun.from_env({name: value}) == Rerun()
+
+
+def test_a_pin_held_longer_than_a_timer_can_wait_is_no_traceback(tmp_path, leftovers, checkpoint):
+    (tmp_path / "load_exit.py").write_text(LOAD_AND_EXIT)
+    env = {**leftovers.env, "READTRACE_PREFETCH_PIN_S": "1e308"}
+    p = readtrace(["fix", "--strategy", "both", "--files", checkpoint, "--", sys.executable, "load_exit.py",
+                   checkpoint, "0"], cwd=tmp_path, env=env, timeout=300)
+    assert p.returncode == 0 and "loaded 8" in p.stdout and "Traceback" not in p.stderr, p.stderr
