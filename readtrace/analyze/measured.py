@@ -8,14 +8,13 @@ Where a profile comes from: the one the trace recorded (meta ``mount_profiles``,
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import replace
 
 import pandas as pd
 
 from readtrace.analyze.thresholds import Thresholds
 from readtrace.fs.knowledge import FsProfile, fs_profile
-from readtrace.fs.profile import MountProfile, cached, profile_in_meta
+from readtrace.fs.profile import MountProfile, cached, load_profiles, profile_in_meta
 
 # Where the mount measurably punishes a shared handle, any clear interleave on one counts (the table's
 # 0.3 score and 0.5 merged in-order fraction are for a file system only named, not measured): JuiceFS
@@ -29,21 +28,32 @@ def mount_profiles(meta: dict | None, files: pd.DataFrame) -> dict[str, MountPro
     has one."""
     out: dict[str, MountProfile] = {}
     mounts = files[["mountpoint", "fstype", "dev"]].dropna(subset=["mountpoint"]).drop_duplicates("mountpoint")
+    missing = []
     for point, fstype, dev in mounts.itertuples(index=False):
-        found = profile_in_meta(meta, point, fstype) or _cached_now(point, fstype, int(dev))
+        found = profile_in_meta(meta, point, fstype)
         if found is not None:
             out[point] = found
+        else:
+            missing.append((point, fstype, int(dev)))
+    if missing and load_profiles():  # the cache is read only where the trace has none, and has some
+        out.update(_cached_now(missing))
     return out
 
 
-def _cached_now(mountpoint: str, fstype: str, dev: int) -> MountProfile | None:
-    from readtrace.fs.mounts import mount_at
+def _cached_now(wanted: list[tuple[str, str, int]]) -> dict[str, MountProfile]:
+    """The cached profiles of those (mountpoint, fstype, dev) that are mounted now as they were."""
+    from readtrace.fs.mounts import read_mounts
 
-    with contextlib.suppress(OSError):
-        now = mount_at(mountpoint)
-        if now is not None and now.fstype == fstype and now.dev == dev:
-            return cached(now)
-    return None
+    try:
+        now = {m.mountpoint: m for m in read_mounts()}  # later lines stack over earlier ones
+    except OSError:
+        return {}
+    out = {}
+    for point, fstype, dev in wanted:
+        m = now.get(point)
+        if m is not None and m.fstype == fstype and m.dev == dev and (found := cached(m)) is not None:
+            out[point] = found
+    return out
 
 
 def main_profile(profiles: dict[str, MountProfile], files: pd.DataFrame) -> MountProfile | None:

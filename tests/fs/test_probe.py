@@ -135,6 +135,10 @@ def test_record_notes_the_profile_and_report_says_it(tmp_path):
         profile = probe(path, try_readahead=False)
         save_profile(profile)
         meta, text, measured = record_and_report(path, "after")
+        # a trace recorded before the probe: the report takes the cache's profile of the mount, still mounted
+        again = subprocess.run([sys.executable, "-m", "readtrace", "report", str(tmp_path / "before.rtrace")],
+                               env={**env, "COLUMNS": "1000"}, capture_output=True, text=True, timeout=180)
+        assert again.returncode == 0 and f"mount profile: measured {profile.date}" in again.stdout
     [noted] = meta["mount_profiles"]
     assert noted["mountpoint"] == str(mnt) and noted["measured_at"] == profile.measured_at
     assert f"mount profile: measured {profile.date}" in text
