@@ -47,7 +47,9 @@ def relevant_streams(a: Analysis, kinds: tuple[str, ...], limit: int, top_files:
     (remote first, then most read), by kind (handles before tasks) and bytes."""
     s = a.streams
     keep = s["kind"].isin(kinds) & (s["interleaved"] | s["file_id"].isin(a.files.index[:top_files])) \
-        & (s["bytes"] > 0) & s["path"].fillna("").str.startswith("/")  # rows with nothing to say: --json
+        & (s["bytes"] > 0)  # rows with nothing to say: --json
+    if "path" in s:
+        keep &= s["path"].fillna("").str.startswith("/")
     order = {k: i for i, k in enumerate(("fuse_handle", "ofd", "process", "task", "file"))}
     picked = s[keep]
     # from the selection itself: a Series assigned to an empty frame would bring back its whole index
