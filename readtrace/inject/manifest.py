@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from readtrace.errors import ReadtraceError
 from readtrace.loader.fileio import tensor_bytes
-from readtrace.replace import no_follow
 
 if TYPE_CHECKING:  # the host reads and compares manifests without torch (1.5 s of imports)
     import torch
@@ -133,6 +132,8 @@ def fill_digests(manifest: Manifest) -> int:
 
 def read_manifest(path: str | os.PathLike) -> Manifest:
     """Read a manifest written by the shim; a missing file means nothing was loaded through it."""
+    from readtrace.replace import no_follow  # the host's: the shim imports this module too
+
     tensors, calls, failures = [], [], []
     try:
         with open(path, encoding="utf-8", opener=no_follow) as f:  # a link in a work dir is not followed
