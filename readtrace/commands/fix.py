@@ -27,7 +27,7 @@ import json
 import sys
 
 from readtrace.commands.args import at_least_one
-from readtrace.errors import ExitStatus, NoEvidenceError, ReadtraceError, UsageError
+from readtrace.errors import ExitStatus, NoEvidenceError, ReadtraceError, TraceError, UsageError
 from readtrace.inject.protocol import FIX_STRATEGIES
 from readtrace.validate import directory, regular_file
 
@@ -152,12 +152,20 @@ def _target(target: list[str], trust: bool = False
     if len(target) > 1:
         raise UsageError("give one trace, or a command after --")
     from readtrace.fix.compare import command_from_trace
-    from readtrace.fix.trust import describe, trace_owner
+    from readtrace.fix.trust import checked_trace, describe
 
     if not target:
         from readtrace.trace import newest_trace
 
         target = [str(newest_trace("."))]
-    owner = trace_owner(target[0], trust=trust)
-    command, cwd, files = command_from_trace(target[0])
+    owner, meta = checked_trace(target[0], trust=trust)
+    recorded = meta.get("command") if meta else None
+    recorded = recorded if isinstance(recorded, list) and recorded and all(isinstance(a, str) for a in recorded) \
+        else None
+    command, cwd, files = command_from_trace(target[0], recorded)
+    if meta is not None:  # the cwd as read from the checked meta.json, not from a second read
+        cwd = meta.get("cwd") if isinstance(meta.get("cwd"), str) else None
+    if command != recorded and not trust:  # what load_trace read is not what was checked
+        raise TraceError(f"{target[0]}: the trace changed while it was read; run again")
     return command, cwd, files, target[0], describe(command, cwd, target[0], owner)
+

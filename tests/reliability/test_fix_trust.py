@@ -3,6 +3,7 @@ it runs first (issue 24: root's `fix --compare` ran `sh -c 'id > pwned'` from an
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -43,6 +44,17 @@ def test_a_trace_others_can_write_is_refused(tmp_path):
     assert not (tmp_path / "pwned").exists()
 
 
+def test_a_trace_whose_meta_is_a_link_is_refused(tmp_path):
+    trace = _trace(tmp_path, ["true"], tmp_path)
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps({**json.loads((trace / "meta.json").read_text()), "command": PWN}))
+    (trace / "meta.json").unlink()
+    (trace / "meta.json").symlink_to(elsewhere)
+    done = readtrace(["fix", str(trace)], cwd=tmp_path)
+    assert done.returncode == ExitStatus.USAGE and "meta.json is a symbolic link" in one_line(done.stderr)
+    assert not (tmp_path / "pwned").exists()
+
+
 def test_trust_trace_runs_it_and_says_what_it_runs_first(tmp_path, need_root):
     work = tmp_path / "work"
     work.mkdir()
@@ -64,7 +76,6 @@ def test_an_own_trace_runs_and_is_shown(tmp_path):
 
 def test_a_group_writable_trace_of_the_users_private_group_runs(unprivileged_user):
     """umask 002 (user private groups) makes meta.json group-writable: the group is the user's own."""
-
     user = unprivileged_user
     work = user.home / "upg"
     user.run(["mkdir", "-p", str(work)], check=True)
