@@ -242,6 +242,7 @@ def record_attached(target: Targets, output: str | Path | None = None, *, force:
             session = Session(bpf, writer, Decoder(root_pid=first or 0, cwd=_cwd(first or os.getpid())),
                               ring_bytes=ring_mib << 20)
             state = _recover(session, roots, attach_ns)
+            session.note_mappings(state.recovered.mappings)
             seeded: dict[int, Process] = {}
             _seed(session, roots, seeded)
             session.decoder.attach(_threads(seeded), state)

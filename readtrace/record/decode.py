@@ -290,7 +290,8 @@ class Decoder:
             ofd = ofds.get((f.pid, f.fd), 0)
             rows.append((f.pid, "open", f.fd, ofd, f.path, f.dev, f.ino, -1, f.size, f.fd, f.flags))
             self.files.setdefault((f.dev, f.ino), FileInfo(f.path, f.size))
-        for n, m in enumerate(state.recovered.mappings, start=1):  # no struct file known: ids 1..N
+        for n, m in enumerate(state.recovered.mappings, start=1):  # no struct file known: ids 1..N (and in
+            # the probes' mmaps table: Session.note_mappings)
             rows.append((m.pid, "mmap", -1, n, m.path, m.dev, m.ino, m.offset, m.end - m.start, m.start, m.start))
             self.files.setdefault((m.dev, m.ino), FileInfo(m.path, _size(m.path)))
         if not rows:

@@ -90,6 +90,16 @@ class Session:
         for tid in tids:
             table[table.Key(tid)] = table.Leaf(pid)
 
+    def note_mappings(self, mappings) -> None:
+        """File mappings made before the attach (record/attach.Mapping), so their munmap is recorded: each
+        under the id its recovered mmap row carries (1..N in order, decode.Decoder._recovery_rows)."""
+        table = self.bpf[b"mmaps"]
+        for n, m in enumerate(mappings, start=1):
+            key, val = table.Key(), table.Leaf()
+            key.tgid, key.addr = m.pid, m.start
+            val.ofd, val.ino, val.dev = n, m.ino, m.dev
+            table[key] = val
+
     def trace_self(self, on: bool) -> None:
         """Trace the recorder's own process for a moment (attach: its lseeks name the borrowed files)."""
         tgids = self.bpf[b"tgids"]

@@ -145,6 +145,28 @@ def test_children_started_after_the_attach_are_recorded(tmp_path):
     assert int(reads["ret"].sum()) == 64 * 1024
 
 
+def test_a_mapping_made_before_the_attach_is_recovered_and_its_munmap_recorded(tmp_path):
+    data = make_data_file(tmp_path / "weights.bin", 2 * MIB)
+    go, ready, out = tmp_path / "go", tmp_path / "ready", tmp_path / "m.rtrace"
+    script = ("import mmap, os, pathlib, time\n"
+              f"fd = os.open({str(data)!r}, os.O_RDONLY); m = mmap.mmap(fd, 0, prot=mmap.PROT_READ); os.close(fd)\n"
+              f"pathlib.Path({str(ready)!r}).touch()\n"
+              f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.01)\n"
+              "sum(m[i] for i in range(0, len(m), 4096)); m.close()\n")
+    with _running([sys.executable, "-c", script]) as proc:
+        _wait_for(ready, proc, "the mapping")
+        with _attached(proc.pid, out) as rec:
+            go.touch()
+            assert proc.wait(timeout=60) == 0
+            _, err = rec.communicate(timeout=60)
+    assert rec.returncode == 0, err
+    ev = load_trace(out).events
+    (mapped,) = ev[(ev["op"] == "mmap") & (ev["path"] == str(data))].itertuples()
+    assert mapped.size == 2 * MIB and mapped.pid == proc.pid  # recovered from /proc/PID/maps: no fd left
+    (unmapped,) = ev[(ev["op"] == "munmap") & (ev["arg"] == mapped.arg)].itertuples()
+    assert unmapped.ofd == mapped.ofd and unmapped.path == str(data) and unmapped.ts_ns > mapped.ts_ns
+
+
 @pytest.mark.parametrize("pids,line", [("999999999", "no process with pid 999999999"),
                                        ("12x", "'12x' is not a process id (--pid PID[,PID...])")])
 def test_bad_pid_is_one_line_and_exit_5(tmp_path, pids, line):
