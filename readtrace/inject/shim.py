@@ -109,6 +109,9 @@ def patch(name: str, module) -> None:
     elif name == "torch":
         _STATE.originals["torch_load"] = module.load
         module.load = torch_load
+    elif name == DCP:
+        _STATE.originals["dcp_load"] = module.load
+        module.load = dcp_load
     elif name in LIBRARIES:
         _record_import(LIBRARIES[name])
         if _STATE.config.lever == "disable-mmap":
@@ -270,6 +273,32 @@ def torch_load(f, *args, **kwargs):
             if call.populate and asked_mmap:
                 _populate_mapping(path)
     return call.result
+
+
+DCP = "torch.distributed.checkpoint"
+
+
+def dcp_load(state_dict, *args, **kwargs):
+    """``torch.distributed.checkpoint.load``: fills ``state_dict`` in place; its tensors are recorded
+    (digested in memory) under the checkpoint directory, so that two runs compare what they loaded."""
+    original = _STATE.originals["dcp_load"]
+    if getattr(_STATE.local, "inside", False):
+        return original(state_dict, *args, **kwargs)
+    reader = kwargs.get("storage_reader")
+    where = kwargs.get("checkpoint_id") or getattr(reader, "path", None)
+    path = os.path.abspath(os.fspath(where)) if where is not None else "<dcp>"
+    started, error = time.perf_counter(), None
+    try:
+        with _Inside():
+            return original(state_dict, *args, **kwargs)
+    except Exception as e:
+        error = f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        records = [] if error else [(n, t, None) for n, t in loaded.flatten(state_dict)]
+        _record("dcp.load", path, _STATE.config.strategy, time.perf_counter() - started, None, records, error,
+                digest=True)
+        _flush()
 
 
 def _own_fd_tensors(path: str, device) -> dict:
@@ -614,7 +643,7 @@ def _patch_imported_meanwhile() -> None:
     import sys
 
     if any(type(f).__name__ == "_SafetensorsHook" for f in sys.meta_path):
-        for name in ("safetensors", "safetensors.torch", "torch"):
+        for name in ("safetensors", "safetensors.torch", "torch", DCP):
             if name in sys.modules:
                 patch(name, sys.modules[name])
 

@@ -19,7 +19,7 @@ import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _PATCHED = ("safetensors", "safetensors.torch", "torch", "transformers.modeling_utils",
-            "diffusers.models.modeling_utils")
+            "diffusers.models.modeling_utils", "torch.distributed.checkpoint")
 _RECORDED = _PATCHED + ("transformers.models.auto.auto_factory", "diffusers.models.model_loading_utils",
                         "diffusers.pipelines.pipeline_utils", "diffusers.loaders.single_file_model",
                         "diffusers.loaders.single_file")  # inject/calls.py ENTRY_POINTS

@@ -120,3 +120,45 @@ def test_a_load_in_another_environment_gets_no_code_evicted(tmp_path):
     assert out.returncode == ExitStatus.OK, out.stderr
     report = json.loads(out.stdout)
     assert [f["path"] for f in report["files"]] == [str(checkpoint)] and report["tensors_identical"] is True
+
+
+DCP_SAVE = """
+import sys, torch, torch.distributed.checkpoint as dcp
+torch.manual_seed(1)
+dcp.save({f"layer{i}.weight": torch.randn(1024, 1024) for i in range(8)}, checkpoint_id=sys.argv[1])
+"""
+
+DCP_LOAD = """
+import sys, torch, torch.distributed.checkpoint as dcp
+state = {f"layer{i}.weight": torch.empty(1024, 1024) for i in range(8)}
+dcp.load(state, checkpoint_id=sys.argv[1])
+print(sum(float(t.sum()) for t in state.values()))
+"""
+
+
+@pytest.mark.fuse
+@pytest.mark.ebpf
+def test_a_distributed_checkpoint_load_is_compared_without_files(tmp_path):
+    """torch.distributed.checkpoint.load of a .distcp directory on the lab mount: recorded, then
+    `fix --compare TRACE` finds the shard from the trace alone (not .metadata, not torch's code) and
+    compares the 8 tensors dcp.load filled in place (the shim records them), instead of exit 6."""
+    ok, why = ebpf_ready()
+    require(ok, why)
+    from conftest import lab_mount
+
+    from readtrace.record import record_command
+
+    def fill(src):
+        subprocess.run([sys.executable, "-c", DCP_SAVE, str(src / "ckpt")], check=True, capture_output=True)
+
+    (tmp_path / "load.py").write_text(DCP_LOAD)
+    with lab_mount(tmp_path, fill, latency_ms=20, keep_cache=True) as (mnt, _):
+        trace = tmp_path / "t.rtrace"
+        result = record_command([sys.executable, str(tmp_path / "load.py"), str(mnt / "ckpt")], trace, quiet=True)
+        assert result.exit_code == 0
+        assert command_from_trace(trace)[2] == [str(mnt / "ckpt" / "__0_0.distcp")]
+        out = subprocess.run([sys.executable, "-m", "readtrace", "fix", "--compare", "--no-record", "--json",
+                              str(trace)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == ExitStatus.OK, out.stderr
+    report = json.loads(out.stdout)
+    assert report["tensors"] == 8 and report["tensors_identical"] is True and not report["unproven"]
