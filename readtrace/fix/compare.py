@@ -442,8 +442,12 @@ def _run(command, side, index, strategy, work: Path, device, cwd, recorder, file
                           base_env={**os.environ, **extra_env}, **settings) as env:
         if recorder is not None:
             trace = work / f"{stem}.rtrace"
-            with _stdout_to(work / f"{stem}.log"):  # the command's output must not mix with ours
-                code, wall, summary = recorder(command, env, cwd, trace)
+            try:
+                with _stdout_to(work / f"{stem}.log"):  # the command's output must not mix with ours
+                    code, wall, summary = recorder(command, env, cwd, trace)
+            except ReadtraceError:
+                _check_work(work, f"{side} run {index + 1}")  # the trace had nowhere to go: unproven
+                raise
             trace_path = str(trace)
         else:
             code, wall = _run_plain(command, env, cwd, work / f"{stem}.log")

@@ -9,6 +9,8 @@ import subprocess
 import sys
 
 import pytest
+from conftest import require
+from workloads import ebpf_ready
 
 from readtrace.errors import ExitStatus
 from reliability.conftest import readtrace
@@ -65,9 +67,14 @@ def tiny_fs(tmp_path, need_root):
         subprocess.run(["umount", "-l", str(keep)], check=False)
 
 
-@pytest.mark.parametrize("strategy", ["own-fd", "prefetch"])
-def test_the_work_directory_disappears_mid_run(tmp_path, leftovers, checkpoint, strategy):
-    p = readtrace(["fix", "--compare", "--no-record", "--strategy", strategy, "--files", checkpoint, "--",
+@pytest.mark.parametrize("strategy, recorded", [("own-fd", False), ("prefetch", False),
+                                               pytest.param("own-fd", True, marks=pytest.mark.ebpf)],
+                         ids=["own-fd", "prefetch", "own-fd-recorded"])
+def test_the_work_directory_disappears_mid_run(tmp_path, leftovers, checkpoint, strategy, recorded):
+    if recorded:
+        require(*ebpf_ready())
+    plain = [] if recorded else ["--no-record"]
+    p = readtrace(["fix", "--compare", *plain, "--strategy", strategy, "--files", checkpoint, "--",
                    sys.executable, "load.py", "gone", checkpoint], cwd=tmp_path, env=leftovers.env, timeout=300)
     assert p.returncode == ExitStatus.NO_EVIDENCE, p.stderr
     assert "Traceback" not in p.stderr
