@@ -8,6 +8,8 @@ import random
 from pathlib import Path
 
 import pytest
+from conftest import require
+from workloads import ebpf_ready
 
 from readtrace.analyze.synthetic import load_case
 from readtrace.errors import ExitStatus
@@ -135,3 +137,13 @@ def test_a_daemon_log_of_only_garbage_is_bad_input(tmp_path):
     (tmp_path / "gcsfuse.log").write_text("\n".join(GARBAGE_LOG) + "\n")
     p = readtrace(["import", "gcsfuse", "gcsfuse.log", "-o", "g.rtrace"], cwd=tmp_path, timeout=60)
     assert p.returncode == ExitStatus.BAD_INPUT and "no gcsfuse ReadFile lines" in one_line(p.stderr), p.stderr
+
+
+@pytest.mark.ebpf
+def test_force_onto_a_directory_whose_meta_is_a_fifo_refuses_without_blocking(tmp_path, leftovers):
+    require(*ebpf_ready())
+    (tmp_path / "t.rtrace").mkdir()
+    os.mkfifo(tmp_path / "t.rtrace" / "meta.json")
+    p = readtrace(["record", "-q", "-f", "-o", "t.rtrace", "--", "true"], cwd=tmp_path, env=leftovers.env,
+                  timeout=60)
+    assert p.returncode == ExitStatus.ERROR and "not a readtrace trace" in one_line(p.stderr), p.stderr
