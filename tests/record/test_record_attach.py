@@ -59,6 +59,18 @@ def _attached(pid, out, *more):
         yield rec
 
 
+def _attach_when_ready(cmd, ready, go, out):
+    """Start ``cmd``, attach once it touched ``ready``, let it go on (``go``) to its end: (its pid, the
+    recorder's exit code and stderr)."""
+    with _running(cmd) as proc:
+        _wait_for(ready, proc, "the workload")
+        with _attached(proc.pid, out) as rec:
+            go.touch()
+            assert proc.wait(timeout=120) == 0
+            _, err = rec.communicate(timeout=60)
+    return proc.pid, rec.returncode, err
+
+
 def _sleeper():
     return _running([sys.executable, "-c", "import time; time.sleep(120)"])
 
@@ -68,23 +80,19 @@ def test_attach_mid_load_names_the_shared_fd_opened_before(tmp_path):
     description and file, the recovered open says so, and the report flags the shared-fd interleave."""
     with lab_mount(tmp_path, lambda src: make_data_file(src / "model.bin", 16 * MIB), latency_ms=5) as (mnt, _):
         ready, go, truth, out = tmp_path / "ready", tmp_path / "go", tmp_path / "truth.json", tmp_path / "a.rtrace"
-        with _running(workload_cmd("attach_threads", mnt / "model.bin", ready, go, truth)) as load:
-            _wait_for(ready, load, "the load")
-            with _attached(load.pid, out) as rec:
-                go.touch()
-                assert load.wait(timeout=120) == 0
-                _, err = rec.communicate(timeout=60)
-        assert rec.returncode == 0, err
+        pid, code, err = _attach_when_ready(workload_cmd("attach_threads", mnt / "model.bin", ready, go, truth),
+                                            ready, go, out)
+        assert code == 0, err
         assert "stopped by exit" in err and "recovered at attach" in err
         t = json.loads(truth.read_text())
         trace = load_trace(out)
         meta = trace.meta["attached"]
-        assert meta["pids"] == [load.pid] and meta["stopped_by"] == "exit"
+        assert meta["pids"] == [pid] and meta["stopped_by"] == "exit"
         (shared,) = [f for f in meta["recovered"]["files"] if f["fd"] == t["fd"]]
         assert shared["path"] == str(mnt / "model.bin") and shared["pos"] == 0
         ev = trace.events
         (opened,) = ev[(ev["op"] == "open") & (ev["fd"] == t["fd"])].itertuples()
-        assert opened.path == str(mnt / "model.bin") and opened.ofd != 0 and opened.pid == load.pid
+        assert opened.path == str(mnt / "model.bin") and opened.ofd != 0 and opened.pid == pid
         reads = trace.calls()
         reads = reads[reads["path"] == str(mnt / "model.bin")]
         assert set(reads["tid"]) == set(t["tids"])
@@ -153,16 +161,11 @@ def test_a_mapping_made_before_the_attach_is_recovered_and_its_munmap_recorded(t
               f"pathlib.Path({str(ready)!r}).touch()\n"
               f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.01)\n"
               "sum(m[i] for i in range(0, len(m), 4096)); m.close()\n")
-    with _running([sys.executable, "-c", script]) as proc:
-        _wait_for(ready, proc, "the mapping")
-        with _attached(proc.pid, out) as rec:
-            go.touch()
-            assert proc.wait(timeout=60) == 0
-            _, err = rec.communicate(timeout=60)
-    assert rec.returncode == 0, err
+    pid, code, err = _attach_when_ready([sys.executable, "-c", script], ready, go, out)
+    assert code == 0, err
     ev = load_trace(out).events
     (mapped,) = ev[(ev["op"] == "mmap") & (ev["path"] == str(data))].itertuples()
-    assert mapped.size == 2 * MIB and mapped.pid == proc.pid  # recovered from /proc/PID/maps: no fd left
+    assert mapped.size == 2 * MIB and mapped.pid == pid  # recovered from /proc/PID/maps: no fd left
     (unmapped,) = ev[(ev["op"] == "munmap") & (ev["arg"] == mapped.arg)].itertuples()
     assert unmapped.ofd == mapped.ofd and unmapped.path == str(data) and unmapped.ts_ns > mapped.ts_ns
 
