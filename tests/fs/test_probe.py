@@ -97,6 +97,9 @@ def test_probe_refuses_what_it_cannot_read(tmp_path):
     done = subprocess.run([sys.executable, "-m", "readtrace", "probe", "--show"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "no cached mount profile" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "readtrace", "probe"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and done.stderr.strip() == "readtrace: probe: give a PATH on the mount to measure, or --show"
     assert not (tmp_path / "cache").exists()  # reading makes no cache directory
     (tmp_path / "cache").mkdir(mode=0o777)
     (tmp_path / "cache").chmod(0o777)  # a cache others could plant profiles in is refused
