@@ -23,9 +23,11 @@ from readtrace.report.terminal import TerminalReport, relevant_streams
 from readtrace.trace import load_trace, make_trace, write_trace
 from reliability.conftest import readtrace
 
-MAPPED_ONLY = """import mmap, sys
-with open(sys.argv[1], "rb") as f:
-    m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+# The fd is closed before the first page is touched: no open-file stream of the file at all.
+MAPPED_ONLY = """import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+os.close(fd)
 print(sum(m[i] for i in range(0, len(m), 4096)))
 """
 
