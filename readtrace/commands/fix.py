@@ -66,7 +66,7 @@ def _run(args, child) -> int:
     from readtrace import runstate
     from readtrace.fix.compare import compare, default_recorder  # imports torch: only when running
     from readtrace.fix.compare_report import render_table, to_json
-    from readtrace.fix.plan import plan
+    from readtrace.fix.plan import plan, render_plan
     from readtrace.fix.verdict import DIFFERS, UNPROVEN, verdict_of
     from readtrace.fix.workdir import checked_keep
     from readtrace.inject.inject import shim_environment
@@ -76,7 +76,10 @@ def _run(args, child) -> int:
     say = _say
     if args.plan:
         command, cwd, files, trace, shown = _target(args.target, trust=True)
-        return _print_plan(args, command, cwd, args.files or files, shown)
+        files = args.files or files
+        p = plan(args.strategy, args.repeat, files_known=files is not None, cold=not args.warm)
+        render_plan(p, command, cwd, files, shown, sys.stdout)
+        return ExitStatus.OK
     cleaned: list[str] = []
     runstate.sweep(cleaned.append)  # said after the first line: a compare's first line is its run count
     command, cwd, files, trace, shown = _target(args.target, args.trust_trace)
@@ -114,29 +117,6 @@ def _run(args, child) -> int:
 
 def _say(line: str) -> None:
     print(f"readtrace: {line}", file=sys.stderr)
-
-
-def _print_plan(args, command: list[str], cwd: str | None, files: list[str] | None, shown: str | None) -> int:
-    """``--plan``: the runs a compare would make, on stdout; nothing is run."""
-    import os
-    import shlex
-
-    from readtrace.escape import printable
-    from readtrace.fix.plan import plan
-
-    p = plan(args.strategy, args.repeat, files_known=files is not None, cold=not args.warm)
-    print(f"fix --compare plan (nothing was run): strategy {args.strategy}, --repeat {args.repeat}, "
-          f"{'warm' if args.warm else 'cold'}")
-    print(f"  command: {printable(shlex.join(command))} (cwd {printable(cwd or os.getcwd())})")
-    if shown:
-        print(f"  {shown}")
-    if files:
-        print(f"  checkpoint files evicted before each run: {len(files)}")
-    for i, step in enumerate(p.steps, 1):
-        print(f"  {i:2d}. {step}")
-    print(f"The command runs {p.count()}: whatever it does besides loading (appending to a file, writing a "
-          "checkpoint, sending data) happens each time.")
-    return ExitStatus.OK
 
 
 def _target(target: list[str], trust: bool = False

@@ -12,8 +12,12 @@ baseline is not slow or nothing applies.
 
 from __future__ import annotations
 
+import os
+import shlex
 from dataclasses import dataclass
+from typing import TextIO
 
+from readtrace.escape import printable
 from readtrace.fix.candidates import candidates
 from readtrace.fix.levers import FORKED_SHARED
 
@@ -26,6 +30,7 @@ class Plan:
     steps: list[str]  # one line per run of the command (or per group of repeats)
     most: int  # the most times the command runs
     exact: bool  # it runs exactly ``most`` times
+    what: str = ""  # "strategy auto, --repeat 1, cold"
 
     def count(self) -> str:
         return f"{self.most} times" if self.exact else f"up to {self.most} times"
@@ -38,6 +43,7 @@ class Plan:
 def plan(strategy: str, repeat: int, *, files_known: bool, cold: bool = True) -> Plan:
     """The runs ``compare(strategy=..., repeat=..., files=... if files_known else None, cold=...)`` makes."""
     how = "cold" if cold else "warm"
+    what = f"strategy {strategy}, --repeat {repeat}, {how}"
     steps = [] if files_known else ["discovery: the unchanged command once, to find the checkpoint files it loads"]
     if strategy == "auto" and cold:
         with_cache, without = candidates(EVERY_CALL, True)[0], candidates(EVERY_CALL, False)[0]
@@ -59,10 +65,26 @@ def plan(strategy: str, repeat: int, *, files_known: bool, cold: bool = True) ->
                          f"(up to {2 * (repeat - 1)})")
         tried = max(len(with_cache), len(without))  # a mount keeps the page cache or drops it
         most = (0 if files_known else 1) + 1 + 1 + tried + 2 + 2 * (repeat - 1)
-        return Plan(steps, most, exact=False)
+        return Plan(steps, most, exact=False, what=what)
     fixed = f"readtrace {strategy}"
     for i in range(repeat):
         order = ("baseline", "fixed") if i % 2 == 0 else ("fixed", "baseline")
         steps += [f"{side} {i + 1}: " + ("the unchanged command" if side == "baseline" else fixed) + f", {how}"
                   for side in order]
-    return Plan(steps, len(steps), exact=True)
+    return Plan(steps, len(steps), exact=True, what=what)
+
+
+def render_plan(p: Plan, command: list[str], cwd: str | None, files: list[str] | None, shown: str | None,
+                out: TextIO) -> None:
+    """``fix --compare --plan``: the command, each run and the count (``shown``: whose trace it is from)."""
+    print(f"fix --compare plan (nothing was run): {p.what}", file=out)
+    print(f"  command: {printable(shlex.join(command))} (cwd {printable(cwd or os.getcwd())})", file=out)
+    if shown:
+        print(f"  {shown}", file=out)
+    if files:
+        print(f"  checkpoint files evicted before each run: {len(files)}", file=out)
+    for i, step in enumerate(p.steps, 1):
+        print(f"  {i:2d}. {step}", file=out)
+    print(f"The command runs {p.count()}: whatever it does besides loading (appending to a file, writing a "
+          "checkpoint, sending data) happens each time.", file=out)
+
