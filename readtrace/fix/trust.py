@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import shlex
 import stat
@@ -15,6 +14,7 @@ from pathlib import Path
 from readtrace.errors import UsageError
 from readtrace.escape import printable
 from readtrace.owners import user_name, writable_by_others
+from readtrace.validate import json_value
 
 MAX_META = 16 << 20  # a meta.json larger than this is not read here (load_trace judges it)
 
@@ -56,7 +56,7 @@ def checked_trace(trace: str | os.PathLike, *, trust: bool = False) -> tuple[str
             check("meta.json", info)
             if stat.S_ISREG(info.st_mode) and info.st_size <= MAX_META:
                 with contextlib.suppress(ValueError):
-                    meta = json.loads(os.pread(fd, MAX_META, 0))
+                    meta = json_value(os.pread(fd, MAX_META, 0))
         except OSError as e:
             linked = e.errno == errno.ELOOP  # meta.json is a symlink; else missing ...: load_trace says so
     foreign = sorted(owners - {me, 0})
