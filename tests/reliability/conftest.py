@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -90,3 +92,14 @@ def one_line(stderr: str) -> str:
     assert "Traceback" not in stderr, stderr
     assert len(lines) == 1, stderr
     return lines[0]
+
+
+@contextmanager
+def tmpfs_at(directory: Path, options: str) -> Iterator[Path]:
+    """A fresh directory with a private tmpfs mounted on it (``options``: ``size=64k`` ...); unmounted after."""
+    directory.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(directory)], check=True)
+    try:
+        yield directory
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], check=True)

@@ -5,7 +5,6 @@ without readtrace, and `fix --compare` reports the run unproven (exit 6), never 
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
@@ -13,7 +12,7 @@ from conftest import require
 from workloads import ebpf_ready
 
 from readtrace.errors import ExitStatus
-from reliability.conftest import readtrace
+from reliability.conftest import readtrace, tmpfs_at
 
 # Loads the checkpoint twice; between the loads, in the fixed run only, readtrace's manifest directory
 # disappears (``gone``) or its file system fills up (``full``). Its own result goes to result-SIDE.
@@ -58,13 +57,8 @@ def _results(tmp_path, side: str) -> list[str]:
 @pytest.fixture
 def tiny_fs(tmp_path, need_root):
     """A 2 MiB tmpfs at tmp_path/keep, unmounted after."""
-    keep = tmp_path / "keep"
-    keep.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0755", "tmpfs", str(keep)], check=True)
-    try:
+    with tmpfs_at(tmp_path / "keep", "size=2m,mode=0755") as keep:
         yield keep
-    finally:
-        subprocess.run(["umount", "-l", str(keep)], check=False)
 
 
 @pytest.mark.parametrize("strategy, recorded", [("own-fd", False), ("prefetch", False),

@@ -21,6 +21,7 @@ from conftest import require
 from readtrace.analyze.synthetic import load_case
 from readtrace.errors import ExitStatus
 from readtrace.trace import write_trace
+from reliability.conftest import tmpfs_at
 
 READTRACE = [sys.executable, "-m", "readtrace"]
 
@@ -51,16 +52,11 @@ def trace(tmp_path):
 @pytest.fixture
 def full_dir(tmp_path, need_root):
     """A 64 KiB tmpfs, filled up; unmounted after."""
-    d = tmp_path / "full"
-    d.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(d)], check=True)
-    try:
+    with tmpfs_at(tmp_path / "full", "size=64k") as d:
         with open(d / "filler", "wb") as f, pytest.raises(OSError):
             f.write(b"\0" * (1 << 20))
             f.flush()
         yield d
-    finally:
-        subprocess.run(["umount", str(d)], check=True)
 
 
 def test_html_into_a_missing_directory(trace, tmp_path):

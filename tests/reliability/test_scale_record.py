@@ -16,6 +16,7 @@ from conftest import require
 from workloads import ebpf_ready
 
 from readtrace.trace import load_trace
+from reliability.conftest import tmpfs_at
 
 pytestmark = pytest.mark.ebpf
 READTRACE = [sys.executable, "-m", "readtrace"]
@@ -30,13 +31,8 @@ def tmpfs(tmp_path):
     """A private tmpfs (sparse files up to 2**63, 100k inodes in seconds), unmounted after."""
     ok, why = ebpf_ready()
     require(ok, why)
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1g,nr_inodes=400k", "tmpfs", str(mnt)], check=True)
-    try:
+    with tmpfs_at(tmp_path / "tmpfs", "size=1g,nr_inodes=400k") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=True)
 
 
 def test_a_pread_at_2_62_of_a_sparse_file(tmpfs, tmp_path):
