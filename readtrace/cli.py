@@ -16,13 +16,20 @@ from readtrace.escape import degrade_unencodable
 from readtrace.memory import small_pages
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr (no usage block) and exit 2."""
+
+    def error(self, message: str):
+        self.exit(ExitStatus.USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="readtrace",
         description="Why is a model load slow on FUSE / network file systems? Record it, report it, fix it.",
     )
     parser.add_argument("--version", action="version", version=f"readtrace {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(module_name)
         doc = (module.__doc__ or "").strip()
@@ -92,7 +99,10 @@ def _cwd_exists() -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse has printed its line (or --help): its code is ours to return
+        return e.code if isinstance(e.code, int) else ExitStatus.USAGE
     if not getattr(args, "run", None):
         parser.print_help(sys.stderr)
         return ExitStatus.USAGE

@@ -32,8 +32,8 @@ def analyze_on_cluster(paths: list, thresholds: Thresholds | None, address: str)
     try:
         from distributed import Client
     except ImportError:
-        raise PrerequisiteError("--scheduler needs Dask's distributed scheduler: pip install "
-                                "'readtrace[dask]'") from None
+        raise PrerequisiteError("{option} needs Dask's distributed scheduler: pip install "
+                                "'readtrace[dask]'", option="scheduler") from None
     try:
         client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as e:

@@ -50,18 +50,18 @@ def checked_keep(keep: str | os.PathLike, creds: Credentials | None) -> Path:
     except FileExistsError:
         pass
     except OSError as e:
-        raise UsageError(f"--keep {printable(keep)}: cannot make it: {e.strerror}") from None
+        raise UsageError(f"{{option}} {printable(keep)}: cannot make it: {e.strerror}", option="keep") from None
     path = Path(os.path.realpath(path))
     st = os.stat(path)
     me = creds.uid if creds else os.geteuid()
     if not stat.S_ISDIR(st.st_mode):
-        raise UsageError(f"--keep {printable(keep)}: exists and is not a directory")
+        raise UsageError(f"{{option}} {printable(keep)}: exists and is not a directory", option="keep")
     if st.st_uid != me:
-        raise UsageError(f"--keep {printable(keep)}: owned by {user_name(st.st_uid)}, not by {user_name(me)}: "
-                         "refused (another user could plant links in it); give a directory of yours")
+        raise UsageError(f"{{option}} {printable(keep)}: owned by {user_name(st.st_uid)}, not by {user_name(me)}: "
+                         "refused (another user could plant links in it); give a directory of yours", option="keep")
     if writable_by_others(st):
-        raise UsageError(f"--keep {printable(keep)}: writable by group or others (mode "
-                         f"{stat.S_IMODE(st.st_mode):o}): refused; chmod go-w it or give another")
+        raise UsageError(f"{{option}} {printable(keep)}: writable by group or others (mode "
+                         f"{stat.S_IMODE(st.st_mode):o}): refused; chmod go-w it or give another", option="keep")
     return path
 
 
@@ -77,7 +77,7 @@ def _fresh_in(keep: Path, creds: Credentials | None) -> Path:
             continue
         _hand_over(work, creds)
         return work
-    raise UsageError(f"--keep {printable(keep)}: no free run-N name left")
+    raise UsageError(f"{{option}} {printable(keep)}: no free run-N name left", option="keep")
 
 
 def _hand_over(path: Path, creds: Credentials | None) -> None:

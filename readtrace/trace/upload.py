@@ -46,7 +46,7 @@ def check_upload_target(url: str, force: bool) -> StoreLocation:
     if there - {COMPLETE_MARKER, *TRACE_FILES}:
         raise UsageError(f"{url}: holds other objects than a readtrace trace; give another prefix")
     if COMPLETE_MARKER in there and not force:
-        raise UsageError(f"{url}: a trace is already there (--force replaces it)")
+        raise UsageError(f"{url}: a trace is already there ({{option}} replaces it)", option="force")
     return target  # free, or an upload that never finished (no marker): replaced
 
 
