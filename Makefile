@@ -23,7 +23,7 @@ $(VENV)/.stamp: pyproject.toml
 	@touch $@
 
 lint: venv
-	$(VENV)/bin/ruff check readtrace tests examples benchmarks
+	$(VENV)/bin/ruff check readtrace lab tests examples benchmarks
 
 # pytest exit 5 (no tests collected) is a failure, not a pass.
 test: setup lint

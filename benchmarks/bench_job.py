@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: lab/ (test harness, not shipped)
 from bench_report import GIB, WORKERS, machine, save_result, write_synthetic  # noqa: E402
 
 TARGET_S, TARGET_GIB = 60.0, 2.0  # issue 13: 10 nodes x 10 M events; the merging process at any size
@@ -109,7 +110,7 @@ def run_on_dask(directory: Path, workers: int) -> dict:
     """``run_job`` on a fresh local Dask cluster of ``workers`` single-threaded workers, warmed up."""
     from distributed import Client
 
-    from readtrace.compat.servers import DaskCluster
+    from lab.servers import DaskCluster
 
     with DaskCluster(directory.parent / f"dask{workers}", workers=workers) as cluster:
         with Client(cluster.address, set_as_default=False) as client:

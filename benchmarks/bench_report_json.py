@@ -1,6 +1,6 @@
 """Benchmark: `report --json` against the terminal report on a trace of many small files, side by side.
 
-A synthetic trace (readtrace.analyze.synthetic.small_files: N files of 100 bytes, each read back then
+A synthetic trace (lab.synthetic.small_files: N files of 100 bytes, each read back then
 forth) is analysed once; then each output is rendered --reps times into memory: the terminal report,
 --json (bounded: the first 100 files and 100 streams per kind) and --json --all. Printed as a table
 and saved as JSON. Before the bound (issue 8 item 13): 20k files gave 168 MB of JSON in 32 s.
@@ -16,15 +16,18 @@ import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from readtrace.analyze import analyze
-from readtrace.analyze.synthetic import small_files
-from readtrace.report.jsonreport import write_json
-from readtrace.report.terminal import TerminalReport
-from readtrace.trace import load_trace, write_trace
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: lab/ (test harness, not shipped)
+
+from lab.synthetic import small_files  # noqa: E402
+from readtrace.analyze import analyze  # noqa: E402
+from readtrace.report.jsonreport import write_json  # noqa: E402
+from readtrace.report.terminal import TerminalReport  # noqa: E402
+from readtrace.trace import load_trace, write_trace  # noqa: E402
 
 OUTPUTS = {
     "terminal": lambda a, out: TerminalReport(a).render(out),

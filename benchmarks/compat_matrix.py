@@ -1,7 +1,7 @@
 """The compatibility matrix: real FUSE clients x real loaders, each cell end to end through the CLI
-(readtrace.compat.cells: record, report --json, fix --compare --json, cold runs), plus the yardsticks
+(lab.cells: record, report --json, fix --compare --json, cold runs), plus the yardsticks
 of issue 10: ``dd bs=16M`` of the same bytes on the same mount (cold) and the same script on a warm
-local copy. Also, per client, shared-handle vs own-handle reads (readtrace.compat.handles): the
+local copy. Also, per client, shared-handle vs own-handle reads (lab.handles): the
 measurement behind the file-system knowledge table. Table printed, JSON saved.
 
     python benchmarks/compat_matrix.py --size-mib 256 --latency-ms 20
@@ -22,13 +22,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from readtrace.compat.cells import checkpoint_files, run_cell
-from readtrace.compat.checkpoints import build_all
-from readtrace.compat.clients import CLIENTS, missing, mounted
-from readtrace.compat.handles import probe
-from readtrace.compat.loaders import LOADERS
-from readtrace.fix.candidates import NO_HARM, SLOW_ABS_S, SLOW_MARGIN
-from readtrace.pagecache.evict import evict
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: lab/ (test harness, not shipped)
+
+from lab.cells import checkpoint_files, run_cell  # noqa: E402
+from lab.checkpoints import build_all  # noqa: E402
+from lab.clients import CLIENTS, missing, mounted  # noqa: E402
+from lab.handles import probe  # noqa: E402
+from lab.loaders import LOADERS  # noqa: E402
+from readtrace.fix.candidates import NO_HARM, SLOW_ABS_S, SLOW_MARGIN  # noqa: E402
+from readtrace.pagecache.evict import evict  # noqa: E402
 
 # Latency applies where the backend is an HTTP server or the lab model; sshfs and bindfs have none.
 LATENCY_CLIENTS = ("lab", "s3fs", "rclone", "httpdirfs")

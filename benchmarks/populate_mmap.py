@@ -2,7 +2,7 @@
 
     python benchmarks/populate_mmap.py --size-mib 256 --latency-ms 20 --clients lab-drop rclone
 
-Per client: a random file of --size-mib, readtrace/compat/scripts/raw_mmap_threads.py (one mmap, --workers threads each touching
+Per client: a random file of --size-mib, lab/scripts/raw_mmap_threads.py (one mmap, --workers threads each touching
 every page of its quarter) run by `fix --compare --strategy populate` (cold, interleaved, the mapped
 bytes' digests compared), a cold `dd bs=16M` of the file on the same mount, and the script warm on
 the local copy. Target (issue 25): populate within 1.5x of dd + the warm load. JSON lines printed.
@@ -20,8 +20,10 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from readtrace.compat.loaders import SCRIPTS
-from readtrace.fix.compare import compare
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: lab/ (test harness, not shipped)
+
+from lab.loaders import SCRIPTS  # noqa: E402
+from readtrace.fix.compare import compare  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from compat_matrix import dd_seconds  # noqa: E402  (the one cold dd of both matrices)
@@ -40,7 +42,7 @@ def client_mount(client: str, src: Path, work: Path, latency_ms: float):
         with mount(src, mnt, profile="gcsfuse", latency_ms=latency_ms, keep_cache=False):
             yield mnt
     else:
-        from readtrace.compat.clients import mounted
+        from lab.clients import mounted
 
         with mounted(client, src, work, latency_ms=latency_ms) as m:
             yield m.mountpoint

@@ -1,4 +1,4 @@
-"""`readtrace probe` on the compat suite's mounts (readtrace/compat/clients.py): one profile per client.
+"""`readtrace probe` on the compat suite's mounts (lab/clients.py): one profile per client.
 
     python benchmarks/probe_mounts.py --size-mib 128 --latency-ms 20 lab s3fs rclone httpdirfs sshfs bindfs
 
@@ -11,13 +11,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from readtrace.compat.clients import CLIENTS, missing, mounted
-from readtrace.fs.probe import probe
-from readtrace.report.mountprofile import profile_lines
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: lab/ (test harness, not shipped)
+
+from lab.clients import CLIENTS, missing, mounted  # noqa: E402
+from readtrace.fs.probe import probe  # noqa: E402
+from readtrace.report.mountprofile import profile_lines  # noqa: E402
 
 
 def main() -> int:

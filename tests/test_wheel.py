@@ -59,6 +59,14 @@ def test_the_wheel_ships_the_probes(wheel):
     assert "readtrace/inject/shim_sitecustomize.py" in names and not any(n.startswith("tests/") for n in names)
 
 
+def test_the_wheel_holds_no_test_harness(wheel):
+    """The lab harness (servers, FUSE clients, cells, synthetic traces) stays in the repository (issue 27)."""
+    names = zipfile.ZipFile(wheel).namelist()
+    harness = [n for n in names if n.startswith(("lab/", "benchmarks/", "readtrace/compat/"))
+               or n.endswith("/synthetic.py")]
+    assert harness == [] and any(n.startswith("readtrace/analyze/") for n in names)
+
+
 def test_installed_wheel_imports_from_itself(installed, tmp_path):
     code = ("import json, readtrace, readtrace.record.records, importlib.resources as r;"
             "print(json.dumps([readtrace.__file__, str(r.files('readtrace.probes'))]))")

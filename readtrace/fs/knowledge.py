@@ -20,7 +20,7 @@ class FsProfile:
     ``keeps_page_cache``: the kernel page cache of a file survives a new open() (the daemon replies
     FOPEN_KEEP_CACHE), so a prefetch before the loader's own open helps; None: not known.
     ``known``: False for the generic entry of a FUSE daemon the table does not name.
-    ``source``: where the judgement comes from (source code read, or measured by readtrace.compat).
+    ``source``: where the judgement comes from (source code read, or measured by the lab harness, lab/ in the repository).
     ``storage_model``: the what-if profile of readtrace/analyze/whatif.py for this file system (None:
     none models it; ``report --what-if mount`` then says so).
     """
@@ -35,7 +35,7 @@ class FsProfile:
     storage_model: str | None = None  # the what-if model (readtrace/analyze/whatif.py) that replays it
 
 
-# Measured with benchmarks/compat_matrix.py and tests/compat/test_knowledge.py (readtrace.compat.handles: 4 forked readers of
+# Measured with benchmarks/compat_matrix.py and tests/compat/test_knowledge.py (lab.handles: 4 forked readers of
 # contiguous quarters, one shared fd vs one fd each, cold, backend requests counted by the server)
 # and readtrace.pagecache.residency.cache_survives_open; see docs/compatibility.md.
 _MEASURED = "measured (docs/compatibility.md)"

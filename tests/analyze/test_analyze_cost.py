@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lab.synthetic import files_frame, load_case
 from readtrace.analyze import Thresholds, analyze
-from readtrace.analyze.synthetic import files_frame, load_case
 from readtrace.analyze.timesplit import shared_by_file, union_ns
 from readtrace.trace import make_trace
 

@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lab.synthetic import FUSE_CONN, FUSE_DEV, NODE, files_frame, load_case
 from readtrace.analyze import Thresholds, analyze
-from readtrace.analyze.synthetic import FUSE_CONN, FUSE_DEV, NODE, files_frame, load_case
 from readtrace.fs.knowledge import fs_profile
 from readtrace.trace import FUSE_READ, make_trace
 

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lab.synthetic import files_frame
 from readtrace.analyze import analyze, grouping
 from readtrace.analyze.grouping import (
     dense_codes,
@@ -20,7 +21,6 @@ from readtrace.analyze.grouping import (
     top_values_sorted,
     union_length,
 )
-from readtrace.analyze.synthetic import files_frame
 from readtrace.trace import make_trace
 
 intervals = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 200), st.integers(1, 50)), min_size=1,

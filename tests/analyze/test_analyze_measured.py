@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lab.synthetic import PARENT, KiB, MiB, files_frame, opens
 from readtrace.analyze import analyze
-from readtrace.analyze.synthetic import PARENT, KiB, MiB, files_frame, opens
 from readtrace.fs.profile import MountProfile
 from readtrace.report.mountprofile import PRIOR, basis_line
 from readtrace.report.prose import render
@@ -111,7 +111,7 @@ def test_the_storage_model_takes_the_measured_first_byte_and_bandwidth():
 
 @pytest.mark.parametrize("gain", [1.0, 1.6])
 def test_read_ahead_is_advised_only_where_it_measured_a_gain(gain):
-    from readtrace.analyze.synthetic import load_case
+    from lab.synthetic import load_case
 
     frames = load_case("sequential", chunk=128 * KiB, fstype="fuse.juicefs", path=PATH)
     frames["files"]["mountpoint"] = POINT

@@ -3,11 +3,11 @@
 import numpy as np
 import pandas as pd
 
+from lab.synthetic import load_case, opens, worker_reads
 from readtrace.analyze import Thresholds, analyze
 from readtrace.analyze.grouping import dense_codes
 from readtrace.analyze.interleave import classify_pieces
 from readtrace.analyze.streams import BaseOrders
-from readtrace.analyze.synthetic import load_case, opens, worker_reads
 from readtrace.trace import make_trace
 
 PIECE_COLUMNS = ["tid", "bytes", "consecutive_fraction", "sequential_fraction", "in_order_fraction",

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lab.synthetic import FUSE_CONN, files_frame
 from readtrace.analyze import Thresholds, analyze
-from readtrace.analyze.synthetic import FUSE_CONN, files_frame
 from readtrace.trace import FUSE_READ, load_trace, make_trace, write_trace
 
 PATH = "/data/m.bin"

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lab.synthetic import FUSE_CONN, NODE, files_frame, load_case
 from readtrace.analyze import analyze
-from readtrace.analyze.synthetic import FUSE_CONN, NODE, files_frame, load_case
 from readtrace.analyze.timesplit import union_by_group, union_ns
 from readtrace.analyze.whatif import mount_profile, profile, what_if
 from readtrace.cli import main

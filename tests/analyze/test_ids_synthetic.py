@@ -9,8 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from readtrace.analyze import analyze
-from readtrace.analyze.synthetic import (
+from lab.synthetic import (
     FUSE_CONN,
     KiB,
     files_frame,
@@ -18,6 +17,7 @@ from readtrace.analyze.synthetic import (
     opens,
     worker_reads,
 )
+from readtrace.analyze import analyze
 from readtrace.report import report_json
 from readtrace.report.terminal import TerminalReport
 from readtrace.trace import load_trace, write_trace

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from readtrace.analyze.synthetic import job_node
-from readtrace.compat.servers import DaskCluster, MotoServer
+from lab.servers import DaskCluster, MotoServer
+from lab.synthetic import job_node
 from readtrace.trace import load_trace, write_trace
 from readtrace.trace.location import COMPLETE_MARKER
 from readtrace.trace.upload import upload_trace

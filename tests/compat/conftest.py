@@ -1,6 +1,6 @@
 """Fixtures of the compatibility suite: the checkpoints (built once per session) and one mount per
 FUSE client (its servers on 127.0.0.1), unmounted and stopped at the end, also on failure or SIGTERM.
-The mount and server logic lives in readtrace.compat (shared with benchmarks/compat_matrix.py)."""
+The mount and server logic lives in lab (shared with benchmarks/compat_matrix.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import signal
 import pytest
 from conftest import require
 
-from readtrace.compat.checkpoints import build_all
-from readtrace.compat.clients import missing, mounted
+from lab.checkpoints import build_all
+from lab.clients import missing, mounted
 
 SIZE_MIB = int(os.environ.get("READTRACE_COMPAT_MIB", "64"))
 

@@ -1,4 +1,4 @@
-"""Real FUSE clients x real loaders, end to end through the CLI (readtrace.compat.cells): record
+"""Real FUSE clients x real loaders, end to end through the CLI (lab.cells): record
 succeeds with no lost events; the report flags the shared-handle pattern where the file system
 punishes it (the knowledge table, readtrace/fs/knowledge.py) and not where it does not; fix --compare
 loads identical tensors, faster where the baseline is slow, and where it is not either leaves the load
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import pytest
 from conftest import require
 
-from readtrace.compat.cells import run_cell
-from readtrace.compat.loaders import LOADERS
+from lab.cells import run_cell
+from lab.loaders import LOADERS
 from readtrace.errors import ExitStatus
 from readtrace.fs.knowledge import fs_profile
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from readtrace.compat.loaders import LOADERS
+from lab.loaders import LOADERS
 from readtrace.fix.candidates import candidates
 from readtrace.fix.compare import compare
 from readtrace.fix.levers import FORKED_SHARED, NO_FORKED_SHARING

@@ -15,7 +15,7 @@ import pytest
 from conftest import lab_mount, require
 from workloads import ebpf_ready
 
-from readtrace.compat.loaders import SCRIPTS
+from lab.loaders import SCRIPTS
 from readtrace.fix.compare import compare
 from readtrace.inject.inject import shim_environment
 from readtrace.inject.manifest import compare_manifests, read_manifest

@@ -17,9 +17,9 @@ import pytest
 from conftest import lab_mount, require
 from workloads import ebpf_ready
 
+from lab.checkpoints import build
 from readtrace.analyze import analyze
 from readtrace.analyze.attribution import innermost_calls
-from readtrace.compat.checkpoints import build
 from readtrace.report.prose import reads_from_lines
 from readtrace.trace import load_trace, write_trace
 from readtrace.trace.format import META_FILE

@@ -11,7 +11,7 @@ import pytest
 from conftest import require
 from workloads import ebpf_ready
 
-from readtrace.analyze.synthetic import load_case
+from lab.synthetic import load_case
 from readtrace.errors import ExitStatus
 from readtrace.trace import write_trace
 from reliability.conftest import one_line, readtrace

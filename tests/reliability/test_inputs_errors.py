@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import require
 
-from readtrace.analyze.synthetic import load_case
+from lab.synthetic import load_case
 from readtrace.errors import ExitStatus
 from readtrace.trace import write_trace
 from reliability.conftest import tmpfs_at

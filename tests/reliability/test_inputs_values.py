@@ -13,8 +13,8 @@ import sys
 import pytest
 from conftest import require
 
+from lab.synthetic import load_case
 from readtrace.analyze import Thresholds
-from readtrace.analyze.synthetic import load_case
 from readtrace.analyze.thresholds import RANGES
 from readtrace.cli import main
 from readtrace.errors import ExitStatus, ReadtraceError

@@ -7,7 +7,7 @@ import contextlib
 import io
 import json
 
-from readtrace.analyze.synthetic import small_files
+from lab.synthetic import small_files
 from readtrace.cli import main
 from readtrace.report.jsonreport import LIST_FILES, LIST_STREAMS
 from readtrace.trace import write_trace
@@ -41,7 +41,7 @@ def test_json_is_bounded_by_default_and_complete_with_all(tmp_path):
 
 
 def test_interleaved_streams_are_always_listed(tmp_path):
-    from readtrace.analyze.synthetic import load_case
+    from lab.synthetic import load_case
 
     frames = load_case("shared", workers=4, chunks=16)
     report, _ = _json(str(write_trace(tmp_path / "shared.rtrace", **frames)), "--json")

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from readtrace.analyze.synthetic import load_case
+from lab.synthetic import load_case
 from readtrace.cli import main
 from readtrace.trace import write_trace
 from readtrace.trace.completeness import completeness

@@ -17,8 +17,8 @@ import pytest
 from conftest import require
 from workloads import ebpf_ready
 
+from lab.synthetic import load_case
 from readtrace.analyze import analyze
-from readtrace.analyze.synthetic import load_case
 from readtrace.report.terminal import TerminalReport, relevant_streams
 from readtrace.trace import load_trace, make_trace, write_trace
 from reliability.conftest import readtrace

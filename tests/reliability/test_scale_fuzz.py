@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from readtrace.analyze.synthetic import load_case
+from lab.synthetic import load_case
 from readtrace.cli import main
 from readtrace.trace import TABLES, runs, write_trace
 

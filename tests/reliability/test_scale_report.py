@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from readtrace.analyze.synthetic import small_files
+from lab.synthetic import small_files
 from readtrace.cli import main
 from readtrace.trace import write_trace
 from readtrace.trace.runs import MAX_CALLS

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
+from lab.synthetic import load_case
 from readtrace.analyze import analyze
-from readtrace.analyze.synthetic import load_case
 from readtrace.cli import main
 from readtrace.report import report_json
 from readtrace.report.html import render_html
@@ -134,7 +134,7 @@ def _libraries_and_checkpoint():
     """The seed case plus the libraries a real load reads: the table leads with the checkpoint."""
     import pandas as pd
 
-    from readtrace.analyze.synthetic import files_frame
+    from lab.synthetic import files_frame
 
     frames = load_case("shared")
     libs = [f"/opt/venv/lib/python3.11/site-packages/torch/lib/lib{n}.so" for n in ("torch_cpu", "c10", "gomp")]

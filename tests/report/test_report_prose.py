@@ -1,8 +1,8 @@
 """The English of findings is rendered in report/ from their figures: a few lines compared whole."""
 
+from lab.synthetic import load_case
 from readtrace.analyze import analyze
 from readtrace.analyze.finding import ColdCache, SmallRequests
-from readtrace.analyze.synthetic import load_case
 from readtrace.report.prose import render
 from readtrace.report.units import fmt_seconds, fmt_top
 from readtrace.trace import make_trace

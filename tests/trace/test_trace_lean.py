@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lab.synthetic import FUSE_DEV, NODE, files_frame, load_case, opens, worker_reads
 from readtrace.analyze import analyze
-from readtrace.analyze.synthetic import FUSE_DEV, NODE, files_frame, load_case, opens, worker_reads
 from readtrace.errors import TraceError
 from readtrace.report.jsonreport import report_json
 from readtrace.trace import READ_COLUMNS, READ_OPS, TABLES, TraceWriter, load_trace, write_trace

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from readtrace.compat.servers import DelayProxy, MotoServer, RangeServer, RequestLog, Sshd, stop_process
+from lab.servers import DelayProxy, MotoServer, RangeServer, RequestLog, Sshd, stop_process
 
 CLIENTS = ("lab", "s3fs", "rclone", "sshfs", "httpdirfs", "bindfs", "local")
 # What each client needs on PATH (Debian packages in scripts/setup-system.sh).

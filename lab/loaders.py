@@ -13,8 +13,8 @@ SCRIPTS = Path(__file__).with_name("scripts")
 @dataclass(frozen=True)
 class Loader:
     name: str
-    script: str  # under readtrace/compat/scripts/
-    checkpoint: str  # a kind of readtrace.compat.checkpoints
+    script: str  # under lab/scripts/
+    checkpoint: str  # a kind of lab.checkpoints
     target: str  # what the script is given, relative to the checkpoint directory ("" = the directory)
     shares_handle: bool  # several tasks read through one open file (threads on a mapping, forked fd)
     shim_sees: bool  # loads through safetensors or torch.load, so fix --compare's shim sees its tensors

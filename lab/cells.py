@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from readtrace.compat.loaders import Loader
+from lab.loaders import Loader
 from readtrace.errors import ExitStatus
 from readtrace.pagecache.evict import evict
 
