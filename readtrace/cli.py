@@ -10,9 +10,9 @@ import sys
 
 from readtrace import __version__
 from readtrace.commands import COMMANDS
-from readtrace.commands.exits import HANDLED, fail
 from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.escape import degrade_unencodable
+from readtrace.exits import HANDLED, fail
 from readtrace.memory import small_pages
 
 

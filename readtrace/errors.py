@@ -2,7 +2,7 @@
 
 Library code raises these and knows nothing of flags or exit codes: a message that names one of the
 caller's options writes ``{option}``, which reads as the parameter (``ring_mib``) in Python and as the
-flag (``--ring-mib``) on the command line. ``readtrace.commands.exits`` is the one place that turns an
+flag (``--ring-mib``) on the command line. ``readtrace.exits`` is the one place that turns an
 error into a stderr line and an exit code. The loader's drop-in errors (``readtrace.loader.errors``)
 are ValueError/RuntimeError/OSError, the way ``safetensors.torch.load_file`` raises them."""
 

@@ -1,5 +1,5 @@
 """Library errors are typed and name no flag; the command line alone words them (flags) and picks the
-exit code (readtrace.commands.exits), the same codes README's "Guarantees" lists."""
+exit code (readtrace.exits), the same codes README's "Guarantees" lists."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from readtrace import errors
-from readtrace.commands.exits import EXIT_STATUS, error_line, exit_status
 from readtrace.errors import ExitStatus, InputError, ReadtraceError, UsageError
+from readtrace.exits import EXIT_STATUS, error_line, exit_status
 from readtrace.record.recorder import check_ring_mib
 from readtrace.replace import check_target
 

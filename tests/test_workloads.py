@@ -12,8 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from readtrace.commands.exits import exit_status
 from readtrace.errors import ExitStatus, ReadtraceError
+from readtrace.exits import exit_status
 from readtrace.loader.errors import LoaderError
 from readtrace.workloads import PATTERNS, digest, load_checkpoint, make_checkpoint
 from readtrace.workloads.layout import read_layout, split_contiguous

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from readtrace.commands.exits import HANDLED, fail
 from readtrace.errors import UsageError
+from readtrace.exits import HANDLED, fail
 from readtrace.workloads.layout import CODES
 
 LAYERS = 8

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from readtrace.commands.exits import HANDLED, fail
 from readtrace.errors import ExitStatus, InputError, PrerequisiteError, UsageError
+from readtrace.exits import HANDLED, fail
 from readtrace.workloads.layout import TensorInfo, read_layout
 from readtrace.workloads.patterns import PATTERNS, Tensors
 

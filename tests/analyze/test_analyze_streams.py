@@ -177,8 +177,8 @@ def test_fuse_requests_map_to_the_only_file_on_their_connection():
 def test_thresholds_override_and_errors():
     th = Thresholds().override(["small_request_fraction=0.5", "evidence_lines=3"])
     assert th.small_request_fraction == 0.5 and th.evidence_lines == 3
-    from readtrace.commands.exits import error_line
     from readtrace.errors import UsageError
+    from readtrace.exits import error_line
     for bad in (["nope=1"], ["evidence_lines"], ["evidence_lines=x"]):
         with pytest.raises(UsageError, match="^threshold ") as e:  # the parameter, not the flag
             Thresholds().override(bad)

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file as reference_load
 from safetensors.torch import save_file
 
-from readtrace.commands.exits import exit_status
 from readtrace.errors import ExitStatus
+from readtrace.exits import exit_status
 from readtrace.inject.manifest import raw_bytes
 from readtrace.loader.errors import DeviceUnavailableError
 from readtrace.loader.header import DTYPES, CheckpointFormatError

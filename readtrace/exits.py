@@ -1,4 +1,5 @@
-"""The one place where an error becomes what the user sees: one stderr line and an exit code."""
+"""The one place where an error becomes what the user sees: one stderr line and an exit code.
+Beside errors.py, not in commands/: the example loaders' mains use it without importing the commands."""
 
 from __future__ import annotations
 
