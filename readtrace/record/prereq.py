@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from readtrace.errors import PrerequisiteError
-from readtrace.record.program import FUSE_SOURCE, SOURCES, probe_text
+from readtrace.record.probefiles import probe_text
+from readtrace.record.program import FUSE_SOURCE, SOURCES
 
 TRACEFS = Path("/sys/kernel/tracing")
 CAP_PERFMON, CAP_BPF, CAP_SYS_ADMIN = 38, 39, 21

@@ -8,13 +8,12 @@ another kernel build.
 from __future__ import annotations
 
 import re
-from importlib import resources
-from pathlib import Path
 
 from readtrace.record.btf import BTFError, kernel_btf
+from readtrace.record.probefiles import kind_numbers, probe_text
+from readtrace.record.records import layout_asserts
 from readtrace.trace.schema import FUSE_READ, RUN_SPAN_NS
 
-HEADER = "readtrace.h"
 # The programs that attach: each file #includes what it uses (fuse.bpf.c under #if WITH_FUSE).
 ENTRY_SOURCES = ("syscalls.bpf.c", "proc.bpf.c", "sched.bpf.c")
 SOURCES = ("common.bpf.c", "app.bpf.c", "sched.bpf.c", "pages.bpf.c", "proc.bpf.c", "syscalls.bpf.c")  # always compiled
@@ -86,25 +85,10 @@ CONSTANTS = {
 }
 
 
-def probe_text(name: str) -> str:
-    """One file of probes/, the package data of ``readtrace.probes`` (in a wheel as in a checkout)."""
-    try:
-        probes = resources.files("readtrace.probes")
-    except ModuleNotFoundError:  # an editable install made before probes/ was package data
-        probes = Path(__file__).resolve().parents[2] / "probes"
-    return probes.joinpath(name).read_text()
-
-
 def merged_page_kinds() -> int:
     """How many page kinds keep a merged run per thread (pages.bpf.c): RT_FAULT .. RT_MISS."""
     kinds = kind_numbers()
     return kinds["MISS"] - kinds["FAULT"] + 1
-
-
-def kind_numbers() -> dict[str, int]:
-    """RT_* record kinds parsed from probes/readtrace.h (one definition for C and Python)."""
-    body = re.search(r"enum rt_kind \{(.*?)\};", probe_text(HEADER), re.S).group(1)
-    return {name: int(num) for name, num in re.findall(r"RT_(\w+)\s*=\s*(\d+)", body)}
 
 
 # Layouts the probes rely on without a token: fd_to_file reads struct fdtable's head in one go.
@@ -162,8 +146,6 @@ def build_source(*, with_fuse: bool, coalesce: bool = True, ring_bytes: int = EV
                  cgroup: int | None = None) -> str:
     """The final C text of the probes, as compiled (BTFError when the kernel lacks a struct).
     ``cgroup``: the id (inode number) of a cgroup v2 directory whose joining processes are traced."""
-    from readtrace.record.records import layout_asserts
-
     seen: set[str] = set()
     parts = [expand_includes(name, seen) for name in ENTRY_SOURCES] + [layout_asserts()]
     if ring_bytes < PAGE_SIZE or ring_bytes & (ring_bytes - 1):

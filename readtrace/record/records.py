@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from readtrace.record.program import HEADER, kind_numbers, probe_text
+from readtrace.record.probefiles import HEADER, kind_numbers, probe_text
 
 KIND = kind_numbers()
 

@@ -8,7 +8,8 @@ from conftest import require
 
 from readtrace.record.btf import VMLINUX_BTF
 from readtrace.record.decode import Decoder, _factorize_files, exit_status
-from readtrace.record.program import BTF_TOKENS, CONSTANTS, SYSCALL_NUMBERS, build_source, kind_numbers
+from readtrace.record.probefiles import kind_numbers
+from readtrace.record.program import BTF_TOKENS, CONSTANTS, SYSCALL_NUMBERS, build_source
 from readtrace.record.records import EVENT_DTYPE, KIND, STR_EVENT_DTYPE, event_view, layout_asserts, str_view
 
 
