@@ -171,8 +171,7 @@ def note_for_mount(mountpoint: str) -> tuple[Path, dict] | None:
 
 def _take_down(data: dict) -> list[str]:
     """Stop a note's daemon and unmount its mount (only if they are still ours)."""
-    from readtrace.fs.mounts import mount_at
-    from readtrace.simfs.mount import force_unmount
+    from readtrace.fs.mounts import force_unmount, mount_at
 
     done = []
     point = data.get("mountpoint")
@@ -237,9 +236,10 @@ def sweep(say) -> list[str]:
 
 
 def _mounts_below(path: str) -> list[str]:
+    from readtrace.fs.mounts import parse_mountinfo
+
     root = os.path.realpath(path)
-    with open("/proc/self/mountinfo", encoding="utf-8") as f:
-        points = [line.split()[4] for line in f]
+    points = [m.mountpoint for m in parse_mountinfo(Path("/proc/self/mountinfo").read_bytes())]
     return [p for p in points if p == root or p.startswith(root + os.sep)]
 
 

@@ -1,12 +1,15 @@
 """Mounts and FUSE daemons: the one mountinfo parser and Mount type, where a file lives, who serves
-each FUSE mount."""
+each FUSE mount, and taking a FUSE mount down (``force_unmount``)."""
 
 from __future__ import annotations
 
 import os
 import re
+import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from readtrace.errors import ReadtraceError
 
 DEV_FUSE = "/dev/fuse"
 FUSE_CONNECTIONS = Path("/sys/fs/fuse/connections")
@@ -127,6 +130,17 @@ def mount_at(mountpoint: str | os.PathLike) -> Mount | None:
     """The mount whose mount point is exactly ``mountpoint`` (the last: mounts stack), or None."""
     want = os.path.realpath(mountpoint)
     return next((m for m in reversed(read_mounts()) if m.mountpoint == want), None)
+
+
+def force_unmount(mountpoint: str | Path) -> bool:
+    """Unmount with fusermount3, lazily when busy. True when something was unmounted."""
+    if mount_at(mountpoint) is None:
+        return False
+    for flags in ("-u", "-uz"):
+        done = subprocess.run(["fusermount3", flags, str(mountpoint)], capture_output=True, text=True)
+        if done.returncode == 0:
+            return True
+    raise ReadtraceError(f"could not unmount {mountpoint}: {done.stderr.strip()}")
 
 
 def fuse_connections(mounts: list[Mount]) -> set[int]:

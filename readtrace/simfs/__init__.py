@@ -9,7 +9,8 @@
 The daemon always runs in a process of its own (readtrace.simfs.daemon).
 """
 
+from readtrace.fs.mounts import force_unmount, mount_at
 from readtrace.simfs.model import PROFILES
-from readtrace.simfs.mount import SimMount, force_unmount, mount, mount_at
+from readtrace.simfs.mount import SimMount, mount
 
 __all__ = ["PROFILES", "SimMount", "force_unmount", "mount", "mount_at"]

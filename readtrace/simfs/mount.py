@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from readtrace import runstate
 from readtrace.errors import InputError, PrerequisiteError, ReadtraceError, UsageError
-from readtrace.fs.mounts import mount_at
+from readtrace.fs.mounts import force_unmount, mount_at
 from readtrace.simfs.config import SimConfig
 from readtrace.simfs.link import check_rate
 from readtrace.simfs.log import count, read_records, requests_frame
@@ -50,17 +50,6 @@ def check_paths(src: str | Path, mountpoint: str | Path) -> None:
         raise InputError(f"simfs mount point is already a mount: {mountpoint}")
     if os.listdir(mountpoint):
         raise InputError(f"simfs mount point is not empty: {mountpoint}")
-
-
-def force_unmount(mountpoint: str | Path) -> bool:
-    """Unmount with fusermount3, lazily when busy. True when something was unmounted."""
-    if mount_at(mountpoint) is None:
-        return False
-    for flags in ("-u", "-uz"):
-        done = subprocess.run(["fusermount3", flags, str(mountpoint)], capture_output=True, text=True)
-        if done.returncode == 0:
-            return True
-    raise ReadtraceError(f"could not unmount {mountpoint}: {done.stderr.strip()}")
 
 
 class SimMount:

@@ -11,7 +11,7 @@ import pytest
 
 from readtrace import runstate
 from readtrace.errors import ExitStatus
-from reliability.conftest import one_line, readtrace
+from reliability.conftest import one_line, readtrace, tmpfs_at
 
 NOBODY = 65534
 
@@ -91,3 +91,20 @@ def test_a_note_owned_by_someone_else_is_ignored(tmp_path, monkeypatch, need_roo
     note = _plant(state, victim)
     assert runstate.clean_stale() == []
     assert (victim / "data").exists() and note.exists()
+
+
+def test_a_temp_dir_with_a_mount_inside_stays_also_when_its_name_has_spaces(tmp_path, monkeypatch, need_root):
+    """mountinfo writes a space as \\040: the mounts below a temp path are found from the one mountinfo
+    reader (fs/mounts.py, unescaped), so a stale note never removes the files of a mount inside it."""
+    state = tmp_path / "state"
+    monkeypatch.setenv(runstate.STATE_DIR_ENV, str(state))
+    runstate.state_dir()
+    temp = tmp_path / f"{runstate.PREFIX}fix a b"
+    temp.mkdir()
+    with tmpfs_at(temp / "mounted c", "size=64k") as inside:
+        (inside / "data").write_text("keep me\n")
+        note = state / f"fix-{_dead_pid()}-abcdef.json"
+        note.write_text(json.dumps({"kind": "fix", "owner_pid": _dead_pid(), "owner_start": "1",
+                                    "temp_paths": [str(temp)]}))
+        assert runstate.clean_stale() == []
+        assert (inside / "data").read_text() == "keep me\n"
