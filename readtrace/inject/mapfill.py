@@ -2,15 +2,17 @@
 
 For any loader that maps a checkpoint with Python's ``mmap.mmap(fd, ...)`` (a raw mmap, numpy.memmap,
 gguf's GGUFReader, np.load(mmap_mode=...)): ``install`` makes ``mmap.mmap`` a subclass that, for a
-mapping of one of the rerun's checkpoint files (``Rerun.files``), starts one background thread that
-reopens the loader's own open file (``/proc/self/fd/N``: the same inode, whatever its path is now)
-and reads it front to back in 16 MiB reads into one reused buffer: the reads only fill the page cache
-the loader's threads then fault on. On a FUSE mount that drops the page cache on every open, that
-open comes after the loader's, so what it reads stays; and the daemon sees one sequential reader on
-a handle of its own. Reading through a duplicate of the loader's fd (``os.dup``, the same handle)
-interleaves with the loader's faults on that handle: measured 1.5x instead of 13x (docs/fix.md);
-it is the fallback where the reopen fails (``populate`` strategy). Any error of ours returns the
-user's mapping as made, or ends the thread and leaves the load as it was; it is noted
+mapping of one of the rerun's checkpoint files (``Rerun.files``), starts one helper process that
+reopens the loader's own open file (``/proc/self/fd/N`` of a duplicate it inherits: the same inode,
+whatever its path is now) and reads it front to back in 2 MiB reads into one reused buffer: the reads
+only fill the page cache the loader's threads then fault on. On a FUSE mount that drops the page cache
+on every open, that open comes after the loader's, so what it reads stays; and the daemon sees one
+sequential reader on a handle of its own. A process, not a thread: a thread touching a mapping
+(``m[i]``, a slice) holds the GIL through its page fault, so a filling thread waited for every slow
+fault of the loader's threads between two of its reads (rclone, 256 MiB, 4 threads: 34.5 s -> 18.7 s
+with a thread, docs/fix.md). The helper is stopped when the user's process exits (its stretch of work
+is the load's); a fork of the user's process may start its own. Any error of ours returns the user's
+mapping as made, or ends the helper and leaves the load as it was; it is noted
 (readtrace.inject.failclosed: stderr once, the run unproven).
 
 In every rerun (baseline too), a mapping of a checkpoint made outside a loader call the shim records
@@ -40,6 +42,7 @@ _STARTED: set[tuple[int, int]] = set()  # (st_dev, st_ino) of the files this pro
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # checkpoint mappings not digested yet
 _LOCK = threading.Lock()
 _CONFIG: dict = {}  # "rerun", "files": {(st_dev, st_ino): path}
+_HELPERS: list = []  # the fill processes this process started (subprocess.Popen)
 
 
 def install(rerun: Rerun) -> None:
@@ -54,6 +57,7 @@ def install(rerun: Rerun) -> None:
     _CONFIG.update(rerun=rerun, files=files)
     mmap.mmap = _Mapping
     atexit.register(_digest_all)
+    atexit.register(_stop_helpers)  # registered last, so it runs first: the digests read the mapping after
 
 
 class _Mapping(_ORIGINAL):
@@ -101,7 +105,8 @@ def _mapped(mapping) -> None:
 
 @guarded("populate")
 def _started(fileno: int, info: dict) -> None:
-    """Start filling the file from the loader's open file (see ``_fill``), once per file and process."""
+    """Start filling the file from the loader's open file (``main``, in a helper process), once per file
+    and process."""
     rerun = _CONFIG["rerun"]
     if rerun.strategy != POPULATE:
         return
@@ -109,24 +114,65 @@ def _started(fileno: int, info: dict) -> None:
         if info["key"] in _STARTED:
             return
         _STARTED.add(info["key"])
-    fd = os.dup(fileno)  # the loader may close its fd right after mmap(): the thread reopens this one
+    import subprocess
+
+    fd = os.dup(fileno)  # the loader may close its fd right after mmap(): the helper reopens this one
     try:
-        threading.Thread(target=_fill, args=(fd, info["path"], rerun), name="readtrace-populate", daemon=True).start()
-    except BaseException:
+        root = os.path.dirname(os.path.dirname(sys.modules["readtrace"].__path__[0]))
+        # -S: no site, so no sitecustomize (the shim) in the helper; readtrace and the standard library only
+        helper = subprocess.Popen(
+            [sys.executable, "-S", "-c", f"import sys; sys.path.insert(0, {root!r}); "
+             "from readtrace.inject.mapfill import main; main()", str(fd), info["path"]],
+            pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    finally:
         os.close(fd)
-        raise
+    _HELPERS.append(helper)
+
+
+def _stop_helpers() -> None:
+    """At exit: a helper still reading is stopped (it notes how far it got) and waited for, so that none
+    outlives the load (the next cold run's eviction must not race it)."""
+    for helper in _HELPERS:
+        if helper.poll() is None:
+            helper.terminate()
+        with contextlib.suppress(Exception):
+            helper.wait(timeout=10)
+        if helper.poll() is None:
+            helper.kill()
+            helper.wait()
+
+
+def main() -> None:
+    """The helper process: ``FD PATH`` (an inherited duplicate of the loader's fd, the file's name)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _stopped)
+    loader_fd, path = int(sys.argv[1]), sys.argv[2]
+    rerun = Rerun.from_env()
+    _CONFIG.update(rerun=rerun)
+    _fill(loader_fd, path, rerun)
+
+
+class _Stopped(Exception):
+    """The user's process exited before the fill was done."""
+
+
+def _stopped(signum, frame):
+    raise _Stopped("stopped: the load ended first")
 
 
 def _fill(loader_fd: int, path: str, rerun: Rerun) -> None:
     """Read the whole file front to back into one reused buffer, on a new open of the loader's open
     file (else on the loader's handle itself); note what it did."""
-    started, done, error, how, fd = time.perf_counter(), 0, None, "loader's fd", loader_fd
+    started, progress, error, how, fd = time.perf_counter(), [0], None, "loader's fd", loader_fd
     try:
         with contextlib.suppress(OSError):
             fd, how = os.open(f"/proc/self/fd/{loader_fd}", os.O_RDONLY | os.O_CLOEXEC), "reopened"
         if fd != loader_fd:
             os.close(loader_fd)
-        done = _read_around_readers(fd, os.fstat(fd).st_size)
+        _read_around_readers(fd, os.fstat(fd).st_size, progress)
+    except _Stopped as e:
+        error = str(e)
     except Exception as e:  # noqa: BLE001 - fail closed: the loader reads what it needs itself
         error = f"{type(e).__name__}: {e}"
         failed("populate", e)
@@ -134,22 +180,22 @@ def _fill(loader_fd: int, path: str, rerun: Rerun) -> None:
         with contextlib.suppress(OSError):
             os.close(fd)
     record = {"event": "call", "call": "populate", "file": path, "strategy": rerun.strategy, "how": how,
-              "seconds": time.perf_counter() - started, "bytes": done, "tensors": 0, "nested": True,
+              "seconds": time.perf_counter() - started, "bytes": progress[0], "tensors": 0, "nested": True,
               "pid": os.getpid()}
     if error:
         record["note"] = error
     _note([record])
 
 
-def _read_around_readers(fd: int, size: int) -> int:
+def _read_around_readers(fd: int, size: int, progress: list[int]) -> None:
     """Read the file front to back in STEP reads, skipping past stretches already in the page cache
     or being read (cachestat counts both): a loader thread is there, and a read of pages it is
     fetching would wait for each of its slow requests instead of streaming ahead of it. The stretches
-    skipped are read at the end (mostly cached by then). Returns the bytes read."""
-    from readtrace.pagecache.residency import cached_in  # in the thread: the hook itself stays cheap
+    skipped are read at the end (mostly cached by then). ``progress[0]``: the bytes read so far."""
+    from readtrace.pagecache.residency import cached_in  # in the helper: the hook itself stays cheap
 
     buf = memoryview(bytearray(min(STEP, max(size, 1))))
-    done, pos, skipped = 0, 0, []
+    pos, skipped = 0, []
     while pos < size:  # reads, not POSIX_FADV_WILLNEED: FUSE skips readahead when its queue is busy
         n = min(STEP, size - pos)
         if cached_in(fd, pos, n):
@@ -158,21 +204,19 @@ def _read_around_readers(fd: int, size: int) -> int:
                 pos += STEP
             skipped.append((start, min(pos, size)))
             continue
-        done += _read_range(fd, buf, pos, pos + n)
+        _read_range(fd, buf, pos, pos + n, progress)
         pos += n
     for start, end in skipped:
-        done += _read_range(fd, buf, start, end)
-    return done
+        _read_range(fd, buf, start, end, progress)
 
 
-def _read_range(fd: int, buf: memoryview, start: int, end: int) -> int:
-    done = 0
-    while start + done < end:
-        got = os.preadv(fd, [buf[:min(len(buf), end - start - done)]], start + done)
+def _read_range(fd: int, buf: memoryview, start: int, end: int, progress: list[int]) -> None:
+    while start < end:
+        got = os.preadv(fd, [buf[:min(len(buf), end - start)]], start)
         if got <= 0:
             break
-        done += got
-    return done
+        start += got
+        progress[0] += got
 
 
 def _inside_recorded_call() -> bool:
@@ -216,10 +260,11 @@ def _note(records: list[dict]) -> None:
 
 
 def _forget_in_child() -> None:
-    """A forked child has no filling thread: it may start its own (its parent's fd is shared)."""
+    """A forked child's fills are its parent's to stop: it may start its own (its parent's fd is shared)."""
     global _LOCK
     _LOCK = threading.Lock()
     _STARTED.clear()
+    _HELPERS.clear()
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
