@@ -50,8 +50,9 @@ OWN = {
     "both": "readtrace fix --strategy both -- CMD",
     OWN_FD_PER_FORK: "open the checkpoint in each worker, after the fork, not before "
                      "(or readtrace fix --strategy own-fd-per-fork -- CMD)",
-    POPULATE: "right after mmap(), read the file front to back in a thread, in 2 MiB reads on "
-              "open(f'/proc/self/fd/{fd}') of the fd you mapped (or readtrace fix --strategy populate -- CMD)",
+    POPULATE: "right after mmap(), read the file front to back in another process (a thread waits for the GIL "
+              "behind the loader's page faults), in 2 MiB reads on open(f'/proc/{pid}/fd/{fd}') of the fd you "
+              "mapped (or readtrace fix --strategy populate -- CMD)",
 }
 MAPPED = "mmap"  # the manifest's note of a checkpoint the script mapped with Python's mmap (inject/mapfill.py)
 
