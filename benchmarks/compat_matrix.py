@@ -32,8 +32,9 @@ from lab.loaders import LOADERS  # noqa: E402
 from readtrace.fix.candidates import NO_HARM, SLOW_ABS_S, SLOW_MARGIN  # noqa: E402
 from readtrace.pagecache.evict import evict  # noqa: E402
 
-# Latency applies where the backend is an HTTP server or the lab model; sshfs and bindfs have none.
-LATENCY_CLIENTS = ("lab", "s3fs", "rclone", "httpdirfs")
+# Latency applies where the backend is an HTTP server, S3 (JuiceFS) or the lab model, and to sshfs as the
+# round trip of a relay in front of its sshd; bindfs, squashfuse and local have none.
+LATENCY_CLIENTS = ("lab", "s3fs", "rclone", "httpdirfs", "juicefs", "sshfs")
 
 
 def dd_seconds(files: list[str], runs: int = 1) -> float:
@@ -106,7 +107,7 @@ def main() -> int:
         with mounted(client, work / "checkpoints", work / f"mount-{client}", latency_ms=latency) as m:
             if not args.no_handles:
                 path = m.mountpoint / built["safetensors"].name / "model.safetensors"
-                runs = probe(path, lambda m=m, path=path: m.backend_requests(path.name))
+                runs = probe(path, lambda m=m, path=path: m.backend_requests(path.name), backing=m.backing)
                 handles.append({"client": client, "fstype": m.fstype, "latency_ms": latency,
                                 **{f"{k}_{f}": getattr(v, f) for k, v in runs.items()
                                    for f in ("seconds", "requests")}})
@@ -116,7 +117,8 @@ def main() -> int:
                 directory = m.mountpoint / built[loader.checkpoint].name
                 cell_work = work / "cells" / f"{client}-{name}"
                 try:
-                    r = run_cell(loader, directory, cell_work, repeat=args.repeat, timeout=args.cell_timeout)
+                    r = run_cell(loader, directory, cell_work, repeat=args.repeat, timeout=args.cell_timeout,
+                                 backing=m.backing)
                 except subprocess.TimeoutExpired as e:  # one cell's overrun is a row, not the end of the run
                     rows.append({"client": client, "loader": name, "fstype": m.fstype, "latency_ms": latency,
                                  "size_mib": args.size_mib, "error": f"timed out after {e.timeout:.0f} s: {e.cmd[1:3]}"})

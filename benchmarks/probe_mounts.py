@@ -1,6 +1,7 @@
 """`readtrace probe` on the compat suite's mounts (lab/clients.py): one profile per client.
 
-    python benchmarks/probe_mounts.py --size-mib 128 --latency-ms 20 lab s3fs rclone httpdirfs sshfs bindfs
+    python benchmarks/probe_mounts.py --size-mib 128 --latency-ms 20 lab s3fs rclone httpdirfs sshfs bindfs \
+        juicefs squashfuse
 
 Each client serves a fresh random file of --size-mib through its mount (servers on 127.0.0.1, stopped
 after); prints the profile (docs/probe.md) and, with --json FILE, writes them all.
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 from lab.clients import CLIENTS, missing, mounted  # noqa: E402
 from readtrace.fs.probe import probe  # noqa: E402
+from readtrace.pagecache.evict import evict  # noqa: E402
 from readtrace.report.mountprofile import profile_lines  # noqa: E402
 
 
@@ -43,6 +45,7 @@ def main() -> int:
                 print(f"{client}: skipped ({why})")
                 continue
             with mounted(client, src, Path(work) / client, latency_ms=args.latency_ms) as m:
+                evict([str(p) for p in m.backing])  # squashfuse's image: cold under the mount too
                 started = time.monotonic()
                 p = probe(m.path("model.bin"))
                 print(f"== {client} ({time.monotonic() - started:.1f} s, load {os.getloadavg()[0]:.1f})")

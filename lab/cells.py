@@ -39,6 +39,15 @@ class CellResult:
     digests: list[dict] = field(default_factory=list)  # one line per run of the script (record, baseline, fixed)
     record_s: float = 0.0
     handle_streams: list[dict] = field(default_factory=list)  # the report's open-file/FUSE-handle streams
+    wall_s: float | None = None  # the recorded load's wall (report summary)
+    mount_profiles: list[dict] = field(default_factory=list)  # the measured profiles the trace recorded
+    floor_s: float | None = None  # one cold sequential reader of the same files (None: not measured)
+
+    def at_floor(self, slack: float = 0.1, slack_s: float = 1.0) -> bool | None:
+        """The recorded load took at most its floor + 10 % + 1 s (issue 22's "not slow"); None: unknown."""
+        if self.floor_s is None or self.wall_s is None:
+            return None
+        return self.wall_s <= self.floor_s * (1 + slack) + slack_s
 
     def streams_line(self) -> str:
         """The shared-stream figures an interleave judgement rests on, for an assertion message."""
@@ -55,8 +64,11 @@ def checkpoint_files(directory: Path) -> list[str]:
 
 
 def run_cell(loader: Loader, checkpoint_dir: Path, work: Path, *, repeat: int = 1,
-             strategy: str | None = None, timeout: float = 900, fix: bool = True) -> CellResult:
-    """record -> report -> fix --compare (unless not ``fix``) of ``loader`` reading ``checkpoint_dir``."""
+             strategy: str | None = None, timeout: float = 900, fix: bool = True,
+             backing: tuple[Path, ...] = (), floor: bool = False) -> CellResult:
+    """record -> report -> fix --compare (unless not ``fix``) of ``loader`` reading ``checkpoint_dir``.
+    ``backing``: local files under the mount (squashfuse's image) whose page cache is dropped too;
+    ``floor``: also time one cold sequential reader of the checkpoint (``CellResult.floor_s``)."""
     work.mkdir(parents=True, exist_ok=True)
     digests, trace = work / "digests.jsonl", work / "load.rtrace"
     digests.unlink(missing_ok=True)
@@ -64,28 +76,44 @@ def run_cell(loader: Loader, checkpoint_dir: Path, work: Path, *, repeat: int = 
     cli = readtrace_cli()
     # the recorded load is a first, cold load: an earlier cell (or its fix --compare) on the same mount may
     # have left part of the checkpoint cached, and a partly warm load shows another pattern
-    evict(checkpoint_files(checkpoint_dir))
+    cold = [*checkpoint_files(checkpoint_dir), *map(str, backing)]
+    evict(cold)
     started = time.perf_counter()
     rec = subprocess.run([*cli, "record", "-o", str(trace), "--force", "--", *command], capture_output=True,
                          text=True, timeout=timeout)
     record_s = time.perf_counter() - started
-    findings, lost, streams = [], None, []
+    findings, lost, streams, wall, profiles = [], None, [], None, []
     if rec.returncode == 0:
+        profiles = json.loads((trace / "meta.json").read_text()).get("mount_profiles") or []
         rep = subprocess.run([*cli, "report", "--json", str(trace)], capture_output=True, text=True,
                              timeout=timeout)
         if rep.returncode == 0:
             data = json.loads(rep.stdout)
             findings = data.get("findings", [])
             lost = _lost(data)
+            wall = (data.get("summary") or {}).get("wall_s")
             streams = [s for s in data.get("streams", []) if s.get("kind") in ("ofd", "fuse_handle")
                        and (s.get("bytes") or 0) >= 1 << 20]
         else:
             rec = subprocess.CompletedProcess(rec.args, rep.returncode, "", f"report failed: {rep.stderr}")
+    floor_s = sequential_floor(checkpoint_files(checkpoint_dir), cold) if floor else None
     fixed, fix_rc, fix_stderr = _fix(cli, checkpoint_dir, work, command, repeat, strategy, timeout) \
         if fix else (None, None, "")
     lines = [json.loads(x) for x in digests.read_text().splitlines()] if digests.exists() else []
     return CellResult(rec.returncode, rec.stderr[-2000:], lost, findings, fixed, fix_rc, fix_stderr, lines,
-                      record_s, streams)
+                      record_s, streams, wall, profiles, floor_s)
+
+
+def sequential_floor(files: list[str], cold: list[str], chunk: int = 16 << 20) -> float:
+    """Seconds one reader takes for ``files`` in order, 16 MiB reads, after dropping ``cold`` from the
+    page cache: the floor a load of those bytes can reach on the mount."""
+    evict(cold)
+    started = time.perf_counter()
+    for path in files:
+        with open(path, "rb", buffering=0) as f:
+            while f.read(chunk):
+                pass
+    return time.perf_counter() - started
 
 
 def _fix(cli: list[str], checkpoint_dir: Path, work: Path, command: list[str], repeat: int,

@@ -1,6 +1,6 @@
 """The checkpoints the compatibility loaders read, built locally with random weights (no hub):
-a safetensors file, a .pt of the same tensors, a transformers Llama (single file and sharded) and a
-diffusers UNet, each of about ``size_mib``. ``build_all(dest, size_mib)`` is idempotent: a kind
+a safetensors file, a .pt of the same tensors, a transformers Llama (single file and sharded), a
+diffusers UNet and a GGUF file, each of about ``size_mib``. ``build_all(dest, size_mib)`` is idempotent: a kind
 already built at that size is kept (one build per cache directory)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 import shutil
 from pathlib import Path
 
-KINDS = ("safetensors", "pt", "transformers", "transformers-sharded", "diffusers")
+KINDS = ("safetensors", "pt", "transformers", "transformers-sharded", "diffusers", "gguf")
 _SHARDS = 3  # shards of the sharded transformers checkpoint
 
 
@@ -91,5 +91,20 @@ def _diffusers(out: Path, size_mib: int) -> None:
     unet.save_pretrained(out)
 
 
+def _gguf(out: Path, size_mib: int) -> None:
+    import numpy as np
+    from gguf import GGUFWriter
+
+    rng = np.random.default_rng(0)
+    writer = GGUFWriter(str(out / "model.gguf"), "llama")
+    for i in range(max(1, size_mib // 4)):
+        writer.add_tensor(f"blk.{i}.weight", rng.random((1024, 1024), dtype=np.float32))  # 4 MiB each
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 _BUILDERS = {"safetensors": _safetensors, "pt": _pt, "transformers": _transformers,
-             "transformers-sharded": _transformers_sharded, "diffusers": _diffusers}
+             "transformers-sharded": _transformers_sharded, "diffusers": _diffusers,
+             "gguf": _gguf}

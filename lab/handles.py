@@ -18,13 +18,13 @@ class HandleProbe:
     requests: int | None  # backend requests in the run (None: no request log)
 
 
-def probe(path: str | os.PathLike, requests=None, workers: int = 4, limit: int | None = None
-          ) -> dict[str, HandleProbe]:
+def probe(path: str | os.PathLike, requests=None, workers: int = 4, limit: int | None = None,
+          backing=()) -> dict[str, HandleProbe]:
     """``{"shared": ..., "own": ...}``, each run cold. ``requests()``: the backend's request count so far
-    (None: no request log)."""
+    (None: no request log); ``backing``: local files under the mount dropped from the cache too."""
     out = {}
     for mode in ("shared", "own"):
-        evict([path])
+        evict([path, *map(str, backing)])
         before = requests() if requests else None
         seconds = read_shares(path, workers, shared=mode == "shared", limit=limit)
         out[mode] = HandleProbe(mode, seconds, None if before is None else requests() - before)

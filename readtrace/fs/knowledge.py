@@ -74,6 +74,17 @@ _HTTPDIRFS = FsProfile(
     source="httpdirfs: one Range request per FUSE READ, no per-handle state; " + _MEASURED)
 _BINDFS = FsProfile("bindfs", False, False, "bindfs: a passthrough; the backing file system's own read-ahead",
                     keeps_page_cache=False, source="bindfs passes each read through; " + _MEASURED, storage_model="local-nvme")
+_JUICEFS = FsProfile(
+    "juicefs", True, True,
+    "juicefs mount: --prefetch (blocks read ahead per open file), --buffer-size, --max-downloads, "
+    "--cache-size / --cache-dir (its local block cache)", keeps_page_cache=True,
+    source="JuiceFS vfs reader: read-ahead sessions per open file over 4 MiB blocks; " + _MEASURED,
+    storage_model="prefetch")
+_SQUASHFUSE = FsProfile(
+    "squashfuse", False, False,
+    "squashfuse: a local image decompressed in the daemon; keep the image in the page cache, or mount it "
+    "with the kernel's squashfs (mount -t squashfs -o loop)", keeps_page_cache=True,
+    source="squashfuse reads blocks of a local image, no per-handle state; " + _MEASURED, storage_model="local-nvme")
 _FUSE = FsProfile("fuse", True, True, "the FUSE daemon's read-ahead / chunk-size options", known=False)
 _LOCAL = FsProfile("local", False, False, "read_ahead_kb of the block device", keeps_page_cache=True, storage_model="local-nvme")
 _MEMORY = FsProfile("memory", False, False, "the file lives in memory: nothing to tune")
@@ -98,6 +109,7 @@ FS_TABLE: tuple[tuple[str, FsProfile], ...] = (
     ("fuse.hf-mount", _HF), ("hf-mount", _HF), ("fuse.hf_mount", _HF),
     ("fuse.sshfs", _SSHFS), ("sshfs", _SSHFS),
     ("fuse.s3fs", _S3FS), ("fuse.httpdirfs", _HTTPDIRFS), ("fuse.bindfs", _BINDFS),
+    ("fuse.juicefs", _JUICEFS), ("fuse.squashfuse", _SQUASHFUSE), ("fuse.squashfuse_ll", _SQUASHFUSE),
     ("fuse.simfs-gcsfuse", _SIM_GCSFUSE), ("fuse.simfs-nfs", _SIM_NFS), ("fuse.simfs-local", _SIM_LOCAL),
     ("lustre", _LUSTRE),
     ("nfs", _NFS), ("nfs4", _NFS),

@@ -5,14 +5,19 @@ The mount and server logic lives in lab (shared with benchmarks/compat_matrix.py
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
+import subprocess
 
 import pytest
 from conftest import require
 
+from lab.cells import readtrace_cli
 from lab.checkpoints import build_all
 from lab.clients import missing, mounted
+from readtrace.fs.profile import MountProfile
+from readtrace.pagecache.evict import evict
 
 SIZE_MIB = int(os.environ.get("READTRACE_COMPAT_MIB", "64"))
 
@@ -49,3 +54,23 @@ def mounts(checkpoints, tmp_path_factory):
     finally:
         stack.close()
         signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.fixture(scope="session")
+def probed(tmp_path_factory):
+    """``probed(mount) -> MountProfile``: ``readtrace probe`` of the mount's largest file, once per mount,
+    run as a user runs it; cached in a cache of this session's own (record and report read it from there)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("READTRACE_CACHE_DIR", str(tmp_path_factory.mktemp("profile-cache")))
+        done: dict = {}
+
+        def probe(mount) -> MountProfile:
+            if mount.mountpoint not in done:
+                evict([str(p) for p in mount.backing])  # squashfuse's image: the probe reads cold through it
+                run = subprocess.run([*readtrace_cli(), "probe", "--json", str(mount.mountpoint)], capture_output=True,
+                                     text=True, timeout=120)
+                assert run.returncode == 0, run.stderr
+                done[mount.mountpoint] = MountProfile.from_data(json.loads(run.stdout)[0])
+            return done[mount.mountpoint]
+
+        yield probe

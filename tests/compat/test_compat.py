@@ -14,11 +14,12 @@ from conftest import require
 
 from lab.cells import run_cell
 from lab.loaders import LOADERS
+from readtrace.analyze.measured import judged
 from readtrace.errors import ExitStatus
-from readtrace.fs.knowledge import fs_profile
 
 pytestmark = [pytest.mark.ebpf, pytest.mark.fuse, pytest.mark.slow]
-ALL = tuple(LOADERS)
+# every loader on the lab mount but the GGUF memmap (tests/fix/test_fix_mapfill.py has it there)
+ALL = tuple(name for name in LOADERS if name != "gguf_memmap")
 @dataclass(frozen=True)
 class Cell:
     client: str
@@ -27,6 +28,7 @@ class Cell:
     slow: bool = False  # the baseline is slow on reads here: the fix must gain (>= MIN_GAIN)
     no_harm_xfail: str | None = None  # why the >= 0.97x assertion is expected to fail today
     fix: bool = True  # run fix --compare in CI (False: record and report only; the matrix runs it)
+    probe: bool = False  # `readtrace probe` the mount first: its measured profile (in the trace) is the truth
 
     @property
     def id(self) -> str:
@@ -50,11 +52,18 @@ CELLS = (
     # auto's cold candidates take ~10 min at 64 MiB, so CI records and reports it; fix: compat_matrix.py
     + [Cell("httpdirfs", "load_file", slow=True, fix=False)]
     + [Cell("bindfs", "fork_pool"), Cell("local", "load_file")]
+    # issue 21: three clients the knowledge table did not name, judged by their measured profile. JuiceFS
+    # (S3 on moto behind 20 ms, metadata in SQLite, no block cache): forked workers on one fd cost it
+    # ~3x the GETs; its GGUF memmap load sits at its floor. sshfs across a 20 ms round trip (a relay).
+    # squashfuse of a local image: a 4-thread mmap load at its floor.
+    + [Cell("juicefs", "fork_pool", 20, probe=True), Cell("juicefs", "gguf_memmap", 20, probe=True, fix=False)]
+    + [Cell("sshfs", "load_file", 20, probe=True)]
+    + [Cell("squashfuse", "safe_open_threads", probe=True)]
 )
 
 
 @pytest.fixture(scope="session")
-def results(checkpoints, mounts, tmp_path_factory):
+def results(checkpoints, mounts, probed, tmp_path_factory):
     """``result(cell) -> (Mounted, CellResult)``: the cell run once per session."""
     from workloads import ebpf_ready
 
@@ -67,7 +76,10 @@ def results(checkpoints, mounts, tmp_path_factory):
             mount = mounts(cell.client, cell.latency_ms)
             loader = LOADERS[cell.loader]
             checkpoint = mount.mountpoint / built[loader.checkpoint].name
-            done[cell.id] = (mount, run_cell(loader, checkpoint, tmp_path_factory.mktemp(cell.id), fix=cell.fix))
+            if cell.probe:
+                probed(mount)  # cached: record notes it in the trace, report judges by it
+            done[cell.id] = (mount, run_cell(loader, checkpoint, tmp_path_factory.mktemp(cell.id), fix=cell.fix,
+                                             backing=mount.backing, floor=cell.probe))
         return done[cell.id]
 
     return result
@@ -86,10 +98,11 @@ def test_record_succeeds(results, cell):
 
 
 @by_id(CELLS)
-def test_findings_follow_the_file_system(results, cell):
+def test_findings_follow_the_file_system(results, probed, cell):
     mount, r = results(cell)
     assert r.record_rc == 0, r.record_stderr
-    profile = fs_profile(mount.fstype)
+    # the table's prior, or where the cell probed the mount, what was measured there
+    profile = judged(mount.fstype, probed(mount) if cell.probe else None)
     flagged = r.handle_findings()
     if not profile.per_handle_stream:
         # sshfs, s3fs, httpdirfs, bindfs, local: sharing a handle costs nothing; never blame it
@@ -143,6 +156,13 @@ def test_fix_gains_where_slow_and_does_no_harm(results, cell):
     speedup, choice = r.fix["speedup"], r.fix["choice"]
     base, fixed = r.fix["baseline"]["wall_s"], r.fix["fixed"]["wall_s"]
     why = f"baseline {base:.2f} s, fixed {fixed:.2f} s, auto chose {choice['chosen']}: {choice['why']}"
+    if r.fix["verdict"] == "unproven":
+        # raw preads (fork_pool): no tensors to compare, so no gain is claimed (test_fix_loads_identical_tensors);
+        # the walls still say whether the fixed side gained where slow
+        assert speedup is None, why
+        if cell.slow:
+            assert base >= fixed * MIN_GAIN, why
+        return
     if cell.slow:
         assert speedup is not None and speedup >= MIN_GAIN, why
     elif r.fix["left_alone"]:
@@ -154,3 +174,30 @@ def test_fix_gains_where_slow_and_does_no_harm(results, cell):
     # and a gain is claimed only beyond the runs' spread (fix/verdict.py)
     assert r.fix["verdict"] in ("fixed", "no-gain"), f"{why}, notes: {r.fix['notes']}"
     assert speedup is None or speedup >= NO_HARM, f"{why}, notes: {r.fix['notes']}"
+
+
+PROBED = [cell for cell in CELLS if cell.probe]
+
+
+@by_id(PROBED)
+def test_the_trace_records_the_measured_profile(results, probed, cell):
+    mount, r = results(cell)
+    measured = probed(mount)
+    assert measured.seconds <= 60, measured.seconds  # issue 21: a probe in well under a minute
+    assert r.record_rc == 0, r.record_stderr
+    assert r.mount_profiles, "record noted no mount profile"
+    assert mount.fstype in {p["fstype"] for p in r.mount_profiles}  # record notes every mounted one it has
+
+
+@by_id(PROBED)
+def test_no_high_finding_on_a_load_at_its_floor(results, cell):
+    """issue 22: a load at its floor (one cold sequential reader of the same bytes on the mount, timed by
+    the cell; the load within 10 % + 1 s of it) has no HIGH finding, whatever its counters (MMAP_FAULT_STORM on
+    squashfuse and on JuiceFS's GGUF memmap was HIGH)."""
+    _, r = results(cell)
+    assert r.record_rc == 0, r.record_stderr
+    at_floor = r.at_floor()
+    assert at_floor is not None, (r.wall_s, r.floor_s)
+    high = [f"{f['code']}: {f.get('cost_s')} s" for f in r.findings if f["severity"] == "high"]
+    if at_floor:
+        assert not high, (f"wall {r.wall_s} s, floor {r.floor_s} s", high)
