@@ -78,8 +78,8 @@ _JUICEFS = FsProfile(
     "juicefs", True, True,
     "juicefs mount: --prefetch (blocks read ahead per open file), --buffer-size, --max-downloads, "
     "--cache-size / --cache-dir (its local block cache)", keeps_page_cache=True,
-    source="JuiceFS vfs reader: read-ahead sessions per open file over 4 MiB blocks; " + _MEASURED,
-    storage_model="prefetch")
+    source="JuiceFS vfs reader: read-ahead sessions per open file over 4 MiB blocks; " + _MEASURED)
+# (no storage model named: a probe of the mount picks it, whatif.measured_model)
 _SQUASHFUSE = FsProfile(
     "squashfuse", False, False,
     "squashfuse: a local image decompressed in the daemon; keep the image in the page cache, or mount it "

@@ -15,6 +15,7 @@ from readtrace.report.prose import render
 from readtrace.trace import make_trace
 
 PATH, POINT = "/mnt/jfs/model.safetensors", "/mnt/jfs"
+UNNAMED = "fuse.unnamedfs"  # a FUSE daemon the knowledge table does not name (JuiceFS now is: tests/compat)
 
 
 def _turns(block: int, chunks: int = 64, chunk: int = 256 * KiB) -> pd.DataFrame:
@@ -31,7 +32,7 @@ def _turns(block: int, chunks: int = 64, chunk: int = 256 * KiB) -> pd.DataFrame
 
 
 def _profile(penalty: float, *, keeps_cache: bool = True, readahead_gain: float | None = None) -> dict:
-    p = MountProfile(dev="0:40", mountpoint=POINT, fstype="fuse.juicefs", source="JuiceFS:jfs", options="ro",
+    p = MountProfile(dev="0:40", mountpoint=POINT, fstype=UNNAMED, source="JuiceFS:jfs", options="ro",
                      measured_at="2026-12-02T18:00:00+00:00", file=PATH, file_size=32 * MiB, sample_bytes=32 * MiB,
                      seconds=9.0, first_byte_ms=21.0, first_byte_max_ms=25.0, first_byte_samples=8, open_ms=0.2,
                      sequential_mbps=150.0, streams=4, parallel_mbps=300.0, own_fd_s=1.0, shared_fd_s=penalty,
@@ -41,7 +42,7 @@ def _profile(penalty: float, *, keeps_cache: bool = True, readahead_gain: float 
     return p.data()
 
 
-def _analyze(block: int, profiles: list[dict] | None, fstype: str = "fuse.juicefs"):
+def _analyze(block: int, profiles: list[dict] | None, fstype: str = UNNAMED):
     reads = _turns(block)
     events = pd.concat([opens(reads, PATH), reads], ignore_index=True)
     meta = {"command": ["python", "load.py"], "exit_code": 0, "lost_events": 0}
@@ -99,7 +100,7 @@ def test_prefetch_is_not_advised_where_the_mount_drops_the_page_cache_on_open(ke
 def test_the_storage_model_takes_the_measured_first_byte_and_bandwidth():
     from readtrace.analyze.whatif import mount_profile
 
-    assert mount_profile(_analyze(4, None)) is None  # fuse.juicefs: no model in the table
+    assert mount_profile(_analyze(4, None)) is None  # a FUSE daemon the table does not name: no model
     a = _analyze(4, [_profile(1.5)])
     p = mount_profile(a)
     assert p.name == "prefetch" and p.latency_ms == 21.0 and p.measured_at.startswith("2026-12-02")
@@ -113,7 +114,7 @@ def test_the_storage_model_takes_the_measured_first_byte_and_bandwidth():
 def test_read_ahead_is_advised_only_where_it_measured_a_gain(gain):
     from lab.synthetic import load_case
 
-    frames = load_case("sequential", chunk=128 * KiB, fstype="fuse.juicefs", path=PATH)
+    frames = load_case("sequential", chunk=128 * KiB, fstype=UNNAMED, path=PATH)
     frames["files"]["mountpoint"] = POINT
     frames["meta"]["mount_profiles"] = [_profile(1.5, readahead_gain=gain)]
     [f] = [f for f in analyze(make_trace(**frames)).findings if f.code == "SMALL_FUSE_READAHEAD"]
@@ -132,7 +133,7 @@ def test_a_threshold_the_user_set_is_kept_on_a_measured_mount():
     reads = _turns(4)
     events = pd.concat([opens(reads, PATH), reads], ignore_index=True)
     meta = {"command": ["python"], "exit_code": 0, "lost_events": 0, "mount_profiles": [_profile(1.5)]}
-    trace = make_trace(events=events, files=files_frame(PATH, 32 * MiB, "fuse.juicefs", mountpoint=POINT), meta=meta)
+    trace = make_trace(events=events, files=files_frame(PATH, 32 * MiB, UNNAMED, mountpoint=POINT), meta=meta)
     a = analyze(trace, Thresholds().override(["interleave_min_score=0.5"]))
     assert not _interleave(a) and a.thresholds.interleave_min_score == 0.5
     assert a.thresholds.interleave_merged_in_order_max == 0.85  # the one left at its default follows the profile
