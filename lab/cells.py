@@ -128,6 +128,7 @@ def _fix(cli: list[str], checkpoint_dir: Path, work: Path, command: list[str], r
                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
     # NO_EVIDENCE: measured and printed, but the shim saw no tensors to compare (a raw-read loader)
     measured = fix.returncode in (ExitStatus.OK, ExitStatus.NO_EVIDENCE)
+    (work / "fix.json").write_text(fix.stdout)  # kept beside the trace, for a failed assertion's reader
     fixed = json.loads(fix.stdout) if measured and fix.stdout.strip() else None
     return fixed, fix.returncode, fix.stderr[-2000:]
 
