@@ -7,7 +7,21 @@
 #include "app.bpf.c"                  /* flush_run */
 #include "pages.bpf.c"                /* flush_page_runs */
 
-static __always_inline void submit_task_event(u16 kind, u32 new_id, char *comm, u64 path)
+/* A task's id in its innermost PID namespace: task->thread_pid->numbers[thread_pid->level].nr (a
+ * container's own pid; the host's for a task of the host's namespace). 0 when it cannot be read. */
+static __always_inline u32 inner_id(u64 task)
+{
+    u64 pid = read_ptr(task + TASK_THREAD_PID);
+    u32 level = 0;
+    s32 nr = 0;
+    if (!pid)
+        return 0;
+    bpf_probe_read_kernel(&level, sizeof(level), (void *)(pid + PID_LEVEL));
+    bpf_probe_read_kernel(&nr, sizeof(nr), (void *)(pid + PID_NUMBERS + (u64)(level & 31) * 16));
+    return nr;
+}
+
+static __always_inline void submit_task_event(u16 kind, u32 new_id, u32 new_inner_id, char *comm, u64 path)
 {
     struct rt_str_event *e = strs.ringbuf_reserve(sizeof(struct rt_str_event));
     if (!e) {
@@ -17,6 +31,7 @@ static __always_inline void submit_task_event(u16 kind, u32 new_id, char *comm, 
     __builtin_memset(e, 0, sizeof(*e));
     head_now(&e->h, kind);
     e->task.id = new_id;
+    e->task.inner_id = new_inner_id;
     if (comm)
         bpf_probe_read_kernel_str(&e->comm, sizeof(e->comm), comm);
     else
@@ -26,22 +41,26 @@ static __always_inline void submit_task_event(u16 kind, u32 new_id, char *comm, 
     strs.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
-/* Runs before the new task can run, so nothing it does is missed. */
-TRACEPOINT_PROBE(task, task_newtask)
+/* Runs before the new task can run, so nothing it does is missed. Raw: the new task itself is at hand
+ * (its id in a container's PID namespace). task_newtask(struct task_struct *task, u64 clone_flags). */
+RAW_TRACEPOINT_PROBE(task_newtask)
 {
+    u64 task = ctx->args[0];
     u32 tgid = current_tgid();
-    u32 child = args->pid;
+    u32 child = 0;
     u8 one = 1;
-    int thread = (args->clone_flags & CLONE_THREAD_FLAG) != 0;
-    u32 child_tgid = thread ? tgid : child;
+    int thread = (ctx->args[1] & CLONE_THREAD_FLAG) != 0;
+    u32 child_tgid;
     if (!traced()) return 0;
+    bpf_probe_read_kernel(&child, sizeof(child), (void *)(task + TASK_PID));
+    child_tgid = thread ? tgid : child;
     if (!thread && tgids.update(&child_tgid, &one))
         count_lost(1);                        /* pid beyond PID_LIMIT: cannot happen on Linux */
     if (!thread)
         fd_table_of_changed(child_tgid);      /* a reused pid: entries of the old process are stale */
     if (tids.update(&child, &child_tgid))
         count_lost(1);
-    submit_task_event(thread ? RT_THREAD : RT_FORK, child, args->comm, 0);
+    submit_task_event(thread ? RT_THREAD : RT_FORK, child, inner_id(task), (char *)(task + TASK_COMM), 0);
     return 0;
 }
 
@@ -87,7 +106,7 @@ RAW_TRACEPOINT_PROBE(cgroup_attach_task)
         return 0;
     fd_table_of_changed(tgid);
     tids.update(&pid, &tgid);
-    submit_task_event(RT_FORK, tgid, (char *)(task + TASK_COMM), 0);  /* its threads: the recorder adds them */
+    submit_task_event(RT_FORK, tgid, inner_id(task), (char *)(task + TASK_COMM), 0);  /* threads: the recorder adds them */
     return 0;
 }
 #endif
@@ -96,7 +115,7 @@ TRACEPOINT_PROBE(sched, sched_process_exec)
 {
     if (!traced()) return 0;
     fd_table_changed();                       /* close-on-exec fds are gone */
-    submit_task_event(RT_EXEC, args->pid, 0, (u64)args + (args->data_loc_filename & 0xFFFF));
+    submit_task_event(RT_EXEC, args->pid, 0, 0, (u64)args + (args->data_loc_filename & 0xFFFF));
     return 0;
 }
 

@@ -134,7 +134,8 @@ struct rt_open {
 /* RT_FORK / RT_THREAD: the new process or thread; RT_EXEC: the pid that exec'd. */
 struct rt_task {
     u32 id;
-    u32 pad;
+    u32 inner_id;             /* fork/thread: the new task's id in its innermost PID namespace (a
+                                 container's own; equal to id in the host's); 0 unknown */
 };
 
 struct rt_str_event {

@@ -14,6 +14,7 @@ from readtrace.analyze.fileindex import FileIndex
 from readtrace.analyze.finding import Finding
 from readtrace.analyze.findings import find_all
 from readtrace.analyze.grouping import dense_codes, same_partition
+from readtrace.analyze.namespaces import container_view
 from readtrace.analyze.roles import file_roles
 from readtrace.analyze.streams import KINDS, BaseOrders, Runs, summarize
 from readtrace.analyze.thresholds import Thresholds
@@ -274,6 +275,7 @@ def _summary(trace: Trace, files: pd.DataFrame, streams: pd.DataFrame, app: Acce
         "backend": views.backend(trace.meta),
         "missing_views": views.missing_views(trace.meta),
         "not_seen": views.limitations(trace.meta),  # what could not be seen, and what that means
+        "container": container_view(trace),  # ids and paths of another PID / mount namespace
     }
 
 

@@ -29,6 +29,7 @@ class Mount:
     fstype: str  # e.g. ext4, fuse.gcsfuse, nfs4, tmpfs
     source: str = ""
     options: str = ""  # the mount's options, then the super block's (e.g. "ro,nosuid;max_read=1048576")
+    root: str = "/"  # the directory of the file system mounted here (a bind mount's source within it)
 
     @property
     def is_fuse(self) -> bool:
@@ -66,7 +67,7 @@ def parse_mountinfo(data: bytes) -> list[Mount]:
         options = f"{fields[5].decode(errors='replace')};{tail[2].decode(errors='replace')}" \
             if len(fields) > 5 and len(tail) > 2 else ""
         mounts.append(Mount(kernel_dev(int(major), int(minor)), unescape(fields[4]), tail[0].decode(),
-                            unescape(tail[1]) if len(tail) > 1 else "", options))
+                            unescape(tail[1]) if len(tail) > 1 else "", options, unescape(fields[3])))
     return mounts
 
 

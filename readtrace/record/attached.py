@@ -40,6 +40,7 @@ from readtrace.record.attach import (
 )
 from readtrace.record.decode import AttachedState, Decoder
 from readtrace.record.idle import IdleWatch
+from readtrace.record.namespaces import Namespaces
 from readtrace.record.prereq import require_prerequisites
 from readtrace.record.program import EVENTS_RING_BYTES, compile_program, detach, detach_in_background
 from readtrace.record.recorder import (
@@ -139,13 +140,16 @@ def _wait_for(pattern: re.Pattern, stop: _StopSignals) -> int | None:
     return None
 
 
-def _mounts(pids, fallback: list) -> list:
-    """The mounts as the first recorded process still alive sees them (its mount namespace), else ours."""
+def _mounts(pids, fallback: list, namespaces: Namespaces) -> list:
+    """The mounts as the first recorded process sees them (its mount namespace; read when it was met if
+    it is gone now), else ours."""
     for pid in pids:
         try:
             return read_mounts(pid)
         except OSError:  # gone, or exiting (a zombie's mountinfo reads EINVAL)
-            continue
+            theirs = namespaces.mounts_of(pid)
+            if theirs:
+                return theirs
     return fallback
 
 
@@ -239,8 +243,8 @@ def record_attached(target: Targets, output: str | Path | None = None, *, force:
             name = (process(first).cmdline if first else None) or ["cgroup"]
             path = Path(output) if output is not None else Path.cwd() / default_trace_name(name, first or os.getpid())
             writer = TraceWriter(path, force=force)
-            session = Session(bpf, writer, Decoder(root_pid=first or 0, cwd=_cwd(first or os.getpid())),
-                              ring_bytes=ring_mib << 20)
+            decoder = Decoder(root_pid=first or 0, cwd=_cwd(first or os.getpid()), namespaces=Namespaces())
+            session = Session(bpf, writer, decoder, ring_bytes=ring_mib << 20)
             state = _recover(session, roots, attach_ns)
             session.note_mappings(state.recovered.mappings)
             seeded: dict[int, Process] = {}
@@ -263,7 +267,7 @@ def record_attached(target: Targets, output: str | Path | None = None, *, force:
             survivors = session.survivors(0)
             lost = session.stop()
             detaching = detach_in_background(bpf)
-            session.write(_mounts(seeded, mounts))
+            session.write(_mounts(seeded, mounts, session.decoder.namespaces))
         recovered = state.recovered
         attached = {
             "pids": sorted(roots), "start_time": start_wall.isoformat(),

@@ -16,6 +16,7 @@ import pandas as pd
 
 from readtrace.fs.procmaps import mapped_files
 from readtrace.record.attach import OpenFile, Recovered
+from readtrace.record.namespaces import Namespaces
 from readtrace.record.ranks import rank_of
 from readtrace.record.records import KIND, STR_EVENT_DTYPE, event_view, str_view
 from readtrace.trace.schema import WAIT_IN
@@ -87,6 +88,7 @@ class AttachedState:
 class FileInfo:
     path: str | None
     size: int
+    pid: int = 0  # the process whose open, mapping or exec named it (its mount namespace's path)
 
 
 @dataclass
@@ -105,6 +107,7 @@ class Decoder:
     _ofd_files: list[pd.DataFrame] = field(default_factory=list)  # (ofd, ts_ns, dev, ino) seen so far
     truncated_paths: int = 0  # paths longer than the probe's buffer, marked with CUT_MARK
     attached: AttachedState | None = None  # record -p / --cgroup: what existed before the probes
+    namespaces: Namespaces | None = None  # record -p / --cgroup: tasks' ids and paths in their namespaces
 
     def __post_init__(self):
         self.tids.add(self.root_pid)
@@ -130,9 +133,12 @@ class Decoder:
             if kind in (KIND["FORK"], KIND["THREAD"]):
                 self.tids.add(new_id)
                 self._set_comm(new_id, ts, comms[i])
+                if self.namespaces is not None:  # a fork's new process, or a thread of the creator's
+                    self.namespaces.note(new_id if kind == KIND["FORK"] else pid, new_id,
+                                         int(tasks["inner_id"][i]), parent=pid)
             elif kind == KIND["EXEC"]:
                 self._set_comm(tid, ts, _exec_comm(paths[i], comms[i]))
-                self._remember_exec(paths[i])
+                self._remember_exec(paths[i], pid)
                 self.mapped_names.update(mapped_files(pid))  # the kernel maps ld.so: never opened
                 rank = rank_of(pid)
                 if rank is not None:
@@ -142,7 +148,7 @@ class Decoder:
                     self._set_comm(tid, 0, comms[i])
                 if kind == KIND["OPEN"]:
                     paths[i] = self._absolute(paths[i], pid)
-                    self._remember_open(opens[i], paths[i])
+                    self._remember_open(opens[i], paths[i], pid)
         o = opens[kinds == KIND["OPEN"]]
         self._remember_ofds(o["file"], o["ts_ns"], o["dev"], o["ino"])
         return paths
@@ -231,19 +237,19 @@ class Decoder:
         ino[where] = history["ino"].to_numpy(dtype=np.uint64)[rows]
         return dev, ino
 
-    def _remember_open(self, r, path: str) -> None:
+    def _remember_open(self, r, path: str, pid: int) -> None:
         if r["ret"] < 0 or not r["ino"]:
             return
         key = (int(r["dev"]), int(r["ino"]))
         info = self.files.get(key)
         if info is None or info.path is None:
-            self.files[key] = FileInfo(path, int(r["i_size"]))
+            self.files[key] = FileInfo(path, int(r["i_size"]), pid)
         else:
             info.size = max(info.size, int(r["i_size"]))
             if path:  # the latest open names it: a file written under a temporary name, then renamed
-                info.path = path  # (save_pretrained) is read by its final one
+                info.path, info.pid = path, pid  # (save_pretrained) is read by its final one
 
-    def _remember_exec(self, path: str) -> None:
+    def _remember_exec(self, path: str, pid: int) -> None:
         """The executable is mapped by the kernel, never opened: name it from a stat."""
         from readtrace.fs.mounts import kernel_dev
 
@@ -252,21 +258,21 @@ class Decoder:
         except OSError:
             return
         key = (kernel_dev(os.major(st.st_dev), os.minor(st.st_dev)), st.st_ino)
-        self.files.setdefault(key, FileInfo(os.path.normpath(path), st.st_size))
+        self.files.setdefault(key, FileInfo(os.path.normpath(path), st.st_size, pid))
 
     # --- attach: processes and state from before the probes ----------------------------------------
     def attach(self, threads: dict[int, tuple[int, str]], state: AttachedState) -> None:
         """Processes already running: their threads (tid -> (pid, comm)) and what they held open."""
-        for tid, (_pid, comm) in threads.items():
-            self.tids.add(tid)
-            self._set_comm(tid, 0, comm)
         self.attached = state
+        self.add_threads(threads)
 
     def add_threads(self, threads: dict[int, tuple[int, str]]) -> None:
-        for tid, (_pid, comm) in threads.items():
+        for tid, (pid, comm) in threads.items():
             if tid not in self.tids:
                 self.tids.add(tid)
                 self._set_comm(tid, 0, comm)
+            if self.namespaces is not None:
+                self.namespaces.note(pid, tid)
 
     def _recovery_rows(self, rec: np.ndarray) -> tuple[np.ndarray, pd.DataFrame]:
         """Once, at the first batch: the recorder's own records (its lseeks on the borrowed fds, see
@@ -289,11 +295,11 @@ class Decoder:
         for f in state.recovered.files:
             ofd = ofds.get((f.pid, f.fd), 0)
             rows.append((f.pid, "open", f.fd, ofd, f.path, f.dev, f.ino, -1, f.size, f.fd, f.flags))
-            self.files.setdefault((f.dev, f.ino), FileInfo(f.path, f.size))
+            self.files.setdefault((f.dev, f.ino), FileInfo(f.path, f.size, f.pid))
         for n, m in enumerate(state.recovered.mappings, start=1):  # no struct file known: ids 1..N (and in
             # the probes' mmaps table: Session.note_mappings)
             rows.append((m.pid, "mmap", -1, n, m.path, m.dev, m.ino, m.offset, m.end - m.start, m.start, m.start))
-            self.files.setdefault((m.dev, m.ino), FileInfo(m.path, _size(m.path)))
+            self.files.setdefault((m.dev, m.ino), FileInfo(m.path, _size(m.path), m.pid))
         if not rows:
             return rec[~mine], pd.DataFrame()
         cols = ["pid", "op", "fd", "ofd", "path", "dev", "ino", "offset", "size", "ret", "arg"]
@@ -339,7 +345,7 @@ class Decoder:
                 if p not in maps:
                     maps[p] = mapped_files(p)
                 path = maps[p].get((d, i)) or self.mapped_names.get((d, i))
-                info = self.files[(d, i)] = FileInfo(path, _size(path))
+                info = self.files[(d, i)] = FileInfo(path, _size(path), p)
             paths[k] = info.path
         return paths[codes]
 
@@ -505,16 +511,20 @@ def _exec_comm(path: str, comm: str) -> str:
     return comm or os.path.basename(path)[:15]
 
 
-def files_table(files: dict[tuple[int, int], FileInfo], mounts) -> pd.DataFrame:
-    """One row per (dev, ino) the tree touched, with its mount point and file system type."""
+def files_table(files: dict[tuple[int, int], FileInfo], mounts,
+                namespaces: Namespaces | None = None) -> pd.DataFrame:
+    """One row per (dev, ino) the tree touched, with its mount point and file system type (in the mount
+    namespace of the process that named it) and, named in another namespace, the host's path."""
     from readtrace.fs.mounts import mount_of
 
     rows = []
     for (dev, ino), info in sorted(files.items()):
-        mount = mount_of(info.path, dev, mounts)
+        theirs = namespaces.mounts_of(info.pid) if namespaces is not None else None
+        mount = mount_of(info.path, dev, theirs or mounts)
         if mount is None and info.path is None:
             continue  # pipes, sockets, anonymous inodes: not files
         rows.append({"path": info.path, "dev": dev, "ino": ino, "size": info.size,
                      "fstype": mount.fstype if mount else None,
-                     "mountpoint": mount.mountpoint if mount else None})
+                     "mountpoint": mount.mountpoint if mount else None,
+                     "host_path": namespaces.host_path(info.path, info.pid, dev, ino) if theirs else None})
     return pd.DataFrame(rows)

@@ -46,6 +46,11 @@ BTF_TOKENS = {
     "PT_REGS_R10": ("pt_regs", "r10"),
     "FUSE_DEV_FC": ("fuse_dev", "fc"),
     "FUSE_CONN_DEV": ("fuse_conn", "dev"),
+    "TASK_PID": ("task_struct", "pid"),
+    "TASK_COMM": ("task_struct", "comm"),
+    "TASK_THREAD_PID": ("task_struct", "thread_pid"),
+    "PID_LEVEL": ("pid", "level"),
+    "PID_NUMBERS": ("pid", "numbers"),
 }
 FUSE_TOKENS = ("INODE_I_RDEV", "PT_REGS_ORIG_AX", "FUSE_DEV_FC", "FUSE_CONN_DEV")
 # record --cgroup only (proc.bpf.c, WITH_CGROUP): which cgroup a task moved into, and the task's ids.
@@ -57,8 +62,6 @@ CGROUP_TOKENS = {
     "CGROUP_ROOT_HIERARCHY_ID": ("cgroup_root", "hierarchy_id"),
     "KERNFS_NODE_ID": ("kernfs_node", "id"),
     "TASK_TGID": ("task_struct", "tgid"),
-    "TASK_PID": ("task_struct", "pid"),
-    "TASK_COMM": ("task_struct", "comm"),
 }
 SYSCALL_ARG_REGS = ("di", "si", "dx", "r10", "r8", "r9")  # x86_64 syscall ABI, argument 1..6
 SYSCALL_NUMBERS = {  # x86_64
@@ -91,8 +94,9 @@ def merged_page_kinds() -> int:
     return kinds["MISS"] - kinds["FAULT"] + 1
 
 
-# Layouts the probes rely on without a token: fd_to_file reads struct fdtable's head in one go.
-FIXED_LAYOUT = {("fdtable", "max_fds"): 0, ("fdtable", "fd"): 8}
+# Layouts the probes rely on without a token: fd_to_file reads struct fdtable's head in one go;
+# inner_id reads struct pid's numbers[level] as struct upid {int nr; struct pid_namespace *ns;}: 16 bytes.
+FIXED_LAYOUT = {("fdtable", "max_fds"): 0, ("fdtable", "fd"): 8, ("upid", "nr"): 0, ("upid", "ns"): 8}
 
 
 def kernel_offsets(with_fuse: bool, with_cgroup: bool = False) -> dict[str, int]:

@@ -37,7 +37,7 @@ EVENT_MEMBERS = {
 STR_MEMBERS = {
     "open": [("file", "<u8"), ("ino", "<u8"), ("i_size", "<i8"), ("ret", "<i8"), ("flags", "<i8"),
              ("latency_ns", "<u8"), ("dev", "<u4"), ("pad", "<u4")],
-    "task": [("id", "<u4"), ("pad", "<u4")],
+    "task": [("id", "<u4"), ("inner_id", "<u4")],
 }
 STR_TAIL = [("comm", "S16"), ("path", "S256")]
 

@@ -329,3 +329,27 @@ def reads_from_lines(summary: dict) -> list[str]:
     lines = [line + ")"]
     lines += [f"library lever: {_lever(lever)}" for lever in r["levers"][:2]]
     return lines
+
+
+MAX_CONTAINER_LINES = 4  # processes / files named per kind; the rest counted
+
+
+def container_lines(summary: dict) -> list[str]:
+    """Recorded processes of another PID namespace and files named in another mount namespace, as the
+    container sees them next to the host's: "pid 4242 (host) is pid 1 in its PID namespace, threads
+    4243 -> 7"; "/ckpt/model.safetensors in the container is /srv/models/model.safetensors on the host"."""
+    c = summary.get("container") or {}
+    lines = []
+    procs, files = c.get("processes") or [], c.get("files") or []
+    for p in procs[:MAX_CONTAINER_LINES]:
+        others = [f"{t} -> {n}" for t, n in p["threads"].items() if int(t) != p["pid"]]
+        lines.append(f"pid {p['pid']} (host) is pid {p['ns_pid']} in its PID namespace"
+                     + (f", threads {', '.join(others[:MAX_CONTAINER_LINES])}" if others else "")
+                     + (", ..." if len(others) > MAX_CONTAINER_LINES else ""))
+    if len(procs) > MAX_CONTAINER_LINES:
+        lines.append(f"... and {len(procs) - MAX_CONTAINER_LINES} more process(es) in other PID namespaces")
+    for f in files[:MAX_CONTAINER_LINES]:
+        lines.append(f"{f['path']} in the container is {f['host_path']} on the host")
+    if len(files) > MAX_CONTAINER_LINES:
+        lines.append(f"... and {len(files) - MAX_CONTAINER_LINES} more file(s) with another path on the host")
+    return lines

@@ -20,6 +20,7 @@ from readtrace.fs.knowledge import fs_profile
 from readtrace.report.fit import Column, fitted_table
 from readtrace.report.mountprofile import basis_line
 from readtrace.report.prose import (
+    container_lines,
     findings_line,
     fixed_line,
     reads_from_lines,
@@ -103,6 +104,8 @@ class TerminalReport:
         t.append(f"  {printable(self.a.trace_path or '(in memory)')}\n")
         wall = "-" if s["wall_s"] is None else f"{s['wall_s']:.3g} s"
         t.append(f"command: {printable(cmd)}   exit {s.get('exit_code', '-')}   wall {wall}\n")
+        for line in container_lines(s):  # ids and paths as a container sees them
+            t.append(printable(line) + "\n")
         t.append(f"read {fmt_bytes(s['bytes_read'])} from {s['files']} file(s) by {s['tasks']} task(s) in "
                  f"{s['processes']} process(es): {s['reads']} reads, {s['page_faults']} mmap faults")
         if s["fuse_read_requests"]:

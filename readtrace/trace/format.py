@@ -8,6 +8,7 @@ Layout of ``NAME.rtrace/``::
     fuse.parquet     FUSE requests         (schema.FUSE)
     files.parquet    files and their mounts (schema.FILES)
     python_calls.parquet  which Python loader call issued the reads (schema.PYTHON_CALLS; optional)
+    tasks.parquet    tasks in another PID or mount namespace, their ids there (schema.TASKS; optional)
 
 ``meta.json`` is written last. The trace is written into a marked directory beside NAME.rtrace and
 renamed into place at the end (readtrace.replace): a failed recording leaves the previous trace intact,
@@ -107,6 +108,7 @@ class Trace:
     fuse: pd.DataFrame
     files: pd.DataFrame
     python_calls: pd.DataFrame = field(default_factory=lambda: empty_frame("python_calls"))
+    tasks: pd.DataFrame = field(default_factory=lambda: empty_frame("tasks"))
     path: Path | str | None = field(default=None)  # a local directory, or an object-store URL
     lean: bool = False
     _events: pd.DataFrame | None = field(default=None, repr=False)
@@ -271,22 +273,22 @@ class TraceWriter:
 
 
 def write_trace(path, *, meta: dict | None = None, events=None, pages=None, fuse=None, files=None,
-                python_calls=None, force: bool = False) -> Path:
+                python_calls=None, tasks=None, force: bool = False) -> Path:
     """Write a whole trace at once (synthetic traces, tests, converters)."""
     writer = TraceWriter(path, force=force)
     for name, data in (("events", events), ("pages", pages), ("fuse", fuse), ("files", files),
-                       ("python_calls", python_calls)):
+                       ("python_calls", python_calls), ("tasks", tasks)):
         if data is not None:
             writer.append(name, data)
     return writer.close(dict(meta or {}))
 
 
 def make_trace(*, meta: dict | None = None, events=None, pages=None, fuse=None, files=None,
-               python_calls=None) -> Trace:
+               python_calls=None, tasks=None) -> Trace:
     """Build an in-memory Trace with the exact on-disk dtypes (for analysis tests)."""
     frames = {}
     for name, data in (("events", events), ("pages", pages), ("fuse", fuse), ("files", files),
-                       ("python_calls", python_calls)):
+                       ("python_calls", python_calls), ("tasks", tasks)):
         frames[name] = empty_frame(name) if data is None else _to_table(name, data).to_pandas()
     everything = frames.pop("events")
     reads, others = _split_frame(everything)

@@ -24,7 +24,8 @@ int32 where every value fits):
   readahead, fork, thread, exec, exit), one row each.
 - ``trace.events``: reads and others together in recorded order, all columns (a lean load reads the
   table again on first use).
-- ``trace.pages``, ``trace.fuse``, ``trace.files``, ``trace.python_calls``: the other tables as stored.
+- ``trace.pages``, ``trace.fuse``, ``trace.files``, ``trace.python_calls``, ``trace.tasks``: the other
+  tables as stored.
 
 Format versions (meta.json ``version``): v2 stores the kernel's ids as uint64 (above); v1 traces are
 refused by number with "record it again" (their signed ids used -1 for unknown). Tables in
@@ -125,6 +126,12 @@ FUSE = pa.schema([
 ])
 
 # files: every file the traced tree opened (or faulted), with where it lives.
+#   path: as the process that named it sees it (its mount namespace: a container's own paths);
+#        fstype / mountpoint: of that namespace's mount holding it.
+#   host_path: where the recorder's (the host's) mount namespace shows the same file (device and inode
+#        checked), for a file named by a process in another mount namespace (record --cgroup/-p of a
+#        container); null where the host shows it nowhere (a tmpfs mounted in the container) or where
+#        the process shares the recorder's namespace (path is the host's then). Added within v2.
 FILES = pa.schema([
     ("path", pa.string()),
     ("dev", pa.int64()),
@@ -132,6 +139,21 @@ FILES = pa.schema([
     ("size", pa.int64()),
     ("fstype", pa.string()),
     ("mountpoint", pa.string()),
+    ("host_path", pa.string()),
+])
+
+# tasks: recorded tasks in a PID or mount namespace other than the recorder's (a container, a pod
+#   without hostPID), with their ids as the container sees them. Every other table's pid/tid are the
+#   host's; join on tid. Tasks of the recorder's own namespaces have no row. Added within v2.
+#   ns_pid / ns_tid: the process and thread ids in the task's innermost PID namespace (NStgid/NSpid).
+#   pid_ns / mnt_ns: the namespaces' ids (inode numbers of /proc/PID/ns/pid and /proc/PID/ns/mnt).
+TASKS = pa.schema([
+    ("pid", pa.int32()),
+    ("tid", pa.int32()),
+    ("ns_pid", pa.int32()),
+    ("ns_tid", pa.int32()),
+    ("pid_ns", pa.uint64()),
+    ("mnt_ns", pa.uint64()),
 ])
 
 # python_calls: which Python loader call issued the reads (record of a Python command; inject/calls.py).
@@ -165,9 +187,11 @@ PYTHON_CALLS = pa.schema([
     ("parent", pa.int64()),
 ])
 
-TABLES = {"events": EVENTS, "pages": PAGES, "fuse": FUSE, "files": FILES, "python_calls": PYTHON_CALLS}
-OPTIONAL_TABLES = frozenset({"python_calls"})  # added within v2: absent in older traces
-OPTIONAL_COLUMNS = {"python_calls": frozenset({"id", "parent"})}  # added within v2: filled with 0 when absent
+TABLES = {"events": EVENTS, "pages": PAGES, "fuse": FUSE, "files": FILES, "python_calls": PYTHON_CALLS,
+          "tasks": TASKS}
+OPTIONAL_TABLES = frozenset({"python_calls", "tasks"})  # added within v2: absent in older traces
+# added within v2: filled with their default (0, null text) when absent
+OPTIONAL_COLUMNS = {"python_calls": frozenset({"id", "parent"}), "files": frozenset({"host_path"})}
 
 FUSE_OPCODES = {
     1: "LOOKUP", 3: "GETATTR", 14: "OPEN", 15: "READ", 18: "RELEASE", 25: "FLUSH",

@@ -3,11 +3,13 @@
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
+import pandas as pd
 import pytest
 from conftest import lab_mount, require
 from workloads import ebpf_ready, make_data_file, workload_cmd
@@ -297,3 +299,65 @@ def test_bad_cgroup_path_is_one_line_and_exit_5(tmp_path):
     assert p.returncode == 5
     assert p.stderr.strip().splitlines() == [f"readtrace: {tmp_path}: not a cgroup v2 directory (one under a "
                                              "cgroup2 mount, with a cgroup.procs)"]
+
+
+def test_cgroup_records_a_container_with_its_own_pids_and_paths(tmp_path):
+    """A process in its own cgroup, PID and mount namespace (unshare: a container without hostPID) reads a
+    checkpoint under a bind mount and one on a tmpfs that exist only in its mount namespace, from two
+    threads; recorded from outside by --cgroup: its ids and paths as it sees them, next to the host's."""
+    require(shutil.which("unshare") is not None, "unshare (util-linux)")
+    cg = os.path.join(_cgroup2_root(), f"readtrace-ns-{os.getpid()}-{time.monotonic_ns()}")
+    real, seen, ram = tmp_path / "real", tmp_path / "seen", tmp_path / "ram"
+    for d in (real, seen, ram):
+        d.mkdir()
+    make_data_file(real / "model.bin", 2 * MIB)
+    ready, go, truth, out = tmp_path / "ready", tmp_path / "go", tmp_path / "truth.json", tmp_path / "ns.rtrace"
+    load = ("import json, os, pathlib, threading, time\n"
+            f"pathlib.Path({str(ram / 'extra.bin')!r}).write_bytes(os.urandom({MIB}))\n"
+            f"pathlib.Path({str(ready)!r}).touch()\n"
+            f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.01)\n"
+            "def read(path, ids):\n"
+            "    ids.append(threading.get_native_id())\n"
+            "    with open(path, 'rb') as f:\n        while f.read(1 << 20): pass\n"
+            "main, worker = [], []\n"
+            f"t = threading.Thread(target=read, args=({str(ram / 'extra.bin')!r}, worker)); t.start()\n"
+            f"read({str(seen / 'model.bin')!r}, main); t.join()\n"
+            f"pathlib.Path({str(truth)!r}).write_text(json.dumps({{'pid': os.getpid(), 'main': main[0], "
+            "'worker': worker[0]}))\n")
+    container = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cg,
+                 "unshare", "--pid", "--mount", "--fork", "--propagation", "private",
+                 "sh", "-c", 'mount --bind "$0" "$1" && mount -t tmpfs readtrace-test "$2" && exec "$3" -c "$4"',
+                 str(real), str(seen), str(ram), sys.executable, load]
+    os.mkdir(cg)
+    try:
+        with _running(container) as proc:
+            _wait_for(ready, proc, "the container")
+            with _attached(None, out, "--cgroup", cg) as rec:
+                go.touch()
+                assert proc.wait(timeout=60) == 0
+                os.rmdir(cg)
+                _, err = rec.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(cg)
+    assert rec.returncode == 0, err
+    assert not (seen / "model.bin").exists() and not (ram / "extra.bin").exists()  # only in its namespace
+    t = json.loads(truth.read_text())
+    assert t["pid"] == 1 and t["main"] == 1 and t["worker"] != 1  # the ids it sees are its namespace's
+    trace = load_trace(out)
+    model, extra = _data_reads(trace, seen / "model.bin"), _data_reads(trace, ram / "extra.bin")
+    assert int(model["ret"].sum()) == 2 * MIB and int(extra["ret"].sum()) == MIB
+    (host_pid,) = set(model["pid"])
+    assert host_pid != 1 and set(extra["pid"]) == {host_pid}
+    tasks = trace.tasks.set_index("tid")
+    main_tid, (worker_tid,) = host_pid, set(extra["tid"])
+    assert tasks.loc[main_tid, "ns_pid"] == 1 and tasks.loc[main_tid, "ns_tid"] == 1
+    assert tasks.loc[worker_tid, "ns_pid"] == 1 and tasks.loc[worker_tid, "ns_tid"] == t["worker"]
+    files = trace.files.set_index("path")
+    assert files.loc[str(seen / "model.bin"), "host_path"] == str(real / "model.bin")
+    assert files.loc[str(ram / "extra.bin"), "fstype"] == "tmpfs"
+    assert pd.isna(files.loc[str(ram / "extra.bin"), "host_path"])  # a tmpfs of its own: nowhere on the host
+    text = subprocess.run(READTRACE + ["report", str(out)], capture_output=True, text=True, timeout=120).stdout
+    text = " ".join(text.split())  # lines wrap at the terminal's width
+    assert f"pid {host_pid} (host) is pid 1 in its PID namespace, threads {worker_tid} -> {t['worker']}" in text
+    assert f"{seen / 'model.bin'} in the container is {real / 'model.bin'} on the host" in text

@@ -49,7 +49,7 @@ def test_round_trip_preserves_values_and_dtypes(tmp_path):
     t = load_trace(path)
     assert t.meta["version"] == FORMAT_VERSION
     assert t.meta["command"] == ["python", "x.py"]
-    assert t.meta["rows"] == {"events": 3, "pages": 1, "fuse": 1, "files": 0, "python_calls": 0}
+    assert t.meta["rows"] == {"events": 3, "pages": 1, "fuse": 1, "files": 0, "python_calls": 0, "tasks": 0}
     assert list(t.events.columns) == TABLES["events"].names
     assert t.events["offset"].tolist() == [-1, 4096, 0]
     assert t.events["ofd"].iloc[0] == 0xFFFF888012345678 - 2**64
