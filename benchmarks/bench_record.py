@@ -14,6 +14,8 @@ Modes (per repeat every workload runs once in each mode, modes interleaved):
                   the floor of any recorder on these hooks (the kernel's traced-syscall path + the
                   program invocations)
   hooks_filter    the same, every handler doing readtrace's first test only (is this tgid traced?)
+  hooks_per_syscall  hooks_filter with the raw sys_enter/sys_exit pair replaced by the per-syscall
+                  tracepoints of the syscalls readtrace records: what unrelated syscalls cost without the pair
 Workloads (each times only its own I/O section, wall and CPU time, so the probe compile and Python
 start-up are not counted; the recorder's CPU use during the run is, since it shares the machine):
   safetensors  load_file() of a 1 GiB safetensors file + touch every page, warm, 10 times in a row
@@ -185,7 +187,8 @@ def make_files() -> dict[str, Path]:
 
 
 # ---- tracers ---------------------------------------------------------------------------------
-MODES = ("untraced", "readtrace", "bpftrace_hist", "bpftrace_count", "strace", "hooks_empty", "hooks_filter")
+MODES = ("untraced", "readtrace", "bpftrace_hist", "bpftrace_count", "strace", "hooks_empty", "hooks_filter",
+         "hooks_per_syscall")
 READ_SYSCALLS = ("read", "pread64", "readv", "preadv", "preadv2")
 # what readtrace records (record/program.py SYSCALL_NUMBERS), for strace's -e trace=
 STRACE_SET = "open,openat,openat2,close,dup,dup2,dup3,fcntl,read,pread64,readv,preadv,preadv2,mmap,munmap,lseek,fadvise64,readahead"

