@@ -251,6 +251,19 @@ def _fixed_plan(a, data: pd.DataFrame, need: list[int], p: Profile) -> tuple[str
     return (*min(plans, key=lambda plan: plan[1]), startup)
 
 
+def fixed_io_s(a, p: Profile) -> dict[str, float]:
+    """What the fixes ``readtrace fix --compare`` tries would leave the load waiting on ``p``, in seconds:
+    "prefetch" (the start-up prefetch, PREFETCH_STREAMS readers, less what the start-up hides),
+    "sequential" (one reader per file, in order: the own-fd loader, a populate), and "recorded": the
+    recorded wait on the data files both replace. fix/predict.py ranks the candidates by these."""
+    data = _data_files(a)
+    need = _needed_bytes(data)
+    prefetch, _, _ = _predict_fixed(need, p, PREFETCH_STREAMS)
+    recorded = a.summary.get("data_wait_s", a.summary.get("io_wait_s")) or 0.0
+    return {"recorded": float(recorded), "prefetch": max(prefetch - _startup_s(a, data), 0.0),
+            "sequential": _predict_fixed(need, p, 1)[0]}
+
+
 def _data_files(a) -> pd.DataFrame:
     return a.files[(a.files["role"] == "data") & a.files["path"].str.startswith("/")]
 

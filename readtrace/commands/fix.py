@@ -5,6 +5,7 @@
   readtrace fix --compare --trust-trace theirs.rtrace   # a trace another user owns: read its command first
   readtrace fix --compare --plan -- python load.py ckpt/   # the runs it would make (how many), running nothing
   readtrace fix --compare --repeat 3 -- python load.py model.safetensors
+  readtrace fix --compare --budget 120 run.rtrace   # at most 2 minutes: what did not fit is "not tried"
   readtrace fix --compare -- torchrun --nproc_per_node 4 load.py ckpt/   # and rank by rank
   readtrace fix -- python load.py model.safetensors   # just run it with the fix
 
@@ -47,6 +48,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--plan", action="store_true",
                         help="with --compare: list the runs it would make and how many times the command runs; run nothing")
+    parser.add_argument("--budget", type=float, metavar="SECONDS",
+                        help="with --compare: spend at most SECONDS in all; candidates that no longer fit are "
+                             "listed as not tried, a running one is stopped")
     parser.add_argument("--no-wait", action="store_true",
                         help="with --compare: fail instead of waiting while another compare measures the same files")
     parser.add_argument("--trust-trace", action="store_true",
@@ -67,17 +71,20 @@ def _run(args, child) -> int:
     from readtrace.fix.compare import compare, default_recorder  # imports torch: only when running
     from readtrace.fix.compare_report import render_table, to_json
     from readtrace.fix.plan import plan, render_plan
+    from readtrace.fix.progress import Progress
     from readtrace.fix.verdict import DIFFERS, UNPROVEN, verdict_of
     from readtrace.fix.workdir import checked_keep
     from readtrace.inject.inject import shim_environment
     from readtrace.record.launch import sudo_credentials
 
     at_least_one(args, "repeat")
+    if args.budget is not None and not args.budget > 0:
+        raise UsageError(f"--budget must be a positive number of seconds, not {args.budget:g}")
     say = _say
     if args.plan:
         command, cwd, files, trace, shown = _target(args.target, trust=True)
         files = args.files or files
-        p = plan(args.strategy, args.repeat, files_known=files is not None, cold=not args.warm)
+        p = plan(args.strategy, args.repeat, files_known=files is not None, cold=not args.warm, budget=args.budget)
         render_plan(p, command, cwd, files, shown, sys.stdout)
         return ExitStatus.OK
     cleaned: list[str] = []
@@ -88,7 +95,7 @@ def _run(args, child) -> int:
         if args.keep:
             checked_keep(args.keep, sudo_credentials())  # a refused DIR before anything is said or run
         say(plan(args.strategy, args.repeat, files_known=(args.files or files) is not None,
-                 cold=not args.warm).headline())
+                 cold=not args.warm, budget=args.budget).headline())
     for line in [shown] * bool(shown) + cleaned:
         say(line)
     if not args.compare:
@@ -96,10 +103,12 @@ def _run(args, child) -> int:
         with shim_environment(args.strategy, None, device=args.device, prefetch_files=files or ()) as env:
             return child.run(command, env=env, cwd=cwd)
     recorder, why_not = (None, "runs not recorded (--no-record)") if args.no_record else default_recorder()
-    log = say if not args.json else (lambda line: None)
-    result = compare(command, strategy=args.strategy, repeat=args.repeat, files=args.files or files,
-                     device=args.device, cwd=cwd, workdir=args.keep, recorder=recorder, cold=not args.warm,
-                     log=log, spans_from=trace, wait=not args.no_wait, tell=say)
+    with Progress(say, sys.stderr if not args.json else None) as progress:  # live on a terminal
+        log = progress.say if not args.json else (lambda line: None)
+        result = compare(command, strategy=args.strategy, repeat=args.repeat, files=args.files or files,
+                         device=args.device, cwd=cwd, workdir=args.keep, recorder=recorder, cold=not args.warm,
+                         log=log, spans_from=trace, wait=not args.no_wait, tell=progress.say, budget=args.budget,
+                         progress=progress)
     if why_not:
         result.notes.append(why_not)
     if args.json:

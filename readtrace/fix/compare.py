@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from readtrace.errors import NoEvidenceError, ReadtraceError, TraceError, UsageError
-from readtrace.fix import child, coldlock
+from readtrace.fix import child, coldlock, predict, stop
 from readtrace.fix.candidates import (
     LEAVE_ALONE,
     NO_HARM,
@@ -39,7 +39,10 @@ from readtrace.fix.candidates import (
     sequential_read_s,
 )
 from readtrace.fix.levers import seen_in
+from readtrace.fix.progress import Progress, figures, quiet
 from readtrace.fix.rankplan import RankPlan, plan_from_spans, split_plan
+from readtrace.fix.schedule import Budget, NotTried, Outcome, run_trials
+from readtrace.fix.verdict import confirmation_needed
 from readtrace.fix.workdir import work_dir
 from readtrace.fs.datafiles import DATA_SUFFIXES, SYSTEM_PREFIXES, VOLUME_MIN_BYTES
 from readtrace.fs.datafiles import is_code as _is_code
@@ -78,6 +81,9 @@ class Run:
     summary: dict | None = None  # report_json's summary + findings of the run's trace
     label: str = ""  # the candidate it ran (auto)
     log: str = ""  # the last lines of its output, when it failed
+    stopped: str = ""  # "stopped at 5.2 s (slower than ...)": its time limit stopped it (fix/schedule.py)
+    predicted_s: float | None = None  # auto's trials: the predicted cold wall time (fix/predict.py)
+    predicted_by: str = ""  # how that was predicted, or why it was not
 
     @property
     def loader_s(self) -> float:
@@ -94,6 +100,9 @@ class Choice:
     floor: Floor | None = None
     identical: list[str] = field(default_factory=list)  # labels of the trials that loaded the same tensors
     floor_unknown: str = ""  # why the floor was not measured (floor None)
+    not_tried: list[NotTried] = field(default_factory=list)  # candidates left out (floor reached, --budget)
+    confirmation: str = ""  # whether the chosen candidate was run again, and why (verdict.confirmation_needed)
+    unconfirmed: str = ""  # why a gain that needed a confirmation run has none: no gain is claimed
 
 
 @dataclass
@@ -164,6 +173,8 @@ def compare(
     spans_from: str | None = None,
     wait: bool = True,
     tell: Callable[[str], None] | None = None,
+    budget: float | None = None,
+    progress: Progress | None = None,
 ) -> Comparison:
     """Run ``command`` as baseline and fixed ``repeat`` times each, cold, interleaved; compare.
 
@@ -177,7 +188,8 @@ def compare(
     Under torchrun (tensors tagged with a rank) the fixed runs' prefetch follows a rank plan
     (fix/rankplan.py) from ``spans_from`` (a trace of the job) or the baseline's own trace. Another
     compare measuring one of the same files is waited for (fix/coldlock.py), said through ``tell``
-    (default ``log``), or with ``wait=False`` a ReadtraceError.
+    (default ``log``), or with ``wait=False`` a ReadtraceError. ``budget``: seconds auto may spend in
+    all (fix/schedule.py: candidates that no longer fit are not tried); ``progress``: a live display.
     """
     if strategy not in FIX_STRATEGIES:
         raise UsageError(f"unknown strategy {strategy!r} (choose from {', '.join(FIX_STRATEGIES)})")
@@ -202,7 +214,8 @@ def compare(
         if cold and (held := mapped_elsewhere(files)):
             raise NoEvidenceError("the runs cannot be cold: eviction leaves the pages another process maps: "
                                   + "; ".join(held))
-        session = _Session(command, work, device, cwd, recorder, files, cold, log, spans_from)
+        session = _Session(command, work, device, cwd, recorder, files, cold, log, spans_from,
+                           budget=Budget(budget), progress=progress or quiet())
         dropping = [f for f in files if not _cache_kept(f)]
         if strategy == "auto" and cold:  # warm runs measure the shim's own per-file choice instead
             choice, runs = _choose(session, seen, not dropping, repeat, notes)
@@ -270,24 +283,30 @@ class _Session:
     plan: RankPlan | None = None  # torchrun: what each rank prefetches in fixed runs
     plan_path: Path | None = None
     early_read: bool | None = None  # may fixed runs read files early (inject/early.py)? None: no baseline yet
+    budget: Budget = field(default_factory=lambda: Budget(None))
+    progress: Progress = field(default_factory=quiet)
 
-    def prepare(self, what: str) -> None:
+    def prepare(self, what: str, expect_s: float | None = None, left_s: float | None = None) -> None:
         if self.cold:
             self.evictions = evict(self.files)
-            self.log(f"{what} (cold: {len(self.files)} file(s) evicted)")
+            how = f"cold: {len(self.files)} file(s) evicted"
         else:
             prefetch(self.files, progress=False)
-            self.log(f"{what} (warm: {len(self.files)} file(s) cached)")
+            how = f"warm: {len(self.files)} file(s) cached"
+        self.log(f"{what} ({how}); {figures(self.budget.elapsed(), expect_s, left_s)}")
 
-    def run(self, side: str, index: int, candidate: Candidate) -> Run:
+    def run(self, side: str, index: int, candidate: Candidate, limit_s: float | None = None,
+            expect_s: float | None = None, left_s: float | None = None) -> Run:
         self.count += 1
-        self.prepare(f"run {self.count} {side} [{candidate.label if side != 'baseline' else 'unchanged'}]")
+        what = f"run {self.count} {side} [{candidate.label if side != 'baseline' else 'unchanged'}]"
+        self.prepare(what, expect_s, left_s)
         if self.plan is not None and prefetches(candidate.strategy):
             candidate = replace(candidate, settings={**candidate.settings, "prefetch_plan": str(self.plan_path)})
         if self.early_read is False:
             candidate = replace(candidate, settings={**candidate.settings, "early_read": False})
-        run = _run(self.command, side, index, candidate.strategy, self.work, self.device, self.cwd,
-                   self.recorder, self.files, candidate, stem=f"{self.count:02d}-{side}")
+        with self.progress.running(what, expect_s, left_s):
+            run = _run(self.command, side, index, candidate.strategy, self.work, self.device, self.cwd,
+                       self.recorder, self.files, candidate, stem=f"{self.count:02d}-{side}", limit_s=limit_s)
         run.label = candidate.label
         if side == "baseline":
             _must_succeed(run)
@@ -321,11 +340,12 @@ class _Session:
 
 
 def _choose(session: _Session, seen: set[str], keeps_cache: bool, repeat: int, notes: list[str]):
-    """auto: unless the baseline is within noise of its floor, try every candidate once, cold; the
-    fastest with identical tensors, when at least 3 % faster, is the fix only when it and a fresh cold
-    run of it are both at least 3 % faster than both of two baseline runs (the spread rule,
-    ``candidates.confirmed``: one cold run each is noise on a busy machine); then the remaining
-    interleaved repeats."""
+    """auto: unless the baseline is within noise of its floor, try the candidates once each, cold, the
+    fastest predicted first, stopping those that fall behind and the rest once one reaches the floor
+    (fix/schedule.py); the fastest with identical tensors, when at least 3 % faster, is the fix. Its
+    gain stands on that one run where it is beyond noise (``verdict.confirmation_needed``); else it is
+    the fix only when it and a fresh cold run of it are both at least 3 % faster than both of two
+    baseline runs (the spread rule, ``candidates.confirmed``); then the remaining interleaved repeats."""
     baseline = session.run("baseline", 0, LEAVE_ALONE)
     seen = seen or seen_in(baseline.manifest.calls)
     runs = [baseline]
@@ -338,6 +358,7 @@ def _choose(session: _Session, seen: set[str], keeps_cache: bool, repeat: int, n
         floor_unknown += f"; a sequential read of the same {size / MiB:.1f} MiB took {read_s:.2f} s here"
     trials: list[Run] = []
     identical: list[str] = []
+    not_tried: list[NotTried] = []
     if not session.files:
         why = "no checkpoint files were found: nothing to act on"
     elif floor is not None and floor.nothing_to_gain(baseline.wall_s):
@@ -347,50 +368,76 @@ def _choose(session: _Session, seen: set[str], keeps_cache: bool, repeat: int, n
     else:
         found, why_not = candidates(seen or {"load_file"}, keeps_cache)
         notes.extend(why_not)
-        trials, ok = _trials(session, baseline, found, notes)
-        identical = [t.label for t in ok]
-        best = min(ok, key=lambda t: t.wall_s, default=None)
+        rows = predict.ranked(found, baseline.wall_s, (baseline.summary or {}).get("io_model"))
+        outcome = _trials(session, baseline, rows, floor, notes)
+        trials, not_tried = outcome.trials, outcome.not_tried
+        identical = [t.label for t in outcome.ok]
+        best = min(outcome.ok, key=lambda t: t.wall_s, default=None)
         if not found:
             why = "no candidate can act on this load (the notes say why)"
+        elif not trials and not_tried:
+            why = f"no candidate was tried: {not_tried[0].why}"
         elif best is None or best.wall_s > NO_HARM * baseline.wall_s:
             why = "no candidate was at least 3 % faster than the baseline" + (
                 f" (best: {best.label}, {best.wall_s:.2f} s vs {baseline.wall_s:.2f} s)" if best else "")
         else:
             chosen = next(c for c in found if c.label == best.label)
-            fresh, again = session.run("fixed", 0, chosen), session.run("baseline", 1, LEAVE_ALONE)
-            runs.append(again)
-            times = f"{best.wall_s:.2f} s and {fresh.wall_s:.2f} s vs the baseline's {baseline.wall_s:.2f} s and {again.wall_s:.2f} s"
-            if fresh.exit_code == 0 and _identical(baseline, fresh) and \
-                    confirmed([best.wall_s, fresh.wall_s], [baseline.wall_s, again.wall_s]):
-                runs.append(fresh)
-                choice = Choice(chosen, f"fastest of {len(trials)} candidate(s) measured cold, tensors identical, "
-                                "and in a fresh cold run again at least 3 % faster than both baseline runs: "
-                                f"{times}", trials, floor, identical, floor_unknown)
-                return choice, _repeats(session, runs, choice.chosen, repeat)
-            fresh.side, fresh.label, again.side = "trial", f"{chosen.label} (again)", "fixed"
-            trials.append(fresh)  # the unchanged command's second run is the fixed side of a load left alone
-            why = f"{chosen.label} was not at least 3 % faster than both baseline runs, twice: {times}"
-    choice = Choice(LEAVE_ALONE, why, trials, floor, identical, floor_unknown)
+            return _confirm(session, runs, chosen, best, (trials, floor, identical, floor_unknown, not_tried), repeat)
+    choice = Choice(LEAVE_ALONE, why, trials, floor, identical, floor_unknown, not_tried)
     if not any(r.side == "fixed" for r in runs):
         runs.append(session.run("fixed", 0, LEAVE_ALONE))
     return choice, _repeats(session, runs, LEAVE_ALONE, repeat)
 
 
-def _trials(session: _Session, baseline: Run, found: list[Candidate], notes: list[str]) -> tuple[list[Run], list[Run]]:
-    """Each candidate once, cold: (the runs, those that succeeded and loaded the baseline's tensors)."""
-    trials, ok, differing = [], [], []
-    for cand in found:
-        trial = session.run("trial", 0, cand)
-        trials.append(trial)
-        if trial.exit_code != 0:
-            notes.append(f"{cand.label}: the command failed with it (exit {trial.exit_code}): {trial.log}")
-        elif _identical(baseline, trial):
-            ok.append(trial)
-        else:
-            differing.append(trial.label)
+def _confirm(session: _Session, runs: list[Run], chosen: Candidate, best: Run, measured: tuple, repeat: int):
+    """The fastest candidate ``best``: kept on its one run where its gain is beyond noise, else run again
+    with the baseline again (when the budget allows) and kept only when both runs beat both baselines."""
+    trials, floor, identical, floor_unknown, not_tried = measured
+    baseline = runs[0]
+    needed, confirmation = confirmation_needed(best.wall_s, [baseline.wall_s])
+    head = f"fastest of {len(trials)} candidate(s) measured cold, tensors identical"
+    left = session.budget.left()
+    if not needed or (left is not None and left < best.wall_s + baseline.wall_s):
+        unconfirmed = "" if not needed else (f"it needed a confirmation run ({confirmation}), for which the "
+                                             f"--budget left no time ({max(left, 0):.0f} s left)")
+        runs.append(replace(best, side="fixed"))
+        choice = Choice(chosen, f"{head}, {best.wall_s:.2f} s vs the baseline's {baseline.wall_s:.2f} s: "
+                        f"{confirmation}", trials, floor, identical, floor_unknown, not_tried, confirmation,
+                        unconfirmed)
+        return choice, runs if unconfirmed else _repeats(session, runs, chosen, repeat)
+    fresh = session.run("fixed", 0, chosen, expect_s=best.wall_s, left_s=best.wall_s + baseline.wall_s)
+    again = session.run("baseline", 1, LEAVE_ALONE, expect_s=baseline.wall_s, left_s=baseline.wall_s)
+    runs.append(again)
+    times = f"{best.wall_s:.2f} s and {fresh.wall_s:.2f} s vs the baseline's {baseline.wall_s:.2f} s and {again.wall_s:.2f} s"
+    if fresh.exit_code == 0 and _identical(baseline, fresh) and \
+            confirmed([best.wall_s, fresh.wall_s], [baseline.wall_s, again.wall_s]):
+        runs.append(fresh)
+        choice = Choice(chosen, f"{head}, and in a fresh cold run again at least 3 % faster than both baseline "
+                        f"runs: {times}", trials, floor, identical, floor_unknown, not_tried, confirmation)
+        return choice, _repeats(session, runs, choice.chosen, repeat)
+    fresh.side, fresh.label, again.side = "trial", f"{chosen.label} (again)", "fixed"
+    trials.append(fresh)  # the unchanged command's second run is the fixed side of a load left alone
+    why = f"{chosen.label} was not at least 3 % faster than both baseline runs, twice: {times}"
+    choice = Choice(LEAVE_ALONE, why, trials, floor, identical, floor_unknown, not_tried, confirmation)
+    return choice, _repeats(session, runs, LEAVE_ALONE, repeat)
+
+
+def _trials(session: _Session, baseline: Run, rows: list[predict.Ranked], floor: Floor | None,
+            notes: list[str]) -> Outcome:
+    """Each candidate at most once, cold, in ``rows``' order (fix/schedule.py stops and leaves out)."""
+    def run(row, limit_s, expect_s, left_s):
+        return session.run("trial", 0, row.candidate, limit_s, expect_s, left_s)
+
+    outcome = run_trials(rows, baseline.wall_s, floor, session.budget, run, lambda t: _identical(baseline, t))
+    for trial in outcome.trials:
+        if trial.exit_code != 0 and not trial.stopped:
+            notes.append(f"{trial.label}: the command failed with it (exit {trial.exit_code}): {trial.log}")
+    differing = [t.label for t in outcome.trials if t.exit_code == 0 and t not in outcome.ok]
     if differing:
         notes.append("not considered, loaded different tensors: " + ", ".join(differing))
-    return trials, ok
+    if outcome.floor_reached and outcome.not_tried:
+        notes.append(f"{outcome.floor_reached}: not tried: " + ", ".join(n.label for n in outcome.not_tried))
+    return outcome
 
 
 def _repeats(session: _Session, runs: list[Run], chosen: Candidate, repeat: int) -> list[Run]:
@@ -433,13 +480,15 @@ def _cache_kept(path: str) -> bool:
 
 
 def _run(command, side, index, strategy, work: Path, device, cwd, recorder, files=(), candidate=None,
-         stem=None) -> Run:
-    """One rerun with the shim (``candidate``: its protocol settings and plain environment)."""
+         stem=None, limit_s: float | None = None) -> Run:
+    """One rerun with the shim (``candidate``: its protocol settings and plain environment), stopped
+    after ``limit_s`` seconds (fix/stop.py; ``Run.stopped`` says so)."""
     stem = stem or f"{side}-{index + 1}"
     manifest_path = work / f"{stem}.jsonl"
     settings, extra_env = (candidate.settings, candidate.env) if candidate else ({}, {})
-    with shim_environment(strategy, manifest_path, device=device, prefetch_files=files, files=tuple(files),
-                          base_env={**os.environ, **extra_env}, **settings) as env:
+    with stop.limited(limit_s) as limit, \
+            shim_environment(strategy, manifest_path, device=device, prefetch_files=files, files=tuple(files),
+                             base_env={**os.environ, **extra_env, **limit.env}, **settings) as env:
         if recorder is not None:
             trace = work / f"{stem}.rtrace"
             try:
@@ -458,8 +507,10 @@ def _run(command, side, index, strategy, work: Path, device, cwd, recorder, file
         manifest.failures.append(f"the file system of {work} is full: the run's manifest may lack records")
     if code == 0:
         fill_digests(manifest)  # any the shim could not take when the load returned
-    tail = _tail(work / f"{stem}.log") if code != 0 else ""
-    return Run(side, index, code, max(wall - manifest.digest_s, 0.0), manifest, trace_path, summary, log=tail)
+    tail = _tail(work / f"{stem}.log") if code != 0 and limit.fired_at_s is None else ""
+    wall = max(wall - manifest.digest_s, 0.0)
+    stopped = f"stopped at {wall:.1f} s" if limit.fired_at_s is not None and code != 0 else ""
+    return Run(side, index, code, wall, manifest, trace_path, summary, log=tail, stopped=stopped)
 
 
 def _check_work(work: Path, run: str) -> None:
@@ -523,6 +574,7 @@ def trace_summary(trace_path) -> dict | None:
     # what fix/verdict.py's own_change needs to name the user's own lever
     summary["finding_facts"] = [{k: f.get(k) for k in ("code", "tasks", "mapping", "view")}
                                 for f in report.get("findings", [])]
+    summary["io_model"] = predict.io_model(analysis)  # what auto ranks its candidates by (fix/predict.py)
     if analysis.rank_spans:  # a distributed job: per rank (bytes, spans, wait) and its byte spans
         paths = analysis.files["path"]
         summary["ranks"] = json.loads(analysis.ranks.drop(columns=["pids"]).to_json(orient="records"))

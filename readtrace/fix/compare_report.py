@@ -8,7 +8,9 @@ from typing import TextIO
 from readtrace.fix.candidates import confirmed
 from readtrace.fix.compare import Comparison
 from readtrace.fix.rankcompare import rank_comparison
+from readtrace.fix.schedule import STOP_RULE
 from readtrace.fix.verdict import (
+    CONFIRM_RULE,
     FIXED,
     NO_GAIN,
     SLOW_NO_FIX,
@@ -21,6 +23,7 @@ from readtrace.fix.verdict import (
 from readtrace.inject.manifest import compare_manifests
 
 SIDES = ("baseline", "fixed")
+MEASURED, STOPPED, FAILED, NOT_TRIED = "measured", "stopped", "failed", "not tried"  # a candidate's status
 # (label, summary key, format) of the trace-derived rows; shown when the runs were recorded.
 TRACE_ROWS = (
     ("bytes fetched (page-cache misses)", "cache_miss_bytes", "bytes"),
@@ -96,10 +99,20 @@ def _choice_json(comparison: Comparison) -> dict | None:
         return None
     floor = choice.floor
     return {"chosen": choice.chosen.label, "change": choice.chosen.change, "why": choice.why,
-            "candidates": [{"label": t.label, "wall_s": t.wall_s, "exit_code": t.exit_code,
-                            "tensors_identical": _trial_identical(comparison, t)} for t in choice.trials],
+            "candidates": [_trial_json(comparison, t) for t in choice.trials]
+            + [{"label": n.label, "status": NOT_TRIED, "wall_s": None, "exit_code": None, "tensors_identical": None,
+                "predicted_s": n.predicted_s, "predicted_by": n.predicted_by, "why": n.why} for n in choice.not_tried],
             "floor": None if floor is None else {"bytes": floor.bytes, "sequential_read_s": floor.read_s,
-                                                 "warm_s": floor.warm_s, "total_s": floor.total_s}}
+                                                 "warm_s": floor.warm_s, "total_s": floor.total_s},
+            "confirmation": choice.confirmation or None, "confirmation_rule": CONFIRM_RULE, "stop_rule": STOP_RULE}
+
+
+def _trial_json(comparison: Comparison, t) -> dict:
+    """One candidate's cold run: measured, stopped at its limit, or failed; with its prediction."""
+    status = STOPPED if t.stopped else MEASURED if t.exit_code == 0 else FAILED
+    return {"label": t.label, "status": status, "wall_s": t.wall_s, "exit_code": t.exit_code,
+            "tensors_identical": None if t.stopped else _trial_identical(comparison, t),
+            "predicted_s": t.predicted_s, "predicted_by": t.predicted_by, "why": t.stopped}
 
 
 def _trial_identical(comparison: Comparison, trial) -> bool | None:
@@ -221,9 +234,20 @@ def _render_choice(choice: dict | None, out: TextIO) -> None:
         out.write(f"  floor: sequential read of {_fmt(floor['bytes'], 'bytes')} {floor['sequential_read_s']:.2f} s"
                   f" + the load warm {floor['warm_s']:.2f} s = {floor['total_s']:.2f} s\n")
     for cand in choice["candidates"]:
-        state = f"exit {cand['exit_code']}" if cand["exit_code"] else f"{cand['wall_s']:.2f} s"
+        predicted = "" if cand["predicted_s"] is None else f" (predicted {cand['predicted_s']:.2f} s)"
+        if cand["status"] == NOT_TRIED:
+            out.write(f"    not tried {cand['label']:<24} {predicted.strip()}{': ' * bool(predicted)}{cand['why']}\n")
+            continue
+        if cand["status"] == STOPPED:
+            state = cand["why"]
+        else:
+            state = f"exit {cand['exit_code']}" if cand["exit_code"] else f"{cand['wall_s']:.2f} s"
         same = {True: "", False: ", tensors differ", None: ""}[cand["tensors_identical"]]
-        out.write(f"    tried {cand['label']:<28} {state}{same}\n")
+        out.write(f"    tried {cand['label']:<28} {state}{same}{predicted}\n")
+    if any(c["status"] == STOPPED for c in choice["candidates"]):
+        out.write(f"  stop rule: {choice['stop_rule']}\n")
+    if choice["confirmation"]:
+        out.write(f"  confirmation: {choice['confirmation']} (rule: {choice['confirmation_rule']})\n")
 
 
 def _left_alone(rerun_ratio: float | None) -> str:

@@ -5,9 +5,11 @@ every run: the user judges that from this plan.
 
 The count mirrors ``compare``: a discovery run unless the files are known (``--files``, a trace); then
 ``repeat`` interleaved pairs; with ``auto`` (cold) the baseline, the floor's warm run, each candidate
-that can apply (at most those of ``candidates`` for a load that uses every routed call), a
-confirmation pair, then the remaining pairs: an upper bound, since auto stops early where the
-baseline is not slow or nothing applies.
+that can apply (at most those of ``candidates`` for a load that uses every routed call), fastest
+predicted first (fix/predict.py), a confirmation pair where the best gain is within noise
+(verdict.confirmation_needed), then the remaining pairs: a maximum, since auto stops early where the
+baseline is not slow, nothing applies, a candidate reaches the floor or ``--budget`` is spent, and
+a trial slower than the best so far is stopped before its end (fix/schedule.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import TextIO
 from readtrace.escape import printable
 from readtrace.fix.candidates import candidates
 from readtrace.fix.levers import FORKED_SHARED
+from readtrace.fix.schedule import STOP_RULE
+from readtrace.fix.verdict import CLEAR_GAIN
 
 # Everything a discovery run can see: the candidates for it are every candidate auto can try.
 EVERY_CALL = {"load_file", "safe_open", "torch.load", "torch.load:mmap", "import:transformers", FORKED_SHARED}
@@ -31,6 +35,7 @@ class Plan:
     most: int  # the most times the command runs
     exact: bool  # it runs exactly ``most`` times
     what: str = ""  # "strategy auto, --repeat 1, cold"
+    notes: tuple[str, ...] | list[str] = ()  # how auto orders and stops its runs
 
     def count(self) -> str:
         return f"{self.most} times" if self.exact else f"up to {self.most} times"
@@ -40,10 +45,11 @@ class Plan:
                 "whatever it does besides loading (side effects) happens each time")
 
 
-def plan(strategy: str, repeat: int, *, files_known: bool, cold: bool = True) -> Plan:
-    """The runs ``compare(strategy=..., repeat=..., files=... if files_known else None, cold=...)`` makes."""
+def plan(strategy: str, repeat: int, *, files_known: bool, cold: bool = True, budget: float | None = None) -> Plan:
+    """The runs ``compare(strategy=..., repeat=..., files=... if files_known else None, cold=..., budget=...)``
+    makes (at most)."""
     how = "cold" if cold else "warm"
-    what = f"strategy {strategy}, --repeat {repeat}, {how}"
+    what = f"strategy {strategy}, --repeat {repeat}, {how}" + (f", --budget {budget:g} s" if budget else "")
     steps = [] if files_known else ["discovery: the unchanged command once, to find the checkpoint files it loads"]
     if strategy == "auto" and cold:
         with_cache, without = candidates(EVERY_CALL, True)[0], candidates(EVERY_CALL, False)[0]
@@ -58,14 +64,18 @@ def plan(strategy: str, repeat: int, *, files_known: bool, cold: bool = True) ->
                 where[c.label] = ""
         steps += [f"candidate: {label}, cold (if the baseline is slow on reads and it applies to this load"
                   f"{where[label]})" for label in labels]
-        steps += ["confirmation: the fastest candidate again and the baseline again, cold (or the unchanged "
-                  "command once more when no candidate was faster)"]
+        steps += ["confirmation: the fastest candidate again and the baseline again, cold, only where its gain is "
+                  f"under {CLEAR_GAIN:.0f}x (within noise); or the unchanged command once more when no candidate "
+                  "was faster"]
         if repeat > 1:
             steps.append(f"repeats: baseline and fixed, interleaved, until each side has {repeat} runs "
                          f"(up to {2 * (repeat - 1)})")
         tried = max(len(with_cache), len(without))  # a mount keeps the page cache or drops it
         most = (0 if files_known else 1) + 1 + 1 + tried + 2 + 2 * (repeat - 1)
-        return Plan(steps, most, exact=False, what=what)
+        notes = ["the candidates run fastest predicted first (the what-if model on the baseline's trace), not in "
+                 "the order listed; " + STOP_RULE + "; none runs after one within 3 % of the floor"
+                 + ("; none starts that no longer fits the --budget, and one running is stopped at it" if budget else "")]
+        return Plan(steps, most, exact=False, what=what, notes=notes)
     fixed = f"readtrace {strategy}"
     for i in range(repeat):
         order = ("baseline", "fixed") if i % 2 == 0 else ("fixed", "baseline")
@@ -85,6 +95,8 @@ def render_plan(p: Plan, command: list[str], cwd: str | None, files: list[str] |
         print(f"  checkpoint files evicted before each run: {len(files)}", file=out)
     for i, step in enumerate(p.steps, 1):
         print(f"  {i:2d}. {step}", file=out)
+    for note in p.notes:
+        print(f"  ({note})", file=out)
     print(f"The command runs {p.count()}: whatever it does besides loading (appending to a file, writing a "
           "checkpoint, sending data) happens each time.", file=out)
 

@@ -15,6 +15,10 @@ The words (docs/fix.md "The verdict"):
 The spread rule (``candidates.confirmed``): one side beats the other only when its slowest run is at
 least 3 % faster than the other's fastest run, so the two ranges do not overlap; with one run a side
 that is one run against one, and the sentence says "one run each".
+
+The confirmation rule (``confirmation_needed``): the fastest candidate's one cold run is run again, with
+the baseline again, unless it was at least ``CLEAR_GAIN`` x faster than every baseline run (and than the
+spread of the baseline runs); a gain that needed that run and did not get it (``--budget``) is no claim.
 """
 
 from __future__ import annotations
@@ -41,6 +45,24 @@ MARGIN_PCT = round(100 * (1 - NO_HARM))
 SPREAD_RULE = (f"a gain is claimed only when the slowest fixed run is at least {MARGIN_PCT} % faster than the "
                "fastest baseline run (the two sides' ranges do not overlap)")
 ONE_SEQUENTIAL_READ = "16 MiB reads on one fd, front to back"
+# A candidate's one cold run stands without a confirmation run only this many times faster than every
+# baseline run (or the baseline runs' own spread, where larger): cold runs of one unchanged command on a
+# busy 2-vCPU machine were up to 1.46x apart (12.7-18.5 s, issue 23), so a 2x gain is not their noise.
+CLEAR_GAIN = 2.0
+CONFIRM_RULE = (f"the fastest candidate's cold run is run again, with the baseline again, unless it was at least "
+                f"{CLEAR_GAIN:.0f}x faster than every baseline run (and than the spread of the baseline runs): "
+                "a smaller gain can be noise")
+
+
+def confirmation_needed(trial_s: float, baseline_s: Sequence[float]) -> tuple[bool, str]:
+    """(whether the candidate timed ``trial_s`` needs a confirmation run against ``baseline_s``, the sentence)."""
+    spread = max(baseline_s) / min(baseline_s) if min(baseline_s) > 0 else float("inf")
+    needed = max(CLEAR_GAIN, spread)
+    gain = min(baseline_s) / trial_s if trial_s > 0 else float("inf")
+    if gain >= needed:
+        return False, (f"no confirmation run: {gain:.1f}x faster than every baseline run, at least {needed:.1f}x "
+                       "is beyond noise")
+    return True, f"a confirmation run: {gain:.2f}x faster than the baseline is under {needed:.1f}x, within noise"
 
 
 @dataclass(frozen=True)
@@ -56,8 +78,8 @@ class Verdict:
         return int(EXIT_CODES[self.word])
 
 
-def _tried(n: int) -> str:
-    return f"{n} candidate{'s' * (n != 1)} measured"
+def _tried(n: int, untried: int = 0) -> str:
+    return f"{n} candidate{'s' * (n != 1)} measured" + (f", {untried} not tried" if untried else "")
 
 
 def runs_text(n_baseline: int, n_fixed: int) -> str:
@@ -73,13 +95,15 @@ def _ranges(baseline_s: Sequence[float], fixed_s: Sequence[float]) -> str:
 def decide(baseline_s: Sequence[float], fixed_s: Sequence[float], *, left_alone: bool, label: str = "the fix",
            change: str | None = None, floor: Floor | None = None, floor_unknown: str = "not measured",
            own_change: str | None = None, unproven: Sequence[str] = (), differing: Sequence[str] = (),
-           tried: int | None = None) -> Verdict:
+           tried: int | None = None, unconfirmed: str = "", untried: int = 0) -> Verdict:
     """The verdict on runs timed ``baseline_s`` and ``fixed_s`` (wall seconds per run).
 
     ``left_alone``: the fixed side is the unchanged command (auto found nothing); ``floor``: measured, or
     None (``floor_unknown`` says why); ``own_change``: what the user could change where readtrace could
     not; ``unproven``/``differing``: reasons that no claim stands / tensors that differ; ``tried``: how
-    many candidates auto measured before it left the load alone (None: not said).
+    many candidates auto measured before it left the load alone (None: not said); ``unconfirmed``: why a
+    gain that needed a confirmation run (``confirmation_needed``) has none (no gain is claimed then);
+    ``untried``: candidates left out (a candidate reached the floor, or ``--budget`` was spent).
     """
     if differing:
         more = f" and {len(differing) - 10} more" if len(differing) > 10 else ""
@@ -90,21 +114,30 @@ def decide(baseline_s: Sequence[float], fixed_s: Sequence[float], *, left_alone:
         return Verdict(UNPROVEN, "nothing proven: a side has no run")
     base = statistics.median(baseline_s)
     if left_alone:
+        unmeasured = f"no candidate was measured ({untried} not tried: see the candidates)" if untried and not tried \
+            else ""
         if floor is not None and floor.not_slow(base):
             near = (f"not slow: the baseline ({base:.2f} s) is within {round(100 * (SLOW_MARGIN - 1))} % + "
                     f"{SLOW_ABS_S:.0f} s of its floor ({floor.total_s:.2f} s: a sequential read of the same bytes "
                     f"{floor.read_s:.2f} s + the load warm {floor.warm_s:.2f} s)")
+            if unmeasured:
+                return Verdict(NOT_SLOW, f"{near}; {unmeasured}")
             if tried == 0:
                 return Verdict(NOT_SLOW, near + ("; no candidate was measured: at most 3 % over the floor, there "
                                                  "is nothing to gain beyond noise" if floor.nothing_to_gain(base)
                                                  else "; no candidate can act on this load (see the notes)"))
             return Verdict(NOT_SLOW, near + ", and nothing readtrace can change was faster beyond noise"
-                           + ("" if tried is None else f" ({_tried(tried)})"))
+                           + ("" if tried is None else f" ({_tried(tried, untried)})"))
         where = f"floor {floor.total_s:.2f} s" if floor is not None else f"floor unknown: {floor_unknown}"
-        nothing = {None: "", 0: ": no candidate can act on this load (see the notes)"}.get(tried, f" ({_tried(tried)})")
+        if unmeasured:
+            return Verdict(SLOW_NO_FIX, f"slow ({base:.2f} s, {where}); {unmeasured}", own_change)
+        nothing = {None: "", 0: ": no candidate can act on this load (see the notes)"}.get(
+            tried, f" ({_tried(tried, untried)})")
         return Verdict(SLOW_NO_FIX, f"slow ({base:.2f} s, {where}) but nothing readtrace can change here was "
                        f"faster{nothing}", own_change)
     runs = _ranges(baseline_s, fixed_s)
+    if unconfirmed and confirmed(fixed_s, baseline_s):
+        return Verdict(NO_GAIN, f"{label}: no gain claimed: {unconfirmed} ({runs})")
     if confirmed(fixed_s, baseline_s):
         speedup = base / statistics.median(fixed_s)
         at_least = min(baseline_s) / max(fixed_s)
@@ -160,10 +193,11 @@ def verdict_of(c: Comparison) -> Verdict:
     first = baselines[0] if baselines else None
     facts = ((first.summary or {}).get("finding_facts") or []) if first else []
     seen = seen_in(first.manifest.calls) if first else set()
-    tried = None
+    tried, unconfirmed, untried = None, "", 0
     if choice is not None:
         label, change, floor, unknown = choice.chosen.label, choice.chosen.change, choice.floor, choice.floor_unknown
         tried = len({t.label for t in choice.trials if not t.label.endswith(" (again)")})
+        unconfirmed, untried = choice.unconfirmed, len(choice.not_tried)
     else:
         label, floor = f"readtrace {c.strategy}", None
         change = OWN.get(c.strategy, f"readtrace fix --strategy {c.strategy} -- CMD")
@@ -171,4 +205,4 @@ def verdict_of(c: Comparison) -> Verdict:
     return decide([r.wall_s for r in baselines], [r.wall_s for r in c.side("fixed")], left_alone=c.left_alone,
                   label=label, change=change, floor=floor, floor_unknown=unknown or "not measured",
                   own_change=own_change(facts, seen), unproven=c.unproven, differing=differing_names(c.diff),
-                  tried=tried)
+                  tried=tried, unconfirmed=unconfirmed, untried=untried)

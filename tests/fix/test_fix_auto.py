@@ -78,13 +78,18 @@ def test_auto_acts_on_a_slow_mount_with_the_fastest_candidate(lab):
     choice = result.choice
     labels = [t.label for t in choice.trials]
     # a raw mmap load: the prefetch, and the populate through the loader's own open file, can act on it
-    assert labels == ["readtrace populate", "readtrace prefetch"]
+    # (the second is not tried where the first reached the floor: fix/schedule.py)
+    assert labels + [n.label for n in choice.not_tried] == ["readtrace populate", "readtrace prefetch"]
     assert choice.chosen.label in labels and result.diff.all_identical and result.diff.count > 10
-    # acted only after the winner was >= 3 % faster twice: its trial and a fresh fixed run, against the
-    # median of two baseline runs; the fixed side is that fresh run, not the trial that won the selection
     baselines, fixed = result.side("baseline"), result.side("fixed")
-    assert len(baselines) == 2 and len(fixed) == 1 and fixed[0] not in choice.trials
-    assert "again at least 3 % faster than both baseline runs" in choice.why and verdict_of(result).word == "fixed"
+    if "no confirmation run" in choice.why:  # at least 2x faster than the baseline: beyond noise on one run
+        assert len(baselines) == len(fixed) == 1 and fixed[0].wall_s * 2 <= baselines[0].wall_s
+    else:
+        # acted only after the winner was >= 3 % faster twice: its trial and a fresh fixed run, against the
+        # median of two baseline runs; the fixed side is that fresh run, not the trial that won the selection
+        assert len(baselines) == 2 and len(fixed) == 1 and fixed[0] not in choice.trials
+        assert "again at least 3 % faster than both baseline runs" in choice.why
+    assert verdict_of(result).word == "fixed"
     assert fixed[0].wall_s <= 0.97 * statistics.median(r.wall_s for r in baselines)
     assert result.speedup >= 1 / 0.97 and not result.left_alone
     text = table(result)

@@ -1,0 +1,69 @@
+"""Predict each candidate's cold time before it runs, from the baseline's recorded trace.
+
+The what-if storage model (analyze/whatif.py) replays the mount's costs (first byte and bandwidth,
+measured from the recorded FUSE requests, or the mount's cached profile from ``readtrace probe``):
+``fixed_io_s`` says how long the load would still wait on its data files with the start-up prefetch
+(``prefetch``) and with one in-order reader per file (``sequential``: the own-fd loader, a populate).
+A candidate's prediction is the baseline's measured wall minus its recorded wait plus that wait:
+start-up and compute carry over. A lever that changes no read (OMP_NUM_THREADS=1) is predicted at
+the baseline's time; one the model cannot replay (a pread backend, disable_mmap) has no prediction
+and runs after those that have one. The predictions only order the trials: every claim rests on
+measured runs (fix/verdict.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from readtrace.fix.candidates import Candidate
+from readtrace.inject.protocol import OWN_FD_PER_FORK, POPULATE
+
+# candidate strategy -> the model's fixed read pattern(s); the faster of several
+MODELLED = {"prefetch": ("prefetch",), "own-fd": ("sequential",), "both": ("prefetch", "sequential"),
+            OWN_FD_PER_FORK: ("sequential",), POPULATE: ("sequential",)}
+NO_READ_CHANGE = ("lever omp-1",)  # changes threads, not reads: the model predicts the baseline's I/O
+POPULATE_AFTER_OPEN = "readtrace populate after open"  # strategy prefetch, but one in-order reader
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A candidate in the order it runs, with its predicted cold wall time (None: not modelled)."""
+
+    candidate: Candidate
+    predicted_s: float | None
+    basis: str  # how the prediction was made, or why there is none
+
+
+def io_model(analysis) -> dict | None:
+    """What fix/predict needs of a baseline's Analysis (kept in its trace summary): the mount profile
+    used and ``whatif.fixed_io_s``; None where no storage model applies (a local disk: no profile)."""
+    from readtrace.analyze import whatif
+
+    profile = whatif.mount_profile(analysis)
+    if profile is None:
+        return None
+    return {"profile": profile.name, "latency_ms": round(profile.latency_ms, 2),
+            "bandwidth_mbps": profile.bandwidth_mbps, **whatif.fixed_io_s(analysis, profile)}
+
+
+def predicted_s(candidate: Candidate, baseline_s: float, model: dict | None) -> tuple[float | None, str]:
+    """(predicted cold wall seconds, how) of one candidate against a baseline that took ``baseline_s``."""
+    if model is None:
+        return None, "no prediction: the baseline was not recorded, or no storage model fits its mount"
+    patterns = ("sequential",) if candidate.label == POPULATE_AFTER_OPEN else MODELLED.get(candidate.strategy)
+    if candidate.label in NO_READ_CHANGE:
+        patterns = ("recorded",)
+    if not patterns:
+        return None, "no prediction: the storage model does not replay this lever's reads"
+    waits = max(baseline_s - model["recorded"], 0.0)
+    io = min(model[p] for p in patterns)
+    how = "reads unchanged" if patterns == ("recorded",) else "+".join(patterns)
+    return waits + io, (f"what-if model ({model['profile']}, {model['latency_ms']:.1f} ms first byte): "
+                        f"{waits:.2f} s besides the data waits + {io:.2f} s waiting ({how})")
+
+
+def ranked(found: Sequence[Candidate], baseline_s: float, model: dict | None) -> list[Ranked]:
+    """``found`` fastest predicted first; those without a prediction after them, in their own order."""
+    rows = [Ranked(c, *predicted_s(c, baseline_s, model)) for c in found]
+    return sorted(rows, key=lambda r: (r.predicted_s is None, r.predicted_s or 0.0))

@@ -1,0 +1,118 @@
+"""The order of auto's trials, when one stops, and what the budget leaves untried.
+
+- Order: fastest predicted first (fix/predict.py), so the best measured time is known early.
+- Stop a trial: once it has run ``STOP_MARGIN`` x the best measured candidate + ``STOP_ABS_S`` it
+  cannot be the fastest beyond noise; it is stopped (its process tree, fix/stop.py) and reported as
+  "stopped at N s (slower than X)".
+- Stop trying: once a candidate with the baseline's tensors is within noise of the floor (a cold
+  sequential read of the same bytes + the load warm, ``Floor.nothing_to_gain``), no other can beat it
+  by a margin worth measuring; the rest are "not tried" and the notes say why.
+- ``--budget SECONDS`` caps the comparison from its start: a candidate whose expected time no longer
+  fits is "not tried", a running one is stopped at the budget.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from readtrace.fix.candidates import Floor
+from readtrace.fix.predict import Ranked
+
+STOP_MARGIN = 1.25  # a trial 25 % (+ STOP_ABS_S) slower than the best measured one cannot win beyond noise
+STOP_ABS_S = 0.5
+STOP_RULE = (f"a trial is stopped once it has run {round(100 * (STOP_MARGIN - 1))} % + {STOP_ABS_S:.1f} s longer "
+             "than the fastest candidate measured so far")
+
+
+@dataclass(frozen=True)
+class NotTried:
+    label: str
+    predicted_s: float | None
+    why: str
+    predicted_by: str = ""
+
+
+@dataclass
+class Budget:
+    """The comparison's time cap (``--budget``), counted from when it started."""
+
+    seconds: float | None
+    started: float = field(default_factory=time.monotonic)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def left(self) -> float | None:
+        return None if self.seconds is None else self.seconds - self.elapsed()
+
+
+@dataclass
+class Outcome:
+    """The trials as run: each Run (stopped ones included), those with the baseline's tensors, and
+    the candidates not tried (with why)."""
+
+    trials: list = field(default_factory=list)
+    ok: list = field(default_factory=list)
+    not_tried: list[NotTried] = field(default_factory=list)
+    floor_reached: str = ""  # why the rest were not tried, when a candidate reached the floor
+
+
+def stop_limit(best_s: float | None, budget: Budget) -> tuple[float | None, str]:
+    """(seconds after which the next trial is stopped, what it is then slower than); None: no limit."""
+    limits = []
+    if best_s is not None:
+        limits.append((STOP_MARGIN * best_s + STOP_ABS_S, "best"))
+    left = budget.left()
+    if left is not None:
+        limits.append((max(left, 0.0), "budget"))
+    if not limits:
+        return None, ""
+    return min(limits)
+
+
+def expected_s(row: Ranked, baseline_s: float, limit: float | None) -> float:
+    """What a trial is expected to take: its prediction (else the baseline's time), at most its limit."""
+    guess = row.predicted_s if row.predicted_s is not None else baseline_s
+    return guess if limit is None else min(guess, limit)
+
+
+def run_trials(rows: list[Ranked], baseline_s: float, floor: Floor | None, budget: Budget,
+               run: Callable[[Ranked, float | None, float, float], object],
+               identical: Callable[[object], bool]) -> Outcome:
+    """Run ``rows`` in order: ``run(row, limit_s, expected_s, left_s)`` -> Run (``.stopped`` set when the
+    limit stopped it), ``identical(run)``: it loaded the baseline's tensors."""
+    out = Outcome()
+    best = None  # the fastest run with the baseline's tensors
+    for i, row in enumerate(rows):
+        label = row.candidate.label
+        if out.floor_reached:
+            out.not_tried.append(NotTried(label, row.predicted_s, out.floor_reached, row.basis))
+            continue
+        limit, why_limit = stop_limit(best.wall_s if best else None, budget)
+        need = expected_s(row, baseline_s, limit if why_limit == "best" else None)
+        left = budget.left()
+        if left is not None and left < need:
+            out.not_tried.append(NotTried(label, row.predicted_s, f"--budget: {max(left, 0):.1f} s left of "
+                                          f"{budget.seconds:g} s, it is expected to take {need:.1f} s", row.basis))
+            continue
+        still = sum(expected_s(r, baseline_s, limit) for r in rows[i:])
+        trial = run(row, limit, need, still)
+        trial.predicted_s, trial.predicted_by = row.predicted_s, row.basis
+        out.trials.append(trial)
+        if trial.stopped:
+            trial.stopped += (f" (slower than {best.label} {best.wall_s:.2f} s)" if why_limit == "best" else
+                              f" (the --budget of {budget.seconds:g} s was spent)")
+            continue
+        if trial.exit_code != 0 or not identical(trial):
+            continue
+        out.ok.append(trial)
+        if best is None or trial.wall_s < best.wall_s:
+            best = trial
+        if floor is not None and floor.nothing_to_gain(trial.wall_s):
+            out.floor_reached = (f"{label} ({trial.wall_s:.2f} s) is within 3 % of the floor ({floor.total_s:.2f} s: "
+                                 "a sequential read of the same bytes + the load warm): no other candidate can "
+                                 "beat it by a margin worth measuring")
+    return out
+

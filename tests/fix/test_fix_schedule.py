@@ -1,0 +1,118 @@
+"""auto's schedule on real loads (safe_open + 4 threads) on the lab mount (gcsfuse profile, 20 ms): the
+candidates run fastest predicted first (the prediction in the JSON), a trial that falls behind the best
+is stopped (its whole process tree) and said so, --budget leaves candidates "not tried", and every
+JSON agrees with its schema and with the exit code."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import lab_mount, validate_fix_json
+
+from readtrace.fix.compare import compare
+from readtrace.fix.compare_report import render_table, to_json
+from readtrace.workloads import make_checkpoint
+
+# Deliberately slow under one lever (OMP_NUM_THREADS=1): it says its pid, then sleeps before loading.
+LOAD = """
+import os, sys, time
+from concurrent.futures import ThreadPoolExecutor
+from safetensors import safe_open
+if os.environ.get("OMP_NUM_THREADS") == "1" and len(sys.argv) > 2:
+    with open(sys.argv[2], "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(120)
+with safe_open(sys.argv[1], "pt") as f:
+    keys = list(f.keys())
+    with ThreadPoolExecutor(4) as pool:
+        state = dict(zip(keys, pool.map(f.get_tensor, keys)))
+print(len(state))
+"""
+
+
+@pytest.fixture
+def dropping_lab(tmp_path):
+    """8 MiB behind the lab mount at 20 ms, every open drops the page cache (no floor: every candidate runs)."""
+    with lab_mount(tmp_path, lambda src: make_checkpoint(src, 8)[0], latency_ms=20, keep_cache=False) as (mnt, path):
+        (tmp_path / "load.py").write_text(LOAD)
+        yield tmp_path, f"{mnt}/{path.name}"
+
+
+def fix_compare(tmp_path, ckpt: str, *options: str, extra: tuple[str, ...] = ()) -> tuple[dict, str, int]:
+    """``readtrace fix --compare --json OPTIONS --files CKPT -- python load.py CKPT EXTRA``: (JSON, stderr, exit)."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-m", "readtrace", "fix", "--compare", "--json", *options, "--files", ckpt,
+                          "--", sys.executable, str(tmp_path / "load.py"), ckpt, *extra],
+                         capture_output=True, text=True, timeout=300, env=env)
+    data = validate_fix_json(json.loads(out.stdout))
+    assert out.returncode == data["exit_code"], out.stderr  # the JSON agrees with the exit code
+    return data, out.stderr, out.returncode
+
+
+@pytest.mark.fuse
+@pytest.mark.ebpf
+def test_candidates_run_fastest_predicted_first_and_say_the_prediction(dropping_lab, need_root):
+    """Recorded: the baseline's trace predicts each candidate; the JSON lists them in that order."""
+    tmp_path, ckpt = dropping_lab
+    data, _, code = fix_compare(tmp_path, ckpt, "--budget", "1")
+    cands = data["choice"]["candidates"]
+    assert code == 0 and data["tensors_identical"] is True
+    assert [c["status"] for c in cands] == ["not tried"] * len(cands) and len(cands) >= 3
+    predicted = [c["predicted_s"] for c in cands]
+    known = [p for p in predicted if p is not None]
+    assert known == sorted(known) and predicted[:len(known)] == known  # the unmodelled ones last
+    by_label = {c["label"]: c for c in cands}
+    # one in-order reader is modelled, and faster than the baseline; OMP_NUM_THREADS changes no read
+    assert by_label["readtrace own-fd"]["predicted_s"] < data["baseline"]["wall_s"]
+    assert by_label["readtrace own-fd"]["predicted_by"].startswith("what-if model (gcsfuse, ")
+    assert by_label["lever omp-1"]["predicted_s"] == pytest.approx(data["baseline"]["wall_s"])
+    assert by_label["lever safetensors-pread"]["predicted_s"] is None
+
+
+@pytest.mark.fuse
+def test_a_trial_slower_than_the_best_is_stopped_and_said_so(dropping_lab):
+    tmp_path, ckpt = dropping_lab
+    pid_file = tmp_path / "slow.pid"
+    data, _, code = fix_compare(tmp_path, ckpt, "--no-record", extra=(str(pid_file),))
+    cands = {c["label"]: c for c in data["choice"]["candidates"]}
+    slow = cands["lever omp-1"]
+    assert slow["status"] == "stopped" and slow["tensors_identical"] is None and slow["exit_code"] != 0
+    assert slow["why"].startswith("stopped at ") and "(slower than readtrace " in slow["why"]
+    best = min(c["wall_s"] for c in cands.values() if c["status"] == "measured")
+    assert slow["wall_s"] < 1.25 * best + 0.5 + 5  # stopped at its limit (+ the grace), not after 120 s
+    assert not os.path.exists(f"/proc/{pid_file.read_text()}")  # its process is gone, not left sleeping
+    assert data["verdict"] != "unproven" and data["tensors_identical"] is True
+    assert data["choice"]["chosen"] != "lever omp-1" and code == 0
+
+
+@pytest.mark.fuse
+def test_budget_leaves_candidates_not_tried_in_json_and_table(dropping_lab):
+    tmp_path, ckpt = dropping_lab
+    lines: list[str] = []
+    result = compare([sys.executable, str(tmp_path / "load.py"), ckpt], files=[ckpt], budget=0.5, log=lines.append)
+    data = validate_fix_json(to_json(result))
+    cands = data["choice"]["candidates"]
+    assert cands and all(c["status"] == "not tried" and "--budget" in c["why"] for c in cands)
+    assert data["left_alone"] is True and data["speedup"] is None and data["exit_code"] == 0
+    assert data["verdict"] in ("not-slow", "slow-no-fix") and f"{len(cands)} not tried" in data["why"]
+    assert len(data["baseline"]["runs"]) == len(data["fixed"]["runs"]) == 1  # nothing else ran
+    out = io.StringIO()
+    render_table(result, out)
+    assert "    not tried readtrace own-fd" in out.getvalue() and "--budget: " in out.getvalue()
+    assert lines[0].startswith("run 1 baseline [unchanged] (cold: 1 file(s) evicted); ") and "s elapsed" in lines[0]
+
+
+def test_plan_says_at_most_and_how_it_orders(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "readtrace", "fix", "--compare", "--plan", "--budget", "60", "--",
+                          sys.executable, "load.py", "model.safetensors"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "runs up to " in out.stdout and "fastest predicted first" in out.stdout
+    assert "--budget 60 s" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "readtrace", "fix", "--compare", "--budget", "0", "--", "true"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "readtrace: --budget must be a positive number of seconds, not 0"]
