@@ -1,9 +1,11 @@
 """Stop one run of the user's command at a time limit, its whole process tree with it.
 
 Each limited run carries a mark in its environment (``READTRACE_FIX_RUN=<token>``), inherited by every
-process it starts, whichever launcher or recorder started it. At the limit each marked process's
-process group gets SIGTERM (the process alone where it shares readtrace's own group), then SIGKILL
-after ``GRACE_S``; the launcher reaps it and finishes as after any exit, a recorder writes its trace.
+process it starts, whichever launcher or recorder started it. The limit counts from when the first
+marked process exists (the command's exec: a recorder's own start-up is not the run's). At the limit
+each marked process's process group gets SIGTERM (the process alone where it shares readtrace's own
+group), then SIGKILL after ``GRACE_S``; the launcher reaps it and finishes as after any exit, a
+recorder writes its trace.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 
 MARK = "READTRACE_FIX_RUN"
 GRACE_S = 2.0
+POLL_S = 0.1  # how often the processes are looked at until the command has started
 
 
 @dataclass
@@ -42,9 +45,12 @@ def limited(seconds: float | None) -> Iterator[Limit]:
         yield limit
         return
     done = threading.Event()
-    started = time.monotonic()
 
     def watch() -> None:
+        while not marked_pids(limit.token):  # the clock starts with the command, not a recorder's start-up
+            if done.wait(POLL_S):
+                return
+        started = time.monotonic()
         if done.wait(max(seconds, 0.0)):
             return
         limit.fired_at_s = time.monotonic() - started
