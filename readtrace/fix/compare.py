@@ -304,7 +304,7 @@ class _Session:
             candidate = replace(candidate, settings={**candidate.settings, "prefetch_plan": str(self.plan_path)})
         if self.early_read is False:
             candidate = replace(candidate, settings={**candidate.settings, "early_read": False})
-        with self.progress.running(what, expect_s, left_s):
+        with self.progress.running(what, expect_s, left_s, self.budget.elapsed()):
             run = _run(self.command, side, index, candidate.strategy, self.work, self.device, self.cwd,
                        self.recorder, self.files, candidate, stem=f"{self.count:02d}-{side}", limit_s=limit_s)
         run.label = candidate.label
@@ -334,7 +334,8 @@ class _Session:
         size, read_s = sequential_read_s(self.files)
         prefetch(self.files, progress=False)
         self.log("floor: the same bytes read sequentially, then the command warm")
-        warm = _run(self.command, "warm", 0, "none", self.work, self.device, self.cwd, None, self.files)
+        with self.progress.running("floor: the command warm", elapsed_s=self.budget.elapsed()):
+            warm = _run(self.command, "warm", 0, "none", self.work, self.device, self.cwd, None, self.files)
         _must_succeed(warm)
         return Floor(size, read_s, warm.wall_s)
 

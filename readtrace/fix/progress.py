@@ -44,12 +44,15 @@ class Progress:
             self._say(line)
 
     @contextlib.contextmanager
-    def running(self, what: str, expect_s: float | None, left_s: float | None) -> Iterator[None]:
-        """Around one run: the live line says ``what``, its elapsed time, and about how much is left."""
+    def running(self, what: str, expect_s: float | None = None, left_s: float | None = None,
+                elapsed_s: float | None = None) -> Iterator[None]:
+        """Around one run: the live line says ``what``, its elapsed time, the comparison's so far
+        (``elapsed_s`` when it started), and about how much is left."""
         if self._live is None:
             yield
             return
-        left = "" if left_s is None else f"about {left_s:.0f} s left"
+        left = ", ".join(([] if elapsed_s is None else [f"{elapsed_s:.0f} s before it"])
+                         + ([] if left_s is None else [f"about {left_s:.0f} s left"]))
         expect = "" if expect_s is None else f" (~{expect_s:.0f} s)"
         task = self._live.add_task(f"{what}{expect}", total=None, left=left)
         try:
