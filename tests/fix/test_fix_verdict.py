@@ -276,3 +276,20 @@ def test_every_strategy_that_fixes_names_its_change():
         c.strategy = strategy
         data = validate(to_json(c))
         assert data["verdict"] == FIXED and strategy in data["change"]
+
+
+@pytest.mark.parametrize(("trial_s", "baseline_s", "needed"), [
+    (2.7, [12.7], False),  # issue 23: both 2.7 s against 12.7 s, 4.7x: beyond any noise seen here
+    (8.6, [12.4], True),  # 1.44x: cold runs of one command were up to 1.46x apart
+    (5.0, [10.0, 15.0], False),  # exactly 2x faster than every baseline run
+    (4.2, [9.0, 20.0], True),  # 2.14x, but the baseline runs themselves were 2.22x apart
+])
+def test_a_confirmation_run_is_needed_only_for_a_gain_within_noise(trial_s, baseline_s, needed):
+    from readtrace.fix.verdict import CLEAR_GAIN, confirmation_needed
+
+    assert CLEAR_GAIN == 2.0
+    got, why = confirmation_needed(trial_s, baseline_s)
+    assert got is needed and why.startswith("a confirmation run" if needed else "no confirmation run")
+    # a gain that needed its confirmation run and did not get one (--budget) is no claim
+    v = decide(baseline_s, [trial_s], left_alone=False, unconfirmed="it needed a confirmation run")
+    assert v.word == NO_GAIN and v.speedup is None and "no gain claimed" in v.why
