@@ -6,6 +6,7 @@ every output (terminal, HTML, JSON's ``message``) uses it, so the wording lives 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,6 +28,16 @@ from readtrace.report.units import fmt_bytes, fmt_count, fmt_pct, fmt_seconds, f
 
 FIX_HINT = "`readtrace fix --compare` reruns it cold with sequential prefetch and an own-fd loader"
 PREAD_LEVER = "safetensors load_file(..., backend=\"pread\")"
+# the large-read switch of a mapped file's format, where its library has one (a GGUF or raw file has none)
+PREAD_LEVERS = {".safetensors": PREAD_LEVER, ".pt": "torch.load(..., mmap=False)", ".pth": "torch.load(..., mmap=False)",
+                ".bin": "torch.load(..., mmap=False)"}
+OTHER_PREAD_LEVER = "large sequential reads into a buffer, e.g. readinto() of 16 MiB chunks"
+
+
+def pread_lever(path: str | None) -> str:
+    """How to read ``path`` with large reads instead of faulting its mapping, in its format's words."""
+    suffix = os.path.splitext(path or "")[1].lower()
+    return PREAD_LEVERS.get(suffix, OTHER_PREAD_LEVER if path else PREAD_LEVER)
 FIXED_HOW = {"prefetch": "fix's prefetch: 4 own-fd streams in order, from start-up",
              "own-fd": "fix's own-fd loader: each file read once in order"}
 MAX_CHAINS_NAMED = 3  # the headline names the innermost calls of this many of an entry point's chains
@@ -61,7 +72,7 @@ def _shared_mapping_sampled(f: SharedFdInterleave) -> Prose:
     evidence = [f"front {r['front']}: {fmt_pct(r['sequential_fraction'])} forward over {r['samples']} samples, "
                 f"{fmt_bytes(r['bytes'])} from offset {r['first_offset']} to {r['last_end']}" for r in f.task_rows]
     return Prose(msg, evidence, "load without faulting the mapping from several threads: read with large "
-                                f"sequential reads ({PREAD_LEVER}) or prefetch the file sequentially first; "
+                                f"sequential reads ({pread_lever(f.file)}) or prefetch the file sequentially first; "
                                 f"{FIX_HINT}" + (f"; {f.fs_levers}" if f.per_handle else ""))
 
 
@@ -85,7 +96,7 @@ def _shared_fd(f: SharedFdInterleave) -> Prose:
                  f"{fmt_pct(t['sequential_fraction'])} sequential on its own, {fmt_bytes(t['bytes'])} from offset "
                  f"{t['first_offset']} to {t['last_end']}" for t in f.task_rows]
     lever = ("load without faulting the mapping from several threads: read with large sequential reads "
-             f"({PREAD_LEVER}) or prefetch the file sequentially first" if f.mapping else
+             f"({pread_lever(f.file)}) or prefetch the file sequentially first" if f.mapping else
              "open one fd per worker (open the file inside each worker, after fork) or read it with one "
              "sequential reader")
     return Prose(msg, evidence, f"{lever}; {FIX_HINT}" + (f"; {f.fs_levers}" if f.per_handle else ""))
@@ -115,7 +126,7 @@ def _fault_storm(f: MmapFaultStorm) -> Prose:
            f"mapped in, {fmt_pct(f.cache_miss_fraction)} missed the cache) on {_fs(f)}")
     return Prose(msg, [f"mmap bytes {f.mmap_bytes}, read() bytes {f.read_bytes}, "
                        f"readahead windows {f.readahead_windows}"],
-                 f"read the file with large sequential reads instead of faulting it in ({PREAD_LEVER}) or "
+                 f"read the file with large sequential reads instead of faulting it in ({pread_lever(f.file)}) or "
                  f"prefetch it sequentially into the page cache first; {FIX_HINT}")
 
 

@@ -55,3 +55,16 @@ def test_cost_wording_cause_and_how_it_shows():
     shows = ColdCache("info", files=1, miss_bytes=MiB, bytes_read=MiB, cause="SMALL_REQUESTS",
                       role="precondition", cost_s=0.0, wait_s=10.5, predicted_fixed_s=1.0)
     assert render(shows).message.endswith("; how SMALL_REQUESTS shows (precondition): its seconds are counted there")
+
+
+def test_the_large_read_lever_is_named_in_the_mapped_files_own_format():
+    """A GGUF memmap on JuiceFS was told to use safetensors' backend="pread" (issue 21's real clients)."""
+    from readtrace.analyze.finding import MmapFaultStorm
+
+    def lever(path):
+        return render(MmapFaultStorm("warn", file=path, fstype="fuse.juicefs", faults=512, tasks=4)).recommendation
+
+    assert 'backend="pread"' in lever("/m/model.safetensors")
+    assert "torch.load(..., mmap=False)" in lever("/m/model.pt")
+    gguf = lever("/m/model.gguf")
+    assert "safetensors" not in gguf and "readinto() of 16 MiB chunks" in gguf
