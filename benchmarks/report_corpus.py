@@ -11,11 +11,19 @@ Each case is one cold load of an example pattern (``readtrace.workloads.load``) 
 - **its cause**: fork-shared-fd and mmap-threads take turns on one handle (SHARED_FD_INTERLEAVE);
   per-tensor-pread reads tensors out of file order (RANDOM_ON_FUSE_HANDLE); the others have none.
 
+With ``--compat`` the corpus also holds cells of the compatibility suite (lab/: a real loader on a real
+FUSE client, its servers on 127.0.0.1), each mount probed first (``readtrace probe``, a private cache):
+the floor is one cold sequential reader of the same files on that mount (lab/cells.sequential_floor),
+slow when the load's data wait is over it by 10 % + 1 s; the cause is the pattern on one handle
+(SHARED_FD_INTERLEAVE) where several tasks share one and the mount measurably punishes it, else the
+page faults of a mapping (MMAP_FAULT_STORM) for mmap loaders, none for the fork pool.
+
 It prints, per finding code, the precision and recall of HIGH (a HIGH is right when the case is slow
 and the code is its cause; every slow case with a cause should have one), the HIGHs on cases at their
 floor, and the cases where the findings' seconds add up to more than the wall.
 
     sudo .venv/bin/python benchmarks/report_corpus.py --sizes 64 --latencies 5,20 [--out DIR]
+    sudo .venv/bin/python benchmarks/report_corpus.py --sizes 64 --latencies 20 --compat default
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: lab/ (test harness)
 from whatif_validate import lab_mounts, record  # noqa: E402  (one home for the lab recordings)
 
 FLOOR_PATTERN = "sequential"
@@ -35,6 +44,75 @@ CAUSE = {"fork-shared-fd": "SHARED_FD_INTERLEAVE", "mmap-threads": "SHARED_FD_IN
          "per-tensor-pread": "RANDOM_ON_FUSE_HANDLE", "fork-own-fd": None, "safetensors-default": None,
          FLOOR_PATTERN: None}
 SLOW_FRACTION, SLOW_S = 0.10, 1.0  # over the floor by more than this: slow
+
+
+# The compat cells of the corpus: every cell of tests/compat (client, latency ms, loader) and a few more of
+# the matrix; ``--compat default``.
+COMPAT_CELLS = (
+    [("lab", 20, name) for name in ("load_file", "safe_open_threads", "transformers", "transformers_sharded",
+                                     "diffusers", "torch_load_mmap", "fork_pool")]
+    + [("s3fs", 20, "load_file"), ("s3fs", 20, "fork_pool"), ("s3fs", 20, "safe_open_threads"),
+       ("rclone", 20, "fork_pool"), ("rclone", 20, "load_file"), ("rclone", 20, "safe_open_threads"),
+       ("sshfs", 0, "load_file"), ("sshfs", 20, "load_file"), ("sshfs", 20, "safe_open_threads"),
+       ("httpdirfs", 0, "load_file"), ("bindfs", 0, "fork_pool"), ("local", 0, "load_file"),
+       ("juicefs", 20, "fork_pool"), ("juicefs", 20, "gguf_memmap"), ("juicefs", 20, "load_file"),
+       ("juicefs", 20, "safe_open_threads"), ("squashfuse", 0, "safe_open_threads"), ("squashfuse", 0, "load_file"),
+       ("squashfuse", 0, "fork_pool"), ("sshfs", 20, "fork_pool"), ("bindfs", 0, "load_file"), ("local", 0, "fork_pool"),
+       ("rclone", 20, "torch_load_mmap")])
+MMAP_LOADERS = ("load_file", "safe_open_threads", "transformers", "transformers_sharded", "diffusers",
+                "torch_load_mmap", "gguf_memmap")
+
+
+def compat_causes(loader, penalty: float | None) -> list[str]:
+    """The finding codes that name a compat cell's cause, by construction (see the module docstring)."""
+    from readtrace.fs.profile import HANDLE_PENALTY_MIN
+
+    punishes = penalty is not None and penalty >= HANDLE_PENALTY_MIN
+    causes = ["SHARED_FD_INTERLEAVE"] if loader.shares_handle and punishes else []
+    return causes + (["MMAP_FAULT_STORM"] if loader.name in MMAP_LOADERS else [])
+
+
+def compat_cases(cells: list[tuple[str, float, str]], size: int, tmp: Path) -> list[dict]:
+    """Record each compat cell cold (no fix), with its mount's probe and its floor."""
+    import os
+    import subprocess
+
+    from lab.cells import readtrace_cli, run_cell
+    from lab.checkpoints import build_all
+    from lab.clients import missing, mounted
+    from lab.loaders import LOADERS
+    from readtrace.fs.profile import MountProfile
+    from readtrace.pagecache.evict import evict
+
+    os.environ["READTRACE_CACHE_DIR"] = str(tmp / "profile-cache")  # this run's probes only
+    built = build_all(tmp / "checkpoints", size, tuple(sorted({LOADERS[c[2]].checkpoint for c in cells})))
+    out = []
+    for client, latency in dict.fromkeys((c, lat) for c, lat, _ in cells):
+        if why := missing(client):
+            print(f"skip {client}: {why}", file=sys.stderr)
+            continue
+        with mounted(client, tmp / "checkpoints", tmp / f"mount-{client}-{latency:g}", latency_ms=latency) as m:
+            evict([str(p) for p in m.backing])
+            probe = subprocess.run([*readtrace_cli(), "probe", "--json", str(m.mountpoint)], capture_output=True,
+                                   text=True, timeout=300)
+            penalty = MountProfile.from_data(json.loads(probe.stdout)[0]).handle_penalty if probe.returncode == 0 \
+                else None
+            for name in (n for c, lat, n in cells if (c, lat) == (client, latency)):
+                loader, t = LOADERS[name], time.monotonic()
+                work = tmp / f"{client}-{latency:g}-{name}"
+                r = run_cell(loader, m.mountpoint / built[loader.checkpoint].name, work, fix=False, floor=True,
+                             backing=m.backing)
+                if r.record_rc != 0:
+                    print(f"{client} {name}: record failed: {r.record_stderr[-300:]}", file=sys.stderr)
+                    continue
+                c = case(work / "load.rtrace", f"{client}/{name}", latency, size, r.floor_s)
+                c["causes_if_slow"] = compat_causes(loader, penalty)
+                c["causes"] = c["causes_if_slow"] if c["slow"] else []
+                c["cause"] = c["causes"][0] if c["causes"] else None
+                c["handle_penalty"] = penalty
+                out.append(c)
+                print(f"{client} {latency:g} ms {name}: {time.monotonic() - t:.0f} s", file=sys.stderr)
+    return out
 
 
 def case(trace: Path, pattern: str, latency: float, size: int, floor_s: float | None) -> dict:
@@ -47,7 +125,7 @@ def case(trace: Path, pattern: str, latency: float, size: int, floor_s: float | 
     slow = floor_s is not None and wait > floor_s * (1 + SLOW_FRACTION) + SLOW_S
     return {"pattern": pattern, "latency_ms": latency, "size_mib": size, "wall_s": wall, "data_wait_s": wait,
             "trace": str(trace), "floor_s": floor_s,
-            "slow": slow, "cause": CAUSE[pattern] if slow else None,
+            "slow": slow, "cause": CAUSE.get(pattern) if slow else None,
             "findings": [{"code": f.code, "severity": f.severity, "role": f.role, "cause": f.cause,
                           "cost_s": f.cost_s, "wait_s": f.wait_s, "floor_s": f.floor_s} for f in a.findings],
             "cost_sum_s": sum(f.cost_s for f in a.findings if f.cost_s)}
@@ -59,7 +137,7 @@ def score(cases: list[dict]) -> dict:
     per_code = {}
     for code in codes:
         high = [c for c in cases if any(f["code"] == code and f["severity"] == "high" for f in c["findings"])]
-        right = [c for c in high if c["slow"] and c["cause"] == code]
+        right = [c for c in high if c["slow"] and code in _causes(c)]
         due = [c for c in cases if c["slow"] and c["cause"] == code]
         found = [c for c in due if c in right]
         per_code[code] = {"high": len(high), "right": len(right), "precision": len(right) / len(high) if high else None,
@@ -73,13 +151,18 @@ def score(cases: list[dict]) -> dict:
                                   if c["slow"] and not any(f["severity"] == "high" for f in c["findings"])]}
 
 
+def _causes(c: dict) -> list[str]:
+    """The codes that name a case's cause (compat cases may have two: the handle, or the faults on it)."""
+    return c.get("causes") or ([c["cause"]] if c["cause"] else [])
+
+
 def print_table(cases: list[dict], s: dict) -> None:
-    print(f"{'pattern':<20} {'ms':>4} {'MiB':>4} {'wall s':>7} {'wait s':>7} {'floor':>6} {'slow':>5}  "
+    print(f"{'pattern':<32} {'ms':>4} {'MiB':>4} {'wall s':>7} {'wait s':>7} {'floor':>6} {'slow':>5}  "
           "cause: severity (cost s)")
     for c in cases:
         named = ", ".join(f"{f['code']}: {f['severity']} ({f['cost_s'] or 0:.2f})" for f in c["findings"]
                           if f["role"] == "cause" and f["cost_s"] is not None) or "-"
-        print(f"{c['pattern']:<20} {c['latency_ms']:>4g} {c['size_mib']:>4} {c['wall_s']:>7.2f} "
+        print(f"{c['pattern']:<32} {c['latency_ms']:>4g} {c['size_mib']:>4} {c['wall_s']:>7.2f} "
               f"{c['data_wait_s']:>7.2f} {c['floor_s'] or 0:>6.2f} {'yes' if c['slow'] else 'no':>5}  {named}")
     print(f"\n{s['cases']} cases, {s['slow']} slow")
     for code, r in s["per_code"].items():
@@ -96,16 +179,24 @@ def main() -> int:
     p.add_argument("--latencies", default="5,20", help="first-byte latencies of the lab mount in ms")
     p.add_argument("--patterns", default=",".join(p for p in CAUSE if p != FLOOR_PATTERN))
     p.add_argument("--out", default="bench-results")
-    p.add_argument("--from", dest="again", help="score the cases of an earlier run's report_corpus.json again "
-                                                "(its traces kept with --keep)")
+    p.add_argument("--from", dest="again", nargs="+", help="score the cases of earlier runs' report_corpus.json "
+                                                           "again, together (their traces kept with --keep)")
     p.add_argument("--keep", help="keep the traces in this directory")
+    p.add_argument("--compat", help="also the compat cells: 'default' (COMPAT_CELLS) or CLIENT:MS:LOADER,...")
+    p.add_argument("--compat-only", action="store_true", help="the compat cells only, no lab patterns")
     args = p.parse_args()
     out = Path(args.out)
     if args.again:
-        old = json.loads(Path(args.again).read_text())["cases"]
+        old = [c for path in args.again for c in json.loads(Path(path).read_text())["cases"]]
         floors = {(c["latency_ms"], c["size_mib"]): c for c in old if c["pattern"] == FLOOR_PATTERN}
         cases = []
         for c in old:
+            if "causes" in c:  # a compat cell: its own floor, its causes by construction
+                again = case(Path(c["trace"]), c["pattern"], c["latency_ms"], c["size_mib"], c["floor_s"])
+                causes = c["causes_if_slow"] if again["slow"] else []
+                cases.append({**again, "causes_if_slow": c["causes_if_slow"], "causes": causes,
+                              "cause": causes[0] if causes else None, "handle_penalty": c["handle_penalty"]})
+                continue
             floor = floors[c["latency_ms"], c["size_mib"]]
             floor_s = case(Path(floor["trace"]), FLOOR_PATTERN, c["latency_ms"], c["size_mib"], None)["data_wait_s"]
             cases.append(case(Path(c["trace"]), c["pattern"], c["latency_ms"], c["size_mib"], floor_s))
@@ -114,7 +205,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="corpus-") as tmp:
         tmp = args.keep or tmp
         Path(tmp).mkdir(parents=True, exist_ok=True)
-        for size in (int(x) for x in args.sizes.split(",")):
+        for size in (int(x) for x in args.sizes.split(",")) if not args.compat_only else ():
             for latency, mnt, ckpt in lab_mounts(size, [float(x) for x in args.latencies.split(",")]):
                 floor_trace = Path(tmp) / f"{FLOOR_PATTERN}-{latency:g}-{size}.rtrace"
                 t = time.monotonic()
@@ -127,6 +218,10 @@ def main() -> int:
                     record(mnt, ckpt, pattern, trace)
                     cases.append(case(trace, pattern, latency, size, floor_s))
                 print(f"{size} MiB at {latency:g} ms: {time.monotonic() - t:.0f} s", file=sys.stderr)
+        if args.compat:
+            cells = COMPAT_CELLS if args.compat == "default" else \
+                [(c, float(ms), n) for c, ms, n in (x.split(":") for x in args.compat.split(","))]
+            cases += compat_cases(list(cells), int(args.sizes.split(",")[0]), Path(tmp))
         return _done(cases, out)
 
 
