@@ -18,7 +18,7 @@ CODE_PATTERN = (
 
 
 # readtrace's own files in a recording: its Python calls log (record/pycalls.py), the shim's hook
-# directory (inject/inject.py), fix's work directory, its state files (runstate.state_dir). Not the
+# directory (rerun/environment.py), fix's work directory, its state files (runstate.state_dir). Not the
 # demo's directory: it holds the checkpoint the load reads.
 OWN_PATTERN = (r"/readtrace-calls-[^/]*\.jsonl$|/readtrace-(?:shim|fix)-[^/]*/"
                r"|^/run/readtrace/|^/tmp/readtrace-\d+/|/readtrace/[a-z]+-\d+-[0-9a-f]{6}\.json$")

@@ -15,7 +15,7 @@ import sys
 
 from readtrace.commands.args import at_least_one
 from readtrace.errors import ExitStatus, PrerequisiteError, ReadtraceError
-from readtrace.inject.protocol import FIX_STRATEGIES
+from readtrace.rerun.protocol import FIX_STRATEGIES
 
 PATTERNS = ("mmap-threads", "fork-shared-fd", "safetensors-default", "per-tensor-pread")
 

@@ -29,7 +29,7 @@ import sys
 
 from readtrace.commands.args import at_least_one
 from readtrace.errors import ExitStatus, NoEvidenceError, ReadtraceError, TraceError, UsageError
-from readtrace.inject.protocol import FIX_STRATEGIES
+from readtrace.rerun.protocol import FIX_STRATEGIES
 from readtrace.validate import directory, regular_file
 
 
@@ -74,8 +74,8 @@ def _run(args, child) -> int:
     from readtrace.fix.progress import Progress
     from readtrace.fix.verdict import DIFFERS, UNPROVEN, verdict_of
     from readtrace.fix.workdir import checked_keep
-    from readtrace.inject.inject import shim_environment
     from readtrace.record.launch import sudo_credentials
+    from readtrace.rerun.environment import shim_environment
 
     at_least_one(args, "repeat")
     if args.budget is not None and not args.budget > 0:

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from readtrace.fix.levers import FORKED_SHARED, NO_FORKED_SHARING, levers_for
-from readtrace.inject.protocol import OWN_FD_PER_FORK, POPULATE
 from readtrace.loader.fileio import MiB, open_fd
+from readtrace.rerun.protocol import OWN_FD_PER_FORK, POPULATE
 
 ROUTED_CALLS = ("load_file", "safe_open", "torch.load")
 SLOW_MARGIN = 1.10  # a load left alone within 10 % (and SLOW_ABS_S) of its floor is called "not slow"

@@ -40,7 +40,6 @@ from readtrace.fix.candidates import (
 )
 from readtrace.fix.levers import seen_in
 from readtrace.fix.progress import Progress, figures, quiet
-from readtrace.fix.rankplan import RankPlan, plan_from_spans, split_plan
 from readtrace.fix.schedule import Budget, NotTried, Outcome, run_trials
 from readtrace.fix.verdict import confirmation_needed
 from readtrace.fix.workdir import work_dir
@@ -48,7 +47,6 @@ from readtrace.fs.datafiles import DATA_SUFFIXES, SYSTEM_PREFIXES, VOLUME_MIN_BY
 from readtrace.fs.datafiles import is_code as _is_code
 from readtrace.fs.procmaps import mapped_by
 from readtrace.fs.profile import cached_for_path
-from readtrace.inject.inject import shim_environment
 from readtrace.inject.manifest import (
     Manifest,
     ManifestDiff,
@@ -56,13 +54,15 @@ from readtrace.inject.manifest import (
     fill_digests,
     read_manifest,
 )
-from readtrace.inject.protocol import FIX_STRATEGIES, prefetches
 from readtrace.loader.fileio import MiB
 from readtrace.pagecache.evict import Eviction, evict
 from readtrace.pagecache.prefetch import prefetch
 from readtrace.pagecache.residency import cache_survives_open
 from readtrace.record.launch import sudo_credentials
 from readtrace.replace import new_file, no_follow
+from readtrace.rerun.environment import shim_environment
+from readtrace.rerun.protocol import FIX_STRATEGIES, prefetches
+from readtrace.rerun.rankplan import RankPlan, plan_from_spans, split_plan
 
 # A recorder runs ``cmd`` with ``env`` in ``cwd`` writing ``trace``; returns (exit code, wall s, summary).
 Recorder = Callable[[list[str], dict, str | None, Path], tuple[int, float, dict | None]]
@@ -186,7 +186,7 @@ def compare(
     baseline runs beyond their spread twice, else the load is left alone (fix/verdict.py words it). ``recorder``: record each run (see ``default_recorder``);
     None runs it plainly. ``workdir`` keeps manifests, logs and traces. ``cold=False``: warm runs.
     Under torchrun (tensors tagged with a rank) the fixed runs' prefetch follows a rank plan
-    (fix/rankplan.py) from ``spans_from`` (a trace of the job) or the baseline's own trace. Another
+    (rerun/rankplan.py) from ``spans_from`` (a trace of the job) or the baseline's own trace. Another
     compare measuring one of the same files is waited for (fix/coldlock.py), said through ``tell``
     (default ``log``), or with ``wait=False`` a ReadtraceError. ``budget``: seconds auto may spend in
     all (fix/schedule.py: candidates that no longer fit are not tried); ``progress``: a live display.
@@ -317,7 +317,7 @@ class _Session:
         return run
 
     def _plan_from(self, baseline: Run) -> None:
-        """Under torchrun: which bytes each rank prefetches in the fixed runs (fix/rankplan.py), from
+        """Under torchrun: which bytes each rank prefetches in the fixed runs (rerun/rankplan.py), from
         the given trace, else the baseline's; without a trace, the files split over local ranks."""
         if not self.files or not any("rank" in t for t in baseline.manifest.tensors + baseline.manifest.calls):
             return

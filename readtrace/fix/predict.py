@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from readtrace.fix.candidates import Candidate
-from readtrace.inject.protocol import OWN_FD_PER_FORK, POPULATE
+from readtrace.rerun.protocol import OWN_FD_PER_FORK, POPULATE
 
 # candidate strategy -> the model's fixed read pattern(s); the faster of several
 MODELLED = {"prefetch": ("prefetch",), "own-fd": ("sequential",), "both": ("prefetch", "sequential"),

@@ -30,7 +30,7 @@ def failed(what: str, error: BaseException) -> None:
         with contextlib.suppress(Exception):  # no stderr left to say it on: the manifest line still may
             sys.stderr.write(f"readtrace: {reason}; the program goes on without it, this run is unproven\n")
     with contextlib.suppress(Exception):  # the manifest is what failed: the host sees it gone or short
-        from readtrace.inject.protocol import Rerun, append_manifest
+        from readtrace.rerun.protocol import Rerun, append_manifest
 
         manifest = Rerun.from_env().manifest
         if manifest:

@@ -104,7 +104,7 @@ def install(rerun) -> None:
     find this process's fds on those files; under ``own-fd-per-fork`` reopen them; note each in the manifest (``fork:shared-fd``:
     the discovery and baseline runs tell ``fix --compare`` that workers shared the parent's file).
     Handlers are inherited by forked children, so a worker that forks again is covered as well."""
-    from readtrace.inject.protocol import OWN_FD_PER_FORK, append_manifest
+    from readtrace.rerun.protocol import OWN_FD_PER_FORK, append_manifest
 
     # plain `readtrace fix` names its files as the ones to prefetch; with none named at all, the
     # strategy (asked for by name) takes any read-only regular file a worker inherited

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from readtrace.inject.protocol import Rerun
+from readtrace.rerun.protocol import Rerun
 
 
 def recorded_call(call: str, load: Callable[[], dict], tensor_files: list[tuple[str, str]]) -> dict:

@@ -33,7 +33,7 @@ import time
 import weakref
 
 from readtrace.inject.failclosed import failed, guarded
-from readtrace.inject.protocol import POPULATE, Rerun, append_manifest
+from readtrace.rerun.protocol import POPULATE, Rerun, append_manifest
 
 STEP = 2 << 20  # one read's size, and the stretch whose residency decides whether a loader is there
 

@@ -35,7 +35,6 @@ from readtrace.fs.knowledge import is_remote
 from readtrace.inject import early, loaded
 from readtrace.inject.failclosed import guarded
 from readtrace.inject.manifest import tensor_record
-from readtrace.inject.protocol import Rerun, append_manifest, prefetches, process_rank, routes
 from readtrace.inject.startup import already_prefetched, release_pin, wait_prefetched
 from readtrace.loader import loader
 from readtrace.loader.errors import LoaderError
@@ -44,6 +43,7 @@ from readtrace.loader.header import read_header
 from readtrace.pagecache import prefetch as prefetcher
 from readtrace.pagecache.populate import populate
 from readtrace.pagecache.residency import cache_survives_open
+from readtrace.rerun.protocol import Rerun, append_manifest, prefetches, process_rank, routes
 
 # What our loader may raise for a file the original loader should then be given (it fails or
 # succeeds as it would have without the shim).
@@ -611,7 +611,7 @@ def _digested(path: str, tensors, parse) -> list[dict]:
     from_file = None
     lines = []
     # Under torchrun the host digests mapped tensors after the run (manifest.fill_digests): every rank
-    # reading the whole file here would be every rank's byte spans in the trace (fix/rankplan.py).
+    # reading the whole file here would be every rank's byte spans in the trace (rerun/rankplan.py).
     deferred = process_rank() is not None
     for name, tensor, index in tensors:
         if loaded.is_mapped(tensor, ranges):

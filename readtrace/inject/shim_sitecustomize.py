@@ -1,6 +1,6 @@
 """Copied as ``sitecustomize.py`` into a directory put first on PYTHONPATH for a rerun (see shim_env).
 
-Standard library only and cheap: it reads the rerun's settings (readtrace.inject.protocol, standard
+Standard library only and cheap: it reads the rerun's settings (readtrace.rerun.protocol, standard
 library only), installs an import hook that patches ``safetensors`` and ``safetensors.torch`` as they
 are imported (nothing else is imported until then) and, under ``readtrace record``, wraps the
 loaders' entry points to record which call issued the reads (readtrace.inject.calls), prefetches the
@@ -116,7 +116,7 @@ def _run_shadowed_sitecustomize():
 
 def _rerun():
     _readtrace_importable()
-    from readtrace.inject.protocol import Rerun
+    from readtrace.rerun.protocol import Rerun
 
     return Rerun.from_env()
 

@@ -3,7 +3,7 @@
 ``Rerun.prefetch_files`` (protocol.py) names the checkpoint files; the first Python process of the
 rerun streams them into the page cache before the script runs and exports ``Rerun.prefetched`` so its
 Python children do not read them again. Under torchrun with a rank plan (``Rerun.prefetch_plan``,
-readtrace.fix.rankplan) the launcher reads nothing and each rank reads its own pieces. Imports no torch.
+readtrace.rerun.rankplan) the launcher reads nothing and each rank reads its own pieces. Imports no torch.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from readtrace.errors import ReadtraceError
 from readtrace.fs.knowledge import is_remote
 from readtrace.inject import early
 from readtrace.inject.failclosed import guarded
-from readtrace.inject.protocol import Rerun, append_manifest, process_rank
 from readtrace.loader.fileio import chunk_bytes_of
 from readtrace.pagecache.pin import DEFAULT_HOLD_S, Pins
 from readtrace.pagecache.prefetch import DEFAULT_THREADS, local_rank_and_size, prefetch_pieces
 from readtrace.pagecache.residency import cache_survives_open
+from readtrace.rerun.protocol import Rerun, append_manifest, process_rank
 
 _HELD: list[Pins] = []  # prefetched pages locked in memory until their hold time ends or we exit
 _PENDING: dict[str, threading.Event] = {}  # files a background prefetch is still reading
@@ -79,7 +79,7 @@ def _read_early(rerun: Rerun, env, kept) -> Rerun:
 def _rank_pieces(rerun: Rerun, rank: int, files: list[str]) -> tuple[list, tuple[str, ...]]:
     """This rank's pieces of the plan, and (split plans) the markers of its node's ranks: a load waits
     until its peers have read their shares too (``wait_prefetched``), then finds the whole file cached."""
-    from readtrace.fix.rankplan import SPLIT, RankPlan
+    from readtrace.rerun.rankplan import SPLIT, RankPlan
 
     plan = RankPlan.load(rerun.prefetch_plan)
     local_rank, local_world = local_rank_and_size()

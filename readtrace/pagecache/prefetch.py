@@ -77,7 +77,7 @@ def prefetch(
 def prefetch_pieces(mine: list[Piece], *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, threads: int = DEFAULT_THREADS,
                     progress: bool | None = None, pin: bool = False) -> PrefetchResult:
     """Read byte ranges (path, start, end) once, sequentially, each thread a contiguous share of them
-    on fds of its own: ``prefetch`` of a rank's own spans (readtrace.fix.rankplan)."""
+    on fds of its own: ``prefetch`` of a rank's own spans (readtrace.rerun.rankplan)."""
     if chunk_bytes <= 0 or threads <= 0:
         raise UsageError("chunk_bytes and threads must be positive")
     shares = split_pieces(mine, threads)

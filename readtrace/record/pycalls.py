@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 import pandas as pd
 
 from readtrace import runstate
-from readtrace.inject.protocol import Rerun
 from readtrace.record.launch import Credentials
+from readtrace.rerun.protocol import Rerun
 
 MAX_LOG_BYTES = 1 << 30  # a runaway log is cut here (counted), the recording is kept
 
@@ -80,7 +80,7 @@ def write_calls(calls: PythonCalls | None, writer) -> dict:
 def python_calls(env: dict | None, creds: Credentials | None) -> Iterator[PythonCalls]:
     """The command's environment with the entry-point recording on; the log is removed on exit.
     An environment that already injects the shim (``fix --compare`` records its reruns) keeps it."""
-    from readtrace.inject.inject import shim_environment
+    from readtrace.rerun.environment import shim_environment
 
     base = dict(os.environ if env is None else env)
     fd, log = tempfile.mkstemp(prefix=f"{runstate.PREFIX}calls-", suffix=".jsonl")

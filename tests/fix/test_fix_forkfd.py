@@ -10,7 +10,7 @@ from lab.loaders import LOADERS
 from readtrace.fix.candidates import candidates
 from readtrace.fix.compare import compare
 from readtrace.fix.levers import FORKED_SHARED, NO_FORKED_SHARING
-from readtrace.inject.protocol import OWN_FD_PER_FORK
+from readtrace.rerun.protocol import OWN_FD_PER_FORK
 from readtrace.workloads import make_checkpoint
 
 

@@ -17,10 +17,10 @@ from workloads import ebpf_ready
 
 from lab.loaders import SCRIPTS
 from readtrace.fix.compare import compare
-from readtrace.inject.inject import shim_environment
 from readtrace.inject.manifest import compare_manifests, read_manifest
-from readtrace.inject.protocol import POPULATE
 from readtrace.pagecache.evict import evict
+from readtrace.rerun.environment import shim_environment
+from readtrace.rerun.protocol import POPULATE
 
 MiB = 1 << 20
 

@@ -12,9 +12,9 @@ import torch
 from conftest import lab_mount
 from safetensors.torch import save_file
 
-from readtrace.inject.inject import shim_environment
 from readtrace.inject.manifest import compare_manifests, read_manifest
 from readtrace.pagecache.evict import evict
+from readtrace.rerun.environment import shim_environment
 
 LOAD = """
 import sys, torch

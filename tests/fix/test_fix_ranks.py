@@ -12,9 +12,9 @@ import pytest
 from conftest import fuse_available, require, validate_fix_json
 from workloads import free_port, torchrun_cmd
 
-from readtrace.fix.rankplan import SPANS, SPLIT, RankPlan, plan_from_spans
 from readtrace.inject.manifest import Manifest, compare_manifests, read_manifest
-from readtrace.inject.protocol import append_manifest
+from readtrace.rerun.protocol import append_manifest
+from readtrace.rerun.rankplan import SPANS, SPLIT, RankPlan, plan_from_spans
 
 MiB = 1 << 20
 WORKLOAD = Path(__file__).resolve().parents[1] / "workloads" / "rank_load.py"

@@ -59,7 +59,7 @@ def test_start_up_reads_early_on_dropping_mounts_and_still_prefetches_the_others
     """One rerun, two files: the one on a mount that drops the page cache is read early, the one on a
     mount that keeps it is still prefetched into the page cache; children are told both were read."""
     from readtrace.inject import startup
-    from readtrace.inject.protocol import Rerun
+    from readtrace.rerun.protocol import Rerun
 
     drop, keep = tmp_path / "drop.safetensors", tmp_path / "keep.safetensors"
     checkpoint(drop)

@@ -14,8 +14,8 @@ import textwrap
 import pytest
 
 from readtrace.inject.forkfd import identities, open_on, reopen, reopen_all
-from readtrace.inject.inject import shim_environment
 from readtrace.inject.manifest import read_manifest
+from readtrace.rerun.environment import shim_environment
 
 
 def same_description(a: int, b: int) -> bool:

@@ -1,4 +1,4 @@
-"""The host<->child contract (readtrace.inject.protocol) and what the injected code may import."""
+"""The host<->child contract (readtrace.rerun.protocol) and what the injected code may import."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 import subprocess
 import sys
 
-from readtrace.inject.inject import shim_environment
-from readtrace.inject.protocol import Rerun, append_manifest, prefetches, routes
+from readtrace.rerun.environment import shim_environment
+from readtrace.rerun.protocol import Rerun, append_manifest, prefetches, routes
 
 
 def test_round_trip_through_the_environment():
@@ -62,8 +62,8 @@ def test_injected_code_imports_only_the_loader_and_standard_library_helpers():
     code = ("import sys, readtrace.inject.shim, readtrace.inject.startup;"
             "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('readtrace.')}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    # inject (itself), loader (the own-fd loader), and the standard-library-only pagecache, fs and lazy
-    assert set(json.loads(out.stdout.replace("'", '"'))) <= {"errors", "fs", "inject", "lazy", "loader", "pagecache"}
+    # inject (itself), rerun (the contract), loader (the own-fd loader), and the standard-library-only pagecache, fs and lazy
+    assert set(json.loads(out.stdout.replace("'", '"'))) <= {"errors", "fs", "inject", "lazy", "loader", "pagecache", "rerun"}
 
 
 def test_the_fix_host_does_not_import_torch():

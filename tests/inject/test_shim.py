@@ -13,8 +13,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from readtrace.errors import ReadtraceError
-from readtrace.inject.inject import shim_environment
 from readtrace.inject.manifest import compare_manifests, fill_digests, read_manifest, tensor_digest
+from readtrace.rerun.environment import shim_environment
 
 # An ordinary user script: knows nothing of readtrace.
 SCRIPT = """
@@ -172,14 +172,14 @@ def test_unknown_strategy_is_a_usage_error():
 
 
 def test_script_without_safetensors_pays_nothing(tmp_path):
-    """The hook imports nothing but the protocol, the fork handler and failclosed (standard library only)
+    """The hook imports nothing but the protocol (readtrace.rerun), the fork handler and failclosed (standard library only)
     until safetensors is imported."""
     with shim_environment("both", tmp_path / "m.jsonl") as env:
         out = subprocess.run([sys.executable, "-c", "import sys; print(sorted(m for m in sys.modules "
                               "if m.startswith(('readtrace', 'torch'))))"],
                              env=env, capture_output=True, text=True, timeout=60)
     assert json.loads(out.stdout.replace("'", '"')) == ["readtrace", "readtrace.inject", "readtrace.inject.failclosed",
-                                                        "readtrace.inject.forkfd", "readtrace.inject.protocol"]
+                                                        "readtrace.inject.forkfd", "readtrace.rerun", "readtrace.rerun.protocol"]
 
 
 def test_auto_strategy_follows_the_file_system(workload, monkeypatch):

@@ -228,7 +228,7 @@ def test_ptrace_backend_records_the_same_view(tmp_path):
 
 def test_a_log_that_cannot_be_written_never_breaks_the_program(tmp_path):
     """Fail open: the wrapped loaders run and return as without readtrace."""
-    from readtrace.inject.inject import shim_environment
+    from readtrace.rerun.environment import shim_environment
 
     path = tmp_path / "m.pt"
     subprocess.run([PY, "-c", f"import torch; torch.save({{'w': torch.ones(8)}}, {str(path)!r})"], check=True)
@@ -243,8 +243,8 @@ def test_work_handed_to_threads_carries_the_submitting_call(tmp_path):
     """A wrapped entry point that starts a Thread and submits to a ThreadPoolExecutor (real threads,
     the real log): each worker's task is a row on its own tid with the call's chain, parent = the call;
     calls the worker makes continue the chain; threads started outside any call are left alone."""
-    from readtrace.inject.inject import shim_environment
     from readtrace.record.pycalls import PythonCalls
+    from readtrace.rerun.environment import shim_environment
 
     script = textwrap.dedent("""
         import json, sys, threading, types

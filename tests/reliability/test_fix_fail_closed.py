@@ -129,7 +129,7 @@ def test_the_shim_failing_to_patch_leaves_the_load_as_it_was(tmp_path, leftovers
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1"])
 @pytest.mark.parametrize("name", ["READTRACE_CHUNK_MB", "READTRACE_THREADS", "READTRACE_PREFETCH_PIN_S"])
 def test_a_tuning_no_setting_means_keeps_its_default(name, value):
-    from readtrace.inject.protocol import Rerun
+    from readtrace.rerun.protocol import Rerun
 
     assert Rerun.from_env({name: value}) == Rerun()
 

@@ -51,7 +51,7 @@ class Rerun:
     prefetch_pin_s: float | None = None  # hold prefetched pages locked this long (None: the default)
     prefetch_distributed: bool = True  # split the prefetch over torchrun's local ranks
     prefetch_background: bool = False  # prefetch in a thread while the script starts (its loads wait)
-    prefetch_plan: str | None = None  # torchrun: each rank prefetches its pieces of this plan (fix/rankplan.py)
+    prefetch_plan: str | None = None  # torchrun: each rank prefetches its pieces of this plan (rerun/rankplan.py)
     readtrace_path: str | None = None  # where readtrace is importable from (appended to sys.path)
     files: tuple[str, ...] = ()  # the checkpoint files of the comparison (names a load from bytes)
     lever: str | None = None  # apply this loader lever (readtrace.fix.levers) instead of a strategy

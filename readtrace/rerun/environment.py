@@ -13,11 +13,11 @@ from pathlib import Path
 import readtrace
 from readtrace import runstate
 from readtrace.errors import UsageError
-from readtrace.inject.protocol import STRATEGIES, Rerun
+from readtrace.rerun.protocol import STRATEGIES, Rerun
 
 # Copied, never imported here: importing it would run the hook, and the user's own sitecustomize it
 # shadows, a second time in readtrace's own process.
-SHIM = Path(__file__).with_name("shim_sitecustomize.py")
+SHIM = Path(__file__).parents[1] / "inject" / "shim_sitecustomize.py"
 
 
 @contextmanager
