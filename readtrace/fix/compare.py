@@ -40,6 +40,7 @@ from readtrace.fix.candidates import (
 )
 from readtrace.fix.levers import seen_in
 from readtrace.fix.progress import Progress, figures, quiet
+from readtrace.fix.recording import analyse
 from readtrace.fix.schedule import Budget, NotTried, Outcome, run_trials
 from readtrace.fix.verdict import confirmation_needed
 from readtrace.fix.workdir import work_dir
@@ -198,6 +199,8 @@ def compare(
     command = list(command)
     tell = tell or log  # what the user must hear even when ``log`` is quiet (a wait, where runs are kept)
     with work_dir(workdir, sudo_credentials(), tell) as work, ExitStack() as held:
+        if callable(getattr(recorder, "close", None)):  # fix/recording.RunRecorder: its probes end with the compare
+            held.callback(recorder.close)
         notes: list[str] = []
         seen: set[str] = set()
         if files is None:
@@ -234,6 +237,7 @@ def compare(
         comparison = Comparison(command, strategy, files, runs, session.evictions, _diff(runs), notes, cold,
                                 choice, plan=session.plan)
         comparison.unproven = _unproven(comparison)
+        analyse(comparison.runs)  # the summaries the table reads, while the traces still exist
         return comparison
 
 
@@ -541,18 +545,15 @@ def _run_plain(command, env, cwd, log_path: Path) -> tuple[int, float]:
 def default_recorder() -> tuple[Recorder | None, str | None]:
     """readtrace's recorder + analyzer when importable and root, else (None, why not)."""
     try:
-        from readtrace.record import record_command
+        import readtrace.record  # noqa: F401
     except ImportError:
         return None, "runs not recorded: readtrace.record is not available in this build"
     if os.geteuid() != 0:
         return None, "runs not recorded: recording needs root (eBPF)"
 
-    def record(command, env, cwd, trace: Path):
-        result = record_command(command, str(trace), force=True, env=env, cwd=cwd, quiet=True)
-        result.raise_if_interrupted()
-        return result.exit_code, result.wall_s, trace_summary(result.trace_path)
+    from readtrace.fix.recording import RunRecorder
 
-    return record, None
+    return RunRecorder(), None  # one probe set for all runs of a comparison (compare closes it)
 
 
 def trace_summary(trace_path) -> dict | None:

@@ -42,6 +42,7 @@ from readtrace.record.decode import AttachedState, Decoder
 from readtrace.record.idle import IdleWatch
 from readtrace.record.namespaces import Namespaces
 from readtrace.record.prereq import require_prerequisites
+from readtrace.record.probeset import probe_source
 from readtrace.record.program import EVENTS_RING_BYTES, compile_program, detach, detach_in_background
 from readtrace.record.recorder import (
     RecordResult,
@@ -50,7 +51,6 @@ from readtrace.record.recorder import (
     _StopSignals,
     check_ring_mib,
     drain_until,
-    probe_source,
     recording_meta,
     unfinished,
 )

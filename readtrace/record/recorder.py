@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from readtrace.errors import ExitStatus, PrerequisiteError, ReadtraceError, UsageError
-from readtrace.fs.mounts import fuse_connections, fuse_daemons, read_mounts
+from readtrace.errors import ExitStatus, ReadtraceError, UsageError
+from readtrace.fs.mounts import fuse_daemons, read_mounts
 from readtrace.fs.profile import mounted_profiles
 from readtrace.record import pycalls
-from readtrace.record.btf import BTFError
 from readtrace.record.decode import Decoder
 from readtrace.record.launch import (
     HeldChild,
@@ -27,15 +26,9 @@ from readtrace.record.launch import (
     resolve_command,
     sudo_credentials,
 )
-from readtrace.record.prereq import fuse_view_available, require_prerequisites
-from readtrace.record.program import (
-    EVENTS_RING_BYTES,
-    build_source,
-    compile_program,
-    detach,
-    detach_in_background,
-    strs_ring_bytes,
-)
+from readtrace.record.prereq import require_prerequisites
+from readtrace.record.probeset import ProbeSet
+from readtrace.record.program import EVENTS_RING_BYTES, strs_ring_bytes
 from readtrace.record.session import Session
 from readtrace.trace import TraceWriter, default_trace_name
 from readtrace.trace.format import check_trace_target
@@ -98,35 +91,48 @@ def check_ring_mib(ring_mib) -> int:
 
 def record_command(cmd: list[str], output: str | Path | None = None, *, force: bool = False,
                    env: dict | None = None, cwd: str | None = None, quiet: bool = False,
-                   coalesce: bool = True, ring_mib: int | None = None, python_calls: bool = True) -> RecordResult:
+                   coalesce: bool = True, ring_mib: int | None = None, python_calls: bool = True,
+                   probes: ProbeSet | None = None) -> RecordResult:
     """Run ``cmd`` with the probes attached to its whole process tree; write the trace.
 
     Raises ReadtraceError: PREREQUISITE (with the doctor's line), NOT_FOUND (no such command).
     The command's own exit code is in the result (130 when interrupted by SIGINT/SIGTERM).
     ``coalesce=False``: one row per read call. ``ring_mib``: events ring size (a power of two).
     ``python_calls``: record which Python loader calls issued the reads (record/pycalls.py).
+    ``probes``: record under this already attached probe set (record/probeset.py: one compile for a
+    series of recordings; its ``coalesce`` and ring size apply), left attached; else compile and
+    attach for this recording alone.
     """
-    ring_mib = check_ring_mib(EVENTS_RING_BYTES >> 20 if ring_mib is None else ring_mib)
-    require_prerequisites()
+    if probes is None:
+        ring_mib = check_ring_mib(EVENTS_RING_BYTES >> 20 if ring_mib is None else ring_mib)
+        require_prerequisites()
+    else:
+        coalesce, ring_mib = probes.coalesce, probes.ring_mib
     exe = resolve_command(cmd, env)
     creds = sudo_credentials()
     if output is not None:
         with output_rights(creds):
             check_trace_target(output, force)
-    mounts, connections, source = probe_source(coalesce, ring_mib)
     run_cwd = os.path.abspath(cwd or os.getcwd())
     with contextlib.ExitStack() as cleanup:  # the hook's directory and log outlive the command
+        if probes is None:
+            probes = ProbeSet(coalesce, ring_mib)
+            cleanup.callback(probes.close)
+            connections, series = probes.connections, False
+        else:
+            probes.begin()
+            connections, series = probes.connections_now(), True
+        mounts = read_mounts()
         calls = cleanup.enter_context(pycalls.python_calls(env, creds)) if python_calls else None
         child = HeldChild(exe, cmd, command_environment(calls.env if calls else env, creds), cwd, creds)
         path = _output_path(output, cmd, child.pid)
-        writer = bpf = detaching = None
+        writer = session = None
         try:
             with output_rights(creds):
                 writer = TraceWriter(path, force=force)
-            bpf = compile_program(source)
-            with output_rights(creds):
-                session = Session(bpf, writer, Decoder(root_pid=child.pid, cwd=run_cwd), ring_bytes=ring_mib << 20,
-                                  rights=functools.partial(output_rights, creds))
+                session = Session(probes.bpf, writer, Decoder(root_pid=child.pid, cwd=run_cwd),
+                                  ring_bytes=ring_mib << 20, rights=functools.partial(output_rights, creds),
+                                  rings=(probes.fast, probes.strs))
             session.trace_pid(child.pid)
             if connections:
                 session.watch_fuse(connections, fuse_daemons())
@@ -138,7 +144,8 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
                 end_ns = time.monotonic_ns()
                 survivors = session.survivors(child.pid)
                 lost = session.stop()
-                detaching = detach_in_background(bpf)
+                if not series:
+                    probes.detach_in_background()
                 with output_rights(creds):
                     session.write(read_mounts(child.pid) if _alive(child.pid) else mounts)
                     calls_meta = pycalls.write_calls(calls, writer)
@@ -147,6 +154,7 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
                 **recording_meta(session, lost, start_wall, t0_ns, end_ns, connections=connections,
                                  coalesce=coalesce, ring_mib=ring_mib),
                 "pid": child.pid, "cwd": run_cwd, "survivors": survivors, **calls_meta,
+                "probe_set_recording": probes.recordings,  # > 1: probes compiled once for a series
             }
             with output_rights(creds):
                 writer.close(meta)
@@ -155,8 +163,8 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
             unfinished(writer, e)
             raise
         finally:
-            if bpf is not None:
-                detach(bpf, detaching)
+            if series:
+                probes.forget(session.decoder.tids if session else {child.pid})
         result = RecordResult(exit_code=ExitStatus.INTERRUPTED if stop.received else code, trace_path=path,
                               lost_events=meta["lost_events"], wall_s=meta["wall_s"], events=session.records,
                               interrupted=stop.received is not None)
@@ -203,19 +211,6 @@ def _outlive_our_failure(child: HeldChild, error: BaseException) -> None:
 
 def _alive(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}/mountinfo")
-
-
-def probe_source(coalesce: bool, ring_mib: int, cgroup: int | None = None) -> tuple[list, set[int], str]:
-    """The mounts now, the FUSE connections to watch and the probes' C text for them (``cgroup``: see
-    program.build_source)."""
-    mounts = read_mounts()
-    connections = fuse_connections(mounts) if fuse_view_available() else set()
-    try:
-        source = build_source(with_fuse=bool(connections), coalesce=coalesce, ring_bytes=ring_mib << 20,
-                              cgroup=cgroup)
-    except BTFError as e:
-        raise PrerequisiteError(f"kernel BTF: {e}") from e
-    return mounts, connections, source
 
 
 def recording_meta(session: Session, lost: dict, start_wall: datetime, t0_ns: int, end_ns: int, *,

@@ -50,15 +50,16 @@ class Session:
     """Drains the rings into the trace; ``drain`` on a timer, ``finish`` once at the end."""
 
     def __init__(self, bpf, writer: TraceWriter, decoder: Decoder, ring_bytes: int = EVENTS_RING_BYTES,
-                 rights=contextlib.nullcontext):
+                 rights=contextlib.nullcontext, rings: tuple[FastRing, CallbackRing] | None = None):
         """``rights``: a context manager factory under which the trace is written while the command
-        runs (the invoking user's rights under sudo; record/launch.output_rights)."""
+        runs (the invoking user's rights under sudo; record/launch.output_rights). ``rings``: the
+        rings of a probe set that outlives this session (record/probeset.py), left open by ``stop``."""
         self.bpf = bpf
         self._rights = rights
         self.writer = writer
         self.decoder = decoder
-        self.fast = FastRing(bpf[b"events"].map_fd, ring_bytes)
-        self.strs = CallbackRing(bpf, b"strs")
+        self._own_rings = rings is None
+        self.fast, self.strs = rings or (FastRing(bpf[b"events"].map_fd, ring_bytes), CallbackRing(bpf, b"strs"))
         self.records = 0
         self.calls = 0
         self.max_drain_gap_s = 0.0
@@ -198,10 +199,15 @@ class Session:
         self._buffer("fuse", pd.DataFrame(fuse_rows))
 
     def _decode_strs(self) -> None:
-        for rec, paths in self._strs_seen:
-            self.records += len(rec)
-            self._buffer("events", self.decoder.strs_frame(rec, paths))
+        """The held open/fork/exec records as rows, in one frame: one per drain cost ~45 ms of pandas
+        each (a torch import's opens come over ~200 drains: ~9 s after the command ended)."""
+        if not self._strs_seen:
+            return
+        rec = np.concatenate([r for r, _ in self._strs_seen])
+        paths = [p for _, batch in self._strs_seen for p in batch]
         self._strs_seen = []
+        self.records += len(rec)
+        self._buffer("events", self.decoder.strs_frame(rec, paths))
 
     def _buffer(self, name: str, frame: pd.DataFrame) -> None:
         if not len(frame):
@@ -289,7 +295,8 @@ class Session:
         self.misses = self.program_misses()
         self._held_runs = self._pending_runs()
         lost = self.lost()
-        self.fast.close()
+        if self._own_rings:
+            self.fast.close()
         os.close(self._spool)
         return lost
 

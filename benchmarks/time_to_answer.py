@@ -1,0 +1,160 @@
+"""How long `fix --compare` takes to answer, next to the slow load it proves a fix for (issue 23).
+
+    python benchmarks/time_to_answer.py --sizes 256 --mounts lab rclone \
+        --loaders safe_open-threads transformers fork-shared-fd --recorders one-probe-set older
+
+Per cell (mount x loader x checkpoint size) and recorder, side by side in one run: the baseline (the
+unchanged command, cold, not recorded), the fixed side's wall (median of compare's fixed runs), the
+total wall of `fix --compare` (strategy auto, files given as a trace would give them: no discovery
+run), the ratio total / baseline, what auto chose, the verdict, tensors identical, and the fix's own
+cost per run: the recorder call (compile/attach if any, record, write the trace, analyse it when
+asked) minus the run's own wall. Recorders: ``one-probe-set`` (today, fix/recording.py: probes compiled
+once per compare, a trace analysed when the table reads it) and ``older`` (the recorder before issue
+23: probes compiled and detached for every run, every trace analysed at once; both share the faster
+trace writing of the same commit).
+Mounts: ``lab`` (readtrace's simfs, gcsfuse profile, keep_cache) and ``rclone`` (a real client,
+HTTP backend, drops the page cache on every open), both at --latency-ms first-byte latency.
+Table printed, JSON under bench-results/. Needs root (eBPF), FUSE, rclone for its cells.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from readtrace.fix.compare import compare
+from readtrace.fix.recording import RunRecorder
+from readtrace.fix.verdict import verdict_of
+from readtrace.pagecache.evict import evict
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fix_matrix import build, command, files_of  # noqa: E402  (the loaders' checkpoints and scripts)
+
+LOADERS = ("safe_open-threads", "transformers", "fork-shared-fd")
+RECORDERS = {"one-probe-set": False, "older": True}  # name -> RunRecorder(older=...)
+
+
+class TimedRecorder:
+    """A recorder that notes, per run, its own cost beyond the run's wall (record + analysis)."""
+
+    def __init__(self, inner: RunRecorder):
+        self.inner = inner
+        self.overheads: list[float] = []
+
+    def __call__(self, cmd, env, cwd, trace):
+        started = time.perf_counter()
+        code, wall, summary = self.inner(cmd, env, cwd, trace)
+        self.overheads.append(time.perf_counter() - started - wall)
+        return code, wall, summary
+
+    def close(self):
+        self.inner.close()
+
+
+@contextmanager
+def mounted(kind: str, src: Path, root: Path, latency_ms: float):
+    """The mount point of ``src`` seen through ``kind``."""
+    if kind == "rclone":
+        from readtrace.compat.clients import mounted as client
+
+        with client("rclone", src, root / "rclone", latency_ms=latency_ms) as m:
+            yield Path(m.path)
+        return
+    from readtrace.simfs import force_unmount, mount
+
+    mnt = Path(tempfile.mkdtemp(prefix="mnt-lab-", dir=root))
+    try:
+        with mount(src, mnt, profile="gcsfuse", latency_ms=latency_ms, keep_cache=True):
+            yield mnt
+    finally:
+        force_unmount(mnt)
+
+
+def cold_wall(cmd: list[str], files: list[str]) -> float:
+    evict(files)
+    started = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+def cell(kind: str, loader: str, size_mib: int, latency_ms: float, root: Path, recorders: list[str]) -> list[dict]:
+    src, marker = root / f"src-{loader}-{size_mib}", root / f"target-{loader}-{size_mib}.txt"  # marker: off the mount
+    if not marker.exists():
+        src.mkdir(exist_ok=True)
+        marker.write_text(build(loader, src, size_mib))
+    target = marker.read_text()
+    rows = []
+    with mounted(kind, src, root, latency_ms) as mnt:
+        cmd = command(loader, root, str(mnt / target))
+        files = files_of(mnt / target)
+        baseline = cold_wall(cmd, files)
+        for name in recorders:
+            recorder = TimedRecorder(RunRecorder(older=RECORDERS[name]))
+            started = time.perf_counter()
+            result = compare(cmd, strategy="auto", files=files, recorder=recorder)
+            total = time.perf_counter() - started
+            verdict = verdict_of(result)
+            fixed = [r.wall_s for r in result.side("fixed")]
+            rows.append({
+                "mount": kind, "loader": loader, "size_mib": size_mib, "recorder": name,
+                "baseline_s": round(baseline, 2), "fixed_s": round(statistics.median(fixed), 2) if fixed else None,
+                "total_s": round(total, 2), "ratio": round(total / baseline, 2),
+                "runs": len(recorder.overheads),
+                "overhead_per_run_s": round(statistics.median(recorder.overheads), 2) if recorder.overheads else None,
+                "overheads_s": [round(o, 2) for o in recorder.overheads],
+                "run_walls_s": [round(r.wall_s, 2) for r in result.runs + (result.choice.trials if result.choice else [])],
+                "chosen": result.choice.chosen.label if result.choice else None,
+                "verdict": verdict.word, "identical": result.diff.all_identical, "tensors": result.diff.count,
+            })
+            print(_line(rows[-1]), flush=True)
+    return rows
+
+
+COLUMNS = ("mount", "loader", "size_mib", "recorder", "baseline_s", "fixed_s", "total_s", "ratio", "runs",
+           "overhead_per_run_s", "chosen", "verdict", "identical")
+
+
+def _line(row: dict) -> str:
+    return "  ".join(f"{row[c]!s:>{max(len(c), 8)}}" for c in COLUMNS)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[256], help="checkpoint sizes in MiB (1024: --sizes 256 1024)")
+    p.add_argument("--mounts", nargs="+", default=["lab", "rclone"], choices=["lab", "rclone"])
+    p.add_argument("--loaders", nargs="+", default=list(LOADERS), choices=LOADERS)
+    p.add_argument("--recorders", nargs="+", default=list(RECORDERS), choices=list(RECORDERS))
+    p.add_argument("--latency-ms", type=float, default=20.0)
+    p.add_argument("--root", type=Path, default=None, help="where checkpoints are built (kept between runs)")
+    p.add_argument("--out", type=Path, default=Path("bench-results/time_to_answer.json"))
+    args = p.parse_args()
+    if os.geteuid() != 0:
+        print("time_to_answer: needs root (eBPF recording)", file=sys.stderr)
+        return 2
+    root = args.root or Path(tempfile.mkdtemp(prefix="tta-"))
+    root.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()
+    print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print("  ".join(f"{c:>{max(len(c), 8)}}" for c in COLUMNS))
+    rows = []
+    for size in args.sizes:
+        for kind in args.mounts:
+            for loader in args.loaders:
+                rows += cell(kind, loader, size, args.latency_ms, root, args.recorders)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"load_average_start": load, "load_average_end": os.getloadavg(),
+                                    "latency_ms": args.latency_ms, "rows": rows}, indent=2))
+    print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; JSON: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
