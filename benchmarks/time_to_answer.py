@@ -7,8 +7,9 @@ Per cell (mount x loader x checkpoint size) and recorder, side by side in one ru
 unchanged command, cold, not recorded), the fixed side's wall (median of compare's fixed runs), the
 total wall of `fix --compare` (strategy auto, files given as a trace would give them: no discovery
 run), the ratio total / baseline, what auto chose, the verdict, tensors identical, and the fix's own
-cost per run: the recorder call (compile/attach if any, record, write the trace, analyse it when
-asked) minus the run's own wall. Recorders: ``one-probe-set`` (today, fix/recording.py: probes compiled
+cost per run: ``recorder_s_per_run`` (median of the recorder call minus the run's own wall:
+compile/attach if any, record, write the trace) and ``fix_overhead_s_per_run`` (the total minus every
+run's own wall and the floor's read + warm run, per run: recorder, evictions, shim, digests, analyses). Recorders: ``one-probe-set`` (today, fix/recording.py: probes compiled
 once per compare, a trace analysed when the table reads it) and ``older`` (the recorder before issue
 23: probes compiled and detached for every run, every trace analysed at once; both share the faster
 trace writing of the same commit).
@@ -97,29 +98,36 @@ def cell(kind: str, loader: str, size_mib: int, latency_ms: float, root: Path, r
         files = files_of(mnt / target)
         baseline = cold_wall(cmd, files)
         for name in recorders:
-            recorder = TimedRecorder(RunRecorder(older=RECORDERS[name]))
-            started = time.perf_counter()
-            result = compare(cmd, strategy="auto", files=files, recorder=recorder)
-            total = time.perf_counter() - started
-            verdict = verdict_of(result)
-            fixed = [r.wall_s for r in result.side("fixed")]
-            rows.append({
-                "mount": kind, "loader": loader, "size_mib": size_mib, "recorder": name,
-                "baseline_s": round(baseline, 2), "fixed_s": round(statistics.median(fixed), 2) if fixed else None,
-                "total_s": round(total, 2), "ratio": round(total / baseline, 2),
-                "runs": len(recorder.overheads),
-                "overhead_per_run_s": round(statistics.median(recorder.overheads), 2) if recorder.overheads else None,
-                "overheads_s": [round(o, 2) for o in recorder.overheads],
-                "run_walls_s": [round(r.wall_s, 2) for r in result.runs + (result.choice.trials if result.choice else [])],
-                "chosen": result.choice.chosen.label if result.choice else None,
-                "verdict": verdict.word, "identical": result.diff.all_identical, "tensors": result.diff.count,
-            })
+            rows.append(_compare_row(cmd, files, RunRecorder(older=RECORDERS[name]), baseline,
+                                     {"mount": kind, "loader": loader, "size_mib": size_mib, "recorder": name}))
             print(_line(rows[-1]), flush=True)
     return rows
 
 
+def _compare_row(cmd: list[str], files: list[str], inner: RunRecorder, baseline: float, row: dict) -> dict:
+    """One `fix --compare` (auto) of ``cmd`` with ``inner`` recording, timed, as a table row."""
+    recorder = TimedRecorder(inner)
+    started = time.perf_counter()
+    result = compare(cmd, strategy="auto", files=files, recorder=recorder)
+    total = time.perf_counter() - started
+    recorded = result.runs + (result.choice.trials if result.choice else [])
+    floor = result.choice.floor if result.choice else None
+    floor_s = floor.read_s + floor.warm_s if floor else 0.0
+    # everything fix --compare spent beyond the loads themselves (and the floor's read + warm run)
+    overhead = (total - sum(r.wall_s for r in recorded) - floor_s) / max(len(recorded), 1)
+    fixed = [r.wall_s for r in result.side("fixed")]
+    return {**row, "baseline_s": round(baseline, 2), "fixed_s": round(statistics.median(fixed), 2) if fixed else None,
+            "total_s": round(total, 2), "ratio": round(total / baseline, 2), "runs": len(recorded),
+            "recorder_s_per_run": round(statistics.median(recorder.overheads), 2) if recorder.overheads else None,
+            "recorder_s": [round(o, 2) for o in recorder.overheads],
+            "fix_overhead_s_per_run": round(overhead, 2), "floor_s": round(floor_s, 2),
+            "run_walls_s": [round(r.wall_s, 2) for r in recorded],
+            "chosen": result.choice.chosen.label if result.choice else None,
+            "verdict": verdict_of(result).word, "identical": result.diff.all_identical, "tensors": result.diff.count}
+
+
 COLUMNS = ("mount", "loader", "size_mib", "recorder", "baseline_s", "fixed_s", "total_s", "ratio", "runs",
-           "overhead_per_run_s", "chosen", "verdict", "identical")
+           "recorder_s_per_run", "fix_overhead_s_per_run", "chosen", "verdict", "identical")
 
 
 def _line(row: dict) -> str:

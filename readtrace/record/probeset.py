@@ -45,10 +45,10 @@ class ProbeSet:
     def with_fuse(self) -> bool:
         return bool(self.connections)
 
-    def connections_now(self) -> set[int]:
-        """The FUSE connections to watch for the next recording: those mounted now (a series outlives
-        mounts), none when the probes were compiled without the FUSE view."""
-        return fuse_connections(read_mounts()) if self.with_fuse else set()
+    def connections_now(self, mounts) -> set[int]:
+        """The FUSE connections of ``mounts`` (read now: a series outlives mounts) to watch for the
+        next recording, none when the probes were compiled without the FUSE view."""
+        return fuse_connections(mounts) if self.with_fuse else set()
 
     def begin(self) -> None:
         """Before a recording of a series: drop what the rings hold from between recordings (nothing

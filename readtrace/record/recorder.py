@@ -118,11 +118,11 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
         if probes is None:
             probes = ProbeSet(coalesce, ring_mib)
             cleanup.callback(probes.close)
-            connections, series = probes.connections, False
+            mounts, connections, series = probes.mounts, probes.connections, False
         else:
             probes.begin()
-            connections, series = probes.connections_now(), True
-        mounts = read_mounts()
+            mounts = read_mounts()
+            connections, series = probes.connections_now(mounts), True
         calls = cleanup.enter_context(pycalls.python_calls(env, creds)) if python_calls else None
         child = HeldChild(exe, cmd, command_environment(calls.env if calls else env, creds), cwd, creds)
         path = _output_path(output, cmd, child.pid)
