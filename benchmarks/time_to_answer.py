@@ -37,7 +37,10 @@ from readtrace.fix.verdict import verdict_of
 from readtrace.pagecache.evict import evict
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: lab/ (test harness, not shipped)
 from fix_matrix import build, command, files_of  # noqa: E402  (the loaders' checkpoints and scripts)
+
+from lab.clients import mounted as client_mounted  # noqa: E402
 
 LOADERS = ("safe_open-threads", "transformers", "fork-shared-fd")
 RECORDERS = {"one-probe-set": False, "older": True}  # name -> RunRecorder(older=...)
@@ -64,10 +67,8 @@ class TimedRecorder:
 def mounted(kind: str, src: Path, root: Path, latency_ms: float):
     """The mount point of ``src`` seen through ``kind``."""
     if kind == "rclone":
-        from readtrace.compat.clients import mounted as client
-
-        with client("rclone", src, root / "rclone", latency_ms=latency_ms) as m:
-            yield Path(m.path)
+        with client_mounted("rclone", src, root / "rclone", latency_ms=latency_ms) as m:
+            yield Path(m.mountpoint)
         return
     from readtrace.simfs import force_unmount, mount
 
