@@ -139,6 +139,8 @@ class Decoder:
             elif kind == KIND["EXEC"]:
                 self._set_comm(tid, ts, _exec_comm(paths[i], comms[i]))
                 self._remember_exec(paths[i], pid)
+                if self.namespaces is not None:
+                    self.namespaces.exec_seen(pid)
                 self.mapped_names.update(mapped_files(pid))  # the kernel maps ld.so: never opened
                 rank = rank_of(pid)
                 if rank is not None:

@@ -4,14 +4,13 @@ Their ids as the container sees them come from /proc/PID/task/TID/status (``NStg
 nested PID namespace, the innermost last), read when the recorder first meets each task (at the attach,
 or when its fork is drained, ~20 ms later: a task gone by then stays unnamed). The paths they pass are
 their mount namespace's; where the host sees the same file is found from that namespace's mountinfo
-(read once per namespace): the mount holding the path gives the file system and the directory within
+(read when a process of it is met or execs, and at the end): the mount holding the path gives the file system and the directory within
 it, a host mount of the same file system that shows that directory gives the host's path, checked by
 device and inode. A file mounted only inside the namespace (a tmpfs of the container's) has none.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import asdict, dataclass, field
 
@@ -65,17 +64,19 @@ def _same_file(path: str, dev: int, ino: int) -> bool:
 
 def host_path(path: str, dev: int, ino: int, inner: list[Mount], host: list[Mount]) -> str | None:
     """Where the host sees the file a process of another mount namespace names ``path`` (its mounts:
-    ``inner``), or None where no host mount shows it. Checked by device and inode when ``ino`` is known."""
+    ``inner``), or None where no host mount shows it. Checked by device and inode when ``ino`` is known;
+    of several host paths, ``path`` itself where the host has the file there too, else the latest mount's."""
     mount = mount_of(path, dev, inner)
     if mount is None or mount.dev != dev or not _under(path, mount.mountpoint):
         return None
     within = _join(mount.root, path, mount.mountpoint)  # the path inside the file system
+    found = []
     for h in reversed(host):  # later mounts stack over earlier ones
         if h.dev == dev and _under(within, h.root):
             candidate = _join(h.mountpoint, within, h.root)
             if not ino or _same_file(candidate, dev, ino):
-                return candidate
-    return None
+                found.append(candidate)
+    return path if path in found else next(iter(found), None)  # the same path where the host has it too
 
 
 @dataclass
@@ -92,7 +93,8 @@ class Namespaces:
 
     def _namespaces(self, pid: int, parent: int) -> tuple[int, int] | None:
         """(PID, mount) namespace of process ``pid``; one gone already has its ``parent``'s (a fork shares
-        them unless it asked for new ones). Its mounts are read when its mount namespace is first met."""
+        them unless it asked for new ones). Another mount namespace's mounts are read again with each new
+        process met in it (a container mounts its volumes after its first process started)."""
         if pid not in self._ns_of:
             try:
                 self._ns_of[pid] = (namespace_id(pid, "pid"), namespace_id(pid, "mnt"))
@@ -101,12 +103,39 @@ class Namespaces:
                     return None
                 self._ns_of[pid] = self._ns_of[parent]
             mnt = self._ns_of[pid][1]
-            if mnt != self.mnt_ns and mnt not in self.mounts:
-                for holder in (pid, parent):
-                    with contextlib.suppress(OSError):
-                        self.mounts[mnt] = read_mounts(holder)
-                        break
+            if mnt != self.mnt_ns:
+                self._read_mounts(mnt, pid, parent)
         return self._ns_of[pid]
+
+    def _read_mounts(self, mnt: int, *holders: int) -> None:
+        """Add what the first of ``holders`` still in mount namespace ``mnt`` shows to its mounts (a mount
+        gone since stays known: a file read on it before keeps its place)."""
+        for holder in holders:
+            try:
+                if namespace_id(holder, "mnt") != mnt:
+                    continue  # gone, and its pid taken by another process
+                now = read_mounts(holder)
+            except OSError:
+                continue
+            known = self.mounts.get(mnt, [])
+            seen = set(known)
+            self.mounts[mnt] = known + [m for m in now if m not in seen]
+            return
+
+    def exec_seen(self, pid: int) -> None:
+        """Process ``pid`` exec'd: a container's entry point runs once its runtime mounted the volumes."""
+        ns = self._ns_of.get(pid)
+        if ns is not None and ns[1] != self.mnt_ns:
+            self._read_mounts(ns[1], pid)
+
+    def refresh(self) -> None:
+        """Read the other mount namespaces' mounts again (before the files table: mounts made since)."""
+        by_namespace: dict[int, list[int]] = {}
+        for pid, (_pid_ns, mnt) in self._ns_of.items():
+            if mnt != self.mnt_ns:
+                by_namespace.setdefault(mnt, []).append(pid)
+        for mnt, pids in by_namespace.items():
+            self._read_mounts(mnt, *pids)
 
     def note(self, pid: int, tid: int, inner_tid: int = 0, parent: int = 0) -> None:
         """Meet task ``tid`` of process ``pid`` (once): its ids in its namespace where they differ.

@@ -311,6 +311,8 @@ class Session:
         self._buffer("fuse", pd.DataFrame(self.decoder.unfinished_fuse()))
         for name in self._buffers:
             self._flush(name)
+        if self.decoder.namespaces is not None:
+            self.decoder.namespaces.refresh()
         self._write("files", files_table(self.decoder.files, mounts, self.decoder.namespaces))
         if self.decoder.namespaces is not None:
             self._write("tasks", pd.DataFrame(self.decoder.namespaces.rows()))

@@ -47,6 +47,10 @@ def test_the_host_path_is_checked_by_device_and_inode(tmp_path):
     host = parse_mountinfo(f"22 1 {dev >> 20}:{dev & 0xFFFFF} / / rw - ext4 x rw\n".encode())
     assert host_path("/ckpt/model.bin", dev, st.st_ino, inner, host) == str(data)
     assert host_path("/ckpt/model.bin", dev, st.st_ino + 1, inner, host) is None  # another file there now
+    same = parse_mountinfo(f"70 69 {dev >> 20}:{dev & 0xFFFFF} / / rw - ext4 x rw\n".encode())
+    elsewhere = host + parse_mountinfo(f"80 22 {dev >> 20}:{dev & 0xFFFFF} / /mnt/copy rw - ext4 x rw\n".encode())
+    assert host_path(str(data), dev, 0, same, elsewhere) == str(data)  # its own path, not the later bind
+    assert host_path(str(data), dev, 0, same, elsewhere[1:]) == "/mnt/copy" + str(data)
 
 
 def test_a_trace_from_before_the_container_view_loads_without_it(tmp_path):

@@ -302,9 +302,10 @@ def test_bad_cgroup_path_is_one_line_and_exit_5(tmp_path):
 
 
 def test_cgroup_records_a_container_with_its_own_pids_and_paths(tmp_path):
-    """A process in its own cgroup, PID and mount namespace (unshare: a container without hostPID) reads a
-    checkpoint under a bind mount and one on a tmpfs that exist only in its mount namespace, from two
-    threads; recorded from outside by --cgroup: its ids and paths as it sees them, next to the host's."""
+    """A process in its own cgroup, PID and mount namespace (unshare: a container without hostPID) mounts,
+    once recorded, a bind mount and a tmpfs that exist only in its mount namespace, execs its entry point
+    and reads a checkpoint on each from two threads; recorded from outside by --cgroup: its ids and paths
+    as it sees them, next to the host's."""
     require(shutil.which("unshare") is not None, "unshare (util-linux)")
     cg = os.path.join(_cgroup2_root(), f"readtrace-ns-{os.getpid()}-{time.monotonic_ns()}")
     real, seen, ram = tmp_path / "real", tmp_path / "seen", tmp_path / "ram"
@@ -312,10 +313,8 @@ def test_cgroup_records_a_container_with_its_own_pids_and_paths(tmp_path):
         d.mkdir()
     make_data_file(real / "model.bin", 2 * MIB)
     ready, go, truth, out = tmp_path / "ready", tmp_path / "go", tmp_path / "truth.json", tmp_path / "ns.rtrace"
-    load = ("import json, os, pathlib, threading, time\n"
+    load = ("import json, os, pathlib, threading\n"
             f"pathlib.Path({str(ram / 'extra.bin')!r}).write_bytes(os.urandom({MIB}))\n"
-            f"pathlib.Path({str(ready)!r}).touch()\n"
-            f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.01)\n"
             "def read(path, ids):\n"
             "    ids.append(threading.get_native_id())\n"
             "    with open(path, 'rb') as f:\n        while f.read(1 << 20): pass\n"
@@ -326,8 +325,9 @@ def test_cgroup_records_a_container_with_its_own_pids_and_paths(tmp_path):
             "'worker': worker[0]}))\n")
     container = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cg,
                  "unshare", "--pid", "--mount", "--fork", "--propagation", "private",
-                 "sh", "-c", 'mount --bind "$0" "$1" && mount -t tmpfs readtrace-test "$2" && exec "$3" -c "$4"',
-                 str(real), str(seen), str(ram), sys.executable, load]
+                 "sh", "-c", 'touch "$5"; while [ ! -e "$6" ]; do sleep 0.02; done; '
+                 'mount --bind "$0" "$1" && mount -t tmpfs readtrace-test "$2" && exec "$3" -c "$4"',
+                 str(real), str(seen), str(ram), sys.executable, load, str(ready), str(go)]
     os.mkdir(cg)
     try:
         with _running(container) as proc:
