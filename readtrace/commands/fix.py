@@ -80,6 +80,9 @@ def _run(args, child) -> int:
     at_least_one(args, "repeat")
     if args.budget is not None and not args.budget > 0:
         raise UsageError(f"--budget must be a positive number of seconds, not {args.budget:g}")
+    if args.budget is not None and (not args.compare or args.strategy != "auto" or args.warm):
+        raise UsageError("--budget caps the candidates of fix --compare --strategy auto (cold): "
+                         "other runs have no candidates to leave out")
     say = _say
     if args.plan:
         command, cwd, files, trace, shown = _target(args.target, trust=True)

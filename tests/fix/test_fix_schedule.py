@@ -116,3 +116,6 @@ def test_plan_says_at_most_and_how_it_orders(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "readtrace: --budget must be a positive number of seconds, not 0"]
+    other = subprocess.run([sys.executable, "-m", "readtrace", "fix", "--compare", "--strategy", "prefetch",
+                            "--budget", "9", "--", "true"], capture_output=True, text=True, timeout=60)
+    assert other.returncode == 2 and "--budget caps the candidates of fix --compare --strategy auto" in other.stderr
