@@ -67,8 +67,8 @@ def test_candidates_run_fastest_predicted_first_and_say_the_prediction(dropping_
     known = [p for p in predicted if p is not None]
     assert known == sorted(known) and predicted[:len(known)] == known  # the unmodelled ones last
     by_label = {c["label"]: c for c in cands}
-    # one in-order reader is modelled, and faster than the baseline; OMP_NUM_THREADS changes no read
-    assert by_label["readtrace own-fd"]["predicted_s"] < data["baseline"]["wall_s"]
+    # one in-order reader is modelled (from this mount's recorded costs); OMP_NUM_THREADS changes no read
+    assert by_label["readtrace own-fd"]["predicted_s"] > 0
     assert by_label["readtrace own-fd"]["predicted_by"].startswith("what-if model (gcsfuse, ")
     assert by_label["lever omp-1"]["predicted_s"] == pytest.approx(data["baseline"]["wall_s"])
     assert by_label["lever safetensors-pread"]["predicted_s"] is None
@@ -82,8 +82,10 @@ def test_a_trial_slower_than_the_best_is_stopped_and_said_so(dropping_lab):
     cands = {c["label"]: c for c in data["choice"]["candidates"]}
     slow = cands["lever omp-1"]
     assert slow["status"] == "stopped" and slow["tensors_identical"] is None and slow["exit_code"] != 0
-    assert slow["why"].startswith("stopped at ") and "(slower than readtrace " in slow["why"]
-    best = min(c["wall_s"] for c in cands.values() if c["status"] == "measured")
+    trials = [c for c in cands.values() if c["status"] == "measured" and not c["label"].endswith("(again)")]
+    best = min(c["wall_s"] for c in trials)  # omp-1 runs last here (no predictions): the best before it
+    fastest = next(c["label"] for c in trials if c["wall_s"] == best)
+    assert slow["why"].startswith("stopped at ") and f"(slower than {fastest} {best:.2f} s)" in slow["why"]
     assert slow["wall_s"] < 1.25 * best + 0.5 + 5  # stopped at its limit (+ the grace), not after 120 s
     assert not os.path.exists(f"/proc/{pid_file.read_text()}")  # its process is gone, not left sleeping
     assert data["verdict"] != "unproven" and data["tensors_identical"] is True
