@@ -298,3 +298,14 @@ def test_a_confirmation_run_is_needed_only_for_a_gain_within_noise(trial_s, base
     # a gain that needed its confirmation run and did not get one (--budget) is no claim
     v = decide(baseline_s, [trial_s], left_alone=False, unconfirmed="it needed a confirmation run")
     assert v.word == NO_GAIN and v.speedup is None and "no gain claimed" in v.why
+
+
+def test_a_30_percent_gain_of_a_2_s_load_is_reported():
+    """Issue 25.4: a short load is tried and its gain reported, whatever its size in seconds; it is left
+    alone only when the measured candidates did not gain beyond the runs' spread."""
+    floor = Floor(32 << 20, 0.3, 1.0)  # 1.3 s: the 2 s load is within 10 % + 1 s of it ("not slow" if nothing gains)
+    assert floor.not_slow(2.0) and not floor.nothing_to_gain(2.0)  # near its floor, still measured
+    v = decide([2.0, 2.05], [1.4, 1.42], left_alone=False, label="readtrace populate", floor=floor)
+    assert v.word == FIXED and v.speedup == pytest.approx(2.025 / 1.41) and v.exit_code == 0
+    noise = decide([2.0, 2.05], [1.96, 1.99], left_alone=False, label="readtrace populate", floor=floor)
+    assert noise.word == NO_GAIN and noise.speedup is None  # 2 % is inside the spread: no claim
