@@ -34,7 +34,7 @@ from readtrace.pagecache.evict import evict  # noqa: E402
 
 # Latency applies where the backend is an HTTP server, S3 (JuiceFS) or the lab model, and to sshfs as the
 # round trip of a relay in front of its sshd; bindfs, squashfuse and local have none.
-LATENCY_CLIENTS = ("lab", "s3fs", "rclone", "httpdirfs", "juicefs", "sshfs")
+LATENCY_CLIENTS = ("lab", "lab-drop", "s3fs", "rclone", "httpdirfs", "juicefs", "sshfs")
 
 
 def dd_seconds(files: list[str], runs: int = 1) -> float:

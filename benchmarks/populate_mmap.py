@@ -17,11 +17,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: lab/ (test harness, not shipped)
 
+from lab.clients import mounted  # noqa: E402
 from lab.loaders import SCRIPTS  # noqa: E402
 from readtrace.fix.compare import compare  # noqa: E402
 
@@ -31,25 +31,8 @@ from compat_matrix import dd_seconds  # noqa: E402  (the one cold dd of both mat
 SCRIPT = SCRIPTS / "raw_mmap_threads.py"
 
 
-@contextmanager
-def client_mount(client: str, src: Path, work: Path, latency_ms: float):
-    """(mount point) of ``src``: lab-drop is the lab mount without keep_cache, else a compat client."""
-    if client == "lab-drop":
-        from readtrace.simfs import mount
-
-        mnt = work / "mnt-lab"
-        mnt.mkdir()
-        with mount(src, mnt, profile="gcsfuse", latency_ms=latency_ms, keep_cache=False):
-            yield mnt
-    else:
-        from lab.clients import mounted
-
-        with mounted(client, src, work, latency_ms=latency_ms) as m:
-            yield m.mountpoint
-
-
 def warm_local_s(script: Path, path: Path, workers: int) -> float:
-    cmd = [sys.executable, str(script), str(path), str(workers)]
+    cmd = [sys.executable, str(script), str(path), "--workers", str(workers)]
     subprocess.run(cmd, check=True, capture_output=True)  # warms the local copy
     started = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True)
@@ -64,10 +47,10 @@ def cell(client: str, size_mib: int, latency_ms: float, workers: int, repeat: in
         (src / "weights.raw").write_bytes(os.urandom(size_mib << 20))
         script = SCRIPT
         warm = warm_local_s(script, src / "weights.raw", workers)
-        with client_mount(client, src, work, latency_ms) as mnt:
-            path = str(mnt / "weights.raw")
+        with mounted(client, src, work, latency_ms=latency_ms) as m:
+            path = str(m.path("weights.raw"))
             dd = dd_seconds([path])
-            result = compare([sys.executable, str(script), path, str(workers)], strategy="populate",
+            result = compare([sys.executable, str(script), path, "--workers", str(workers)], strategy="populate",
                              repeat=repeat, files=[path], workdir=work / "runs")
         base, fixed = result.median("baseline", "wall_s"), result.median("fixed", "wall_s")
         return {"client": client, "size_mib": size_mib, "latency_ms": latency_ms, "workers": workers,

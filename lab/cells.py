@@ -19,7 +19,7 @@ from readtrace.pagecache.evict import evict
 
 # Findings about the pattern on one handle: what a per-handle file system punishes.
 HANDLE_CODES = ("SHARED_FD_INTERLEAVE", "RANDOM_ON_FUSE_HANDLE")
-CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".bin")
+CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".bin", ".gguf", ".distcp", ".raw")
 
 
 def readtrace_cli() -> list[str]:
@@ -68,10 +68,12 @@ def checkpoint_files(directory: Path) -> list[str]:
 
 def run_cell(loader: Loader, checkpoint_dir: Path, work: Path, *, repeat: int = 1,
              strategy: str | None = None, timeout: float = 900, fix: bool = True,
-             backing: tuple[Path, ...] = (), floor: bool = False) -> CellResult:
+             backing: tuple[Path, ...] = (), floor: bool = False, files_from_trace: bool = False) -> CellResult:
     """record -> report -> fix --compare (unless not ``fix``) of ``loader`` reading ``checkpoint_dir``.
     ``backing``: local files under the mount (squashfuse's image) whose page cache is dropped too;
-    ``floor``: also time one cold sequential reader of the checkpoint (``CellResult.floor_s``)."""
+    ``floor``: also time one cold sequential reader of the checkpoint (``CellResult.floor_s``);
+    ``files_from_trace``: `fix --compare TRACE`, the checkpoint files found from the recording alone
+    (else the command again with ``--files``)."""
     work.mkdir(parents=True, exist_ok=True)
     digests, trace = work / "digests.jsonl", work / "load.rtrace"
     digests.unlink(missing_ok=True)
@@ -101,8 +103,8 @@ def run_cell(loader: Loader, checkpoint_dir: Path, work: Path, *, repeat: int = 
         else:
             rec = subprocess.CompletedProcess(rec.args, rep.returncode, "", f"report failed: {rep.stderr}")
     floor_s = sequential_floor(checkpoint_files(checkpoint_dir), cold) if floor else None
-    fixed, fix_rc, fix_stderr = _fix(cli, checkpoint_dir, work, command, repeat, strategy, timeout) \
-        if fix else (None, None, "")
+    target = [str(trace)] if files_from_trace else ["--files", *checkpoint_files(checkpoint_dir), "--", *command]
+    fixed, fix_rc, fix_stderr = _fix(cli, work, target, repeat, strategy, timeout) if fix else (None, None, "")
     lines = [json.loads(x) for x in digests.read_text().splitlines()] if digests.exists() else []
     return CellResult(rec.returncode, rec.stderr[-2000:], lost, findings, fixed, fix_rc, fix_stderr, lines,
                       record_s, streams, wall, waited, profiles, floor_s)
@@ -120,15 +122,16 @@ def sequential_floor(files: list[str], cold: list[str], chunk: int = 16 << 20) -
     return time.perf_counter() - started
 
 
-def _fix(cli: list[str], checkpoint_dir: Path, work: Path, command: list[str], repeat: int,
-         strategy: str | None, timeout: float) -> tuple[dict | None, int, str]:
-    """``fix --compare --json`` of the cell's command: (its JSON when measured, exit code, stderr tail)."""
+def _fix(cli: list[str], work: Path, target: list[str], repeat: int, strategy: str | None,
+         timeout: float) -> tuple[dict | None, int, str]:
+    """``fix --compare --json`` of the cell's trace or command (``target``): (its JSON when measured,
+    exit code, stderr tail)."""
     fix_args = [*cli, "fix", "--compare", "--no-record", "--json", "--repeat", str(repeat),
-                "--keep", str(work / "fix"), "--files", *checkpoint_files(checkpoint_dir)]
+                "--keep", str(work / "fix")]
     if strategy:
         fix_args += ["--strategy", strategy]
     shutil.rmtree(work / "fix", ignore_errors=True)
-    fix = subprocess.run([*fix_args, "--", *command], capture_output=True, text=True, timeout=timeout,
+    fix = subprocess.run([*fix_args, *target], capture_output=True, text=True, timeout=timeout,
                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
     # NO_EVIDENCE: measured and printed, but the shim saw no tensors to compare (a raw-read loader)
     measured = fix.returncode in (ExitStatus.OK, ExitStatus.NO_EVIDENCE)

@@ -1,6 +1,7 @@
 """The checkpoints the compatibility loaders read, built locally with random weights (no hub):
 a safetensors file, a .pt of the same tensors, a transformers Llama (single file and sharded), a
-diffusers UNet and a GGUF file, each of about ``size_mib``. ``build_all(dest, size_mib)`` is idempotent: a kind
+diffusers UNet, a GGUF file, a torch distributed checkpoint (.distcp) and a raw file of random bytes,
+each of about ``size_mib``. ``build_all(dest, size_mib)`` is idempotent: a kind
 already built at that size is kept (one build per cache directory)."""
 
 from __future__ import annotations
@@ -10,7 +11,11 @@ import math
 import shutil
 from pathlib import Path
 
-KINDS = ("safetensors", "pt", "transformers", "transformers-sharded", "diffusers", "gguf")
+KINDS = ("safetensors", "pt", "transformers", "transformers-sharded", "diffusers", "gguf", "dcp", "raw")
+# checkpoints of loaders readtrace does not route (GGUF memmap, DCP, a raw mmap): fix --compare finds their
+# files from the trace alone, and populates the mapped ones through the loader's own open file
+UNROUTED_KINDS = ("gguf", "dcp", "raw")
+_TENSOR_MIB = 4  # one 1024 x 1024 float32 tensor of the GGUF and DCP checkpoints
 _SHARDS = 3  # shards of the sharded transformers checkpoint
 
 
@@ -91,20 +96,38 @@ def _diffusers(out: Path, size_mib: int) -> None:
     unet.save_pretrained(out)
 
 
+def _tensors(size_mib: int) -> int:
+    return max(1, size_mib // _TENSOR_MIB)
+
+
 def _gguf(out: Path, size_mib: int) -> None:
     import numpy as np
     from gguf import GGUFWriter
 
     rng = np.random.default_rng(0)
     writer = GGUFWriter(str(out / "model.gguf"), "llama")
-    for i in range(max(1, size_mib // 4)):
-        writer.add_tensor(f"blk.{i}.weight", rng.random((1024, 1024), dtype=np.float32))  # 4 MiB each
+    for i in range(_tensors(size_mib)):
+        writer.add_tensor(f"blk.{i}.weight", rng.random((1024, 1024), dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
 
 
+def _dcp(out: Path, size_mib: int) -> None:
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    torch.manual_seed(0)
+    dcp.save({f"layer{i}.weight": torch.randn(1024, 1024) for i in range(_tensors(size_mib))}, checkpoint_id=out)
+
+
+def _raw(out: Path, size_mib: int) -> None:
+    import numpy as np
+
+    (out / "weights.raw").write_bytes(np.random.default_rng(0).bytes(size_mib << 20))
+
+
 _BUILDERS = {"safetensors": _safetensors, "pt": _pt, "transformers": _transformers,
-             "transformers-sharded": _transformers_sharded, "diffusers": _diffusers,
-             "gguf": _gguf}
+             "transformers-sharded": _transformers_sharded, "diffusers": _diffusers, "gguf": _gguf, "dcp": _dcp,
+             "raw": _raw}

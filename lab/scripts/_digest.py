@@ -5,10 +5,10 @@ import json
 import os
 import sys
 
-import torch
-
 
 def tensor_digest(name, tensor) -> bytes:
+    import torch  # here: the numpy and raw loaders do not pay torch's import
+
     t = tensor.detach().cpu().contiguous()
     h = hashlib.sha256(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
     h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())  # raw bytes: bf16 has no numpy dtype
