@@ -31,6 +31,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from readtrace.errors import ReadtraceError
 from readtrace.fix.compare import compare
 from readtrace.fix.recording import RunRecorder
 from readtrace.fix.verdict import verdict_of
@@ -99,8 +100,11 @@ def cell(kind: str, loader: str, size_mib: int, latency_ms: float, root: Path, r
         files = files_of(mnt / target)
         baseline = cold_wall(cmd, files)
         for name in recorders:
-            rows.append(_compare_row(cmd, files, RunRecorder(older=RECORDERS[name]), baseline,
-                                     {"mount": kind, "loader": loader, "size_mib": size_mib, "recorder": name}))
+            row = {"mount": kind, "loader": loader, "size_mib": size_mib, "recorder": name}
+            try:
+                rows.append(_compare_row(cmd, files, RunRecorder(older=RECORDERS[name]), baseline, row))
+            except ReadtraceError as e:  # a shared machine: say it in the row, go on with the next
+                rows.append({**row, **dict.fromkeys(COLUMNS[4:]), "error": str(e)})
             print(_line(rows[-1]), flush=True)
     return rows
 
@@ -111,7 +115,9 @@ def _compare_row(cmd: list[str], files: list[str], inner: RunRecorder, baseline:
     started = time.perf_counter()
     result = compare(cmd, strategy="auto", files=files, recorder=recorder)
     total = time.perf_counter() - started
-    recorded = result.runs + (result.choice.trials if result.choice else [])
+    # each run once (a trial that needed no confirmation run is also the fixed side: the same trace)
+    recorded = list({r.trace_path or id(r): r for r in result.runs + (result.choice.trials if result.choice else [])}
+                    .values())
     floor = result.choice.floor if result.choice else None
     floor_s = floor.read_s + floor.warm_s if floor else 0.0
     # everything fix --compare spent beyond the loads themselves (and the floor's read + warm run)
@@ -133,6 +139,13 @@ COLUMNS = ("mount", "loader", "size_mib", "recorder", "baseline_s", "fixed_s", "
 
 def _line(row: dict) -> str:
     return "  ".join(f"{row[c]!s:>{max(len(c), 8)}}" for c in COLUMNS)
+
+
+def save(out: Path, rows: list[dict], load_at_start: tuple) -> None:
+    """The rows so far with the load average as JSON (after every cell: a long run keeps what it measured)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"load_average_start": load_at_start, "load_average_now": os.getloadavg(),
+                               "rows": rows}, indent=2))
 
 
 def main() -> int:
@@ -158,9 +171,7 @@ def main() -> int:
         for kind in args.mounts:
             for loader in args.loaders:
                 rows += cell(kind, loader, size, args.latency_ms, root, args.recorders)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"load_average_start": load, "load_average_end": os.getloadavg(),
-                                    "latency_ms": args.latency_ms, "rows": rows}, indent=2))
+                save(args.out, rows, load)
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; JSON: {args.out}")
     return 0
 
