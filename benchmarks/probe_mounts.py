@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: lab/ (test harness, not shipped)
 
 from lab.clients import CLIENTS, missing, mounted  # noqa: E402
-from readtrace.fs.probe import probe  # noqa: E402
+from readtrace.measure.probe import probe  # noqa: E402
 from readtrace.pagecache.evict import evict  # noqa: E402
 from readtrace.report.mountprofile import profile_lines  # noqa: E402
 

@@ -65,7 +65,7 @@ MMAP_LOADERS = ("load_file", "safe_open_threads", "transformers", "transformers_
 
 def compat_causes(loader, penalty: float | None) -> list[str]:
     """The finding codes that name a compat cell's cause, by construction (see the module docstring)."""
-    from readtrace.fs.profile import HANDLE_PENALTY_MIN
+    from readtrace.measure.profile import HANDLE_PENALTY_MIN
 
     punishes = penalty is not None and penalty >= HANDLE_PENALTY_MIN
     causes = ["SHARED_FD_INTERLEAVE"] if loader.shares_handle and punishes else []
@@ -81,7 +81,7 @@ def compat_cases(cells: list[tuple[str, float, str]], size: int, tmp: Path) -> l
     from lab.checkpoints import build_all
     from lab.clients import missing, mounted
     from lab.loaders import LOADERS
-    from readtrace.fs.profile import MountProfile
+    from readtrace.measure.profile import MountProfile
     from readtrace.pagecache.evict import evict
 
     os.environ["READTRACE_CACHE_DIR"] = str(tmp / "profile-cache")  # this run's probes only

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from readtrace.fs.probe import read_shares
+from readtrace.measure.probe import read_shares
 from readtrace.pagecache.evict import evict
 
 

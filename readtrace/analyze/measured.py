@@ -14,7 +14,7 @@ import pandas as pd
 
 from readtrace.analyze.thresholds import Thresholds
 from readtrace.fs.knowledge import FsProfile, fs_profile
-from readtrace.fs.profile import MountProfile, cached, load_profiles, profile_in_meta
+from readtrace.measure.profile import MountProfile, cached, load_profiles, profile_in_meta
 
 # Where the mount measurably punishes a shared handle, any clear interleave on one counts (the table's
 # 0.3 score and 0.5 merged in-order fraction are for a file system only named, not measured): JuiceFS

@@ -44,7 +44,7 @@ import pandas as pd
 
 from readtrace.analyze.grouping import running_max_in_group
 from readtrace.fs.knowledge import fs_profile
-from readtrace.fs.profile import MountProfile
+from readtrace.measure.profile import MountProfile
 
 MiB = 1 << 20
 KERNEL_READAHEAD = 128 * 1024  # the kernel's FUSE/NFS read-ahead window (default read_ahead_kb)

@@ -30,14 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from readtrace.fs.profile import load_profiles
+    from readtrace.measure.profile import load_profiles
 
     if args.show:
         return _print(load_profiles(), args.json, empty="readtrace probe: no cached mount profile")
     if not args.path:
         raise UsageError("probe: give a PATH on the mount to measure, or --show")
-    from readtrace.fs.probe import probe
-    from readtrace.fs.profile import save_profile
+    from readtrace.measure.probe import probe
+    from readtrace.measure.profile import save_profile
 
     say = (lambda msg: print(msg, file=sys.stderr)) if not args.json else None
     profile = probe(args.path, streams=args.streams, sample_bytes=args.sample_mib << 20, say=say)

@@ -47,7 +47,6 @@ from readtrace.fix.workdir import work_dir
 from readtrace.fs.datafiles import DATA_SUFFIXES, SYSTEM_PREFIXES, VOLUME_MIN_BYTES
 from readtrace.fs.datafiles import is_code as _is_code
 from readtrace.fs.procmaps import mapped_by
-from readtrace.fs.profile import cached_for_path
 from readtrace.inject.manifest import (
     Manifest,
     ManifestDiff,
@@ -56,6 +55,7 @@ from readtrace.inject.manifest import (
     read_manifest,
 )
 from readtrace.loader.fileio import MiB
+from readtrace.measure.profile import cached_for_path
 from readtrace.pagecache.evict import Eviction, evict
 from readtrace.pagecache.prefetch import prefetch
 from readtrace.pagecache.residency import cache_survives_open

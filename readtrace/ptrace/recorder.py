@@ -18,7 +18,7 @@ from pathlib import Path
 
 from readtrace.errors import ExitStatus, PrerequisiteError, ReadtraceError
 from readtrace.fs.mounts import kernel_dev, read_mounts
-from readtrace.fs.profile import mounted_profiles
+from readtrace.measure.profile import mounted_profiles
 from readtrace.ptrace.parse import StraceParser
 from readtrace.ptrace.sampler import ResidencySampler
 from readtrace.record import pycalls

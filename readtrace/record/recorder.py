@@ -16,7 +16,7 @@ from pathlib import Path
 
 from readtrace.errors import ExitStatus, ReadtraceError, UsageError
 from readtrace.fs.mounts import fuse_daemons, read_mounts
-from readtrace.fs.profile import mounted_profiles
+from readtrace.measure.profile import mounted_profiles
 from readtrace.record import pycalls
 from readtrace.record.decode import Decoder
 from readtrace.record.launch import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from readtrace.fs.profile import HANDLE_PENALTY_MIN, READAHEAD_GAIN_MIN, MountProfile
+from readtrace.measure.profile import HANDLE_PENALTY_MIN, READAHEAD_GAIN_MIN, MountProfile
 
 MiB = 1 << 20
 PRIOR = "no profile: table prior (fs/knowledge.py)"

@@ -41,7 +41,7 @@ META_TYPES: dict[str, tuple[tuple[type, ...], tuple[type, ...] | None]] = {
     "missing_views": ((list,), TEXT),
     "fuse_view": ((dict,), None),
     "python_calls": ((dict,), None),
-    "mount_profiles": ((list,), (dict,)),  # readtrace probe's profiles of the mounts (fs/profile.py)
+    "mount_profiles": ((list,), (dict,)),  # readtrace probe's profiles of the mounts (measure/profile.py)
     "attached": ((dict,), None),
 }
 

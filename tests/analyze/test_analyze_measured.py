@@ -9,7 +9,7 @@ import pytest
 
 from lab.synthetic import PARENT, KiB, MiB, files_frame, opens
 from readtrace.analyze import analyze
-from readtrace.fs.profile import MountProfile
+from readtrace.measure.profile import MountProfile
 from readtrace.report.mountprofile import PRIOR, basis_line
 from readtrace.report.prose import render
 from readtrace.trace import make_trace

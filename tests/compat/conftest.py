@@ -16,7 +16,7 @@ from conftest import require
 from lab.cells import readtrace_cli
 from lab.checkpoints import build_all
 from lab.clients import missing, mounted
-from readtrace.fs.profile import MountProfile
+from readtrace.measure.profile import MountProfile
 from readtrace.pagecache.evict import evict
 
 SIZE_MIB = int(os.environ.get("READTRACE_COMPAT_MIB", "64"))

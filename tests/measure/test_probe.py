@@ -13,8 +13,8 @@ import pytest
 from conftest import lab_mount, require
 from workloads import ebpf_ready
 
-from readtrace.fs.probe import probe
-from readtrace.fs.profile import cached_for_path, load_profiles, save_profile
+from readtrace.measure.probe import probe
+from readtrace.measure.profile import cached_for_path, load_profiles, save_profile
 from readtrace.trace import load_trace
 
 MiB = 1 << 20
@@ -151,7 +151,7 @@ def test_record_notes_the_profile_and_report_says_it(tmp_path):
 def test_the_cache_keeps_one_profile_per_mount_and_the_newest_64():
     from dataclasses import replace
 
-    from readtrace.fs.profile import MAX_PROFILES, MountProfile
+    from readtrace.measure.profile import MAX_PROFILES, MountProfile
 
     p = MountProfile(dev="0:1", mountpoint="/m", fstype="fuse.x", source="s", options="ro;max_read=131072",
                      measured_at="2026-12-02T00:00:00+00:00", file="/m/f", file_size=1, sample_bytes=1, seconds=1,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from readtrace.errors import InputError
 from readtrace.fs.mounts import Mount, file_mount
-from readtrace.fs.profile import MountProfile
+from readtrace.measure.profile import MountProfile
 
 MiB = 1 << 20
 CHUNK = 1 * MiB
