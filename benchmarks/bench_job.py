@@ -5,7 +5,7 @@ Each node trace is the seed case at scale (bench_report.write_synthetic: 8 ranks
 FUSE-mounted checkpoint), labelled with its host, start time and ranks. ``--distinct D`` writes D
 traces; the other nodes share their Parquet files (hard links) under their own meta.json (host, start,
 ranks): the same work per node, K nodes without K times the writing. The report runs in a fresh
-interpreter; node traces are analysed by worker processes (analyze/job.py: one per CPU, as memory
+interpreter; node traces are analysed by worker processes (analyze/job/analysis.py: one per CPU, as memory
 allows) or, with ``--dask W``, by a Dask scheduler and W single-threaded workers started here on
 127.0.0.1 (warmed up: their imports are not timed, as on a cluster that already runs). Peak RSS: the
 report process's own (it merges: VmHWM) and its largest worker's (getrusage at exit, or each Dask
@@ -47,7 +47,7 @@ def _rss():
     with open(sys.argv[2], "w") as f:
         f.write(f"{own} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}")
 atexit.register(_rss)
-from readtrace.analyze.job import analyze_job, node_workers
+from readtrace.analyze.job.analysis import analyze_job, node_workers
 from readtrace.report.jobreport import write_job_json
 paths = sorted(Path(sys.argv[1]).glob("*.rtrace"))
 scheduler = sys.argv[4] if len(sys.argv) > 4 else None

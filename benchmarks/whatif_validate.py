@@ -1,4 +1,4 @@
-"""Validate the what-if storage model (readtrace/analyze/whatif.py) against measured loads on the lab mount.
+"""Validate the what-if storage model (readtrace/analyze/storage/whatif.py) against measured loads on the lab mount.
 
 Each example pattern is recorded with `readtrace record` on the lab FUSE mount (gcsfuse profile) at
 0, 5 and 20 ms first byte. The load's own time (what the workload reports: no interpreter start-up)
@@ -50,7 +50,7 @@ def record(mnt: Path, ckpt: str, pattern: str, out: Path) -> float:
 
 def model(trace: Path, latency_ms: float) -> dict:
     from readtrace.analyze import analyze
-    from readtrace.analyze.whatif import mount_profile, profile, what_if
+    from readtrace.analyze.storage.whatif import mount_profile, profile, what_if
     from readtrace.trace import load_trace
 
     a = analyze(load_trace(trace, lean=True))
@@ -74,7 +74,7 @@ def fix_compare(mnt: Path, ckpt: str, pattern: str, keep: Path) -> dict:
 
 def report_summary(trace: Path) -> dict:
     from readtrace.analyze import analyze
-    from readtrace.analyze.whatif import mount_profile, what_if
+    from readtrace.analyze.storage.whatif import mount_profile, what_if
     from readtrace.trace import load_trace
 
     a = analyze(load_trace(trace, lean=True))

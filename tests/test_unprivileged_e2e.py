@@ -15,7 +15,7 @@ import pytest
 from conftest import fuse_available, require
 
 from readtrace.analyze import analyze
-from readtrace.analyze.cost import by_seconds
+from readtrace.analyze.rules.cost import by_seconds
 from readtrace.trace import load_trace
 
 pytestmark = [pytest.mark.fuse, pytest.mark.slow]

@@ -4,6 +4,6 @@ from readtrace.lazy import lazy_exports
 
 # Lazy: `readtrace --help` reads the threshold names without importing pandas.
 _EXPORTS = {"Analysis": ("analysis", "Analysis"), "analyze": ("analysis", "analyze"),
-            "Finding": ("finding", "Finding"), "Thresholds": ("thresholds", "Thresholds")}
+            "Finding": ("rules.types", "Finding"), "Thresholds": ("rules.thresholds", "Thresholds")}
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

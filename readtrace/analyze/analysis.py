@@ -7,17 +7,26 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze import attribution, cost, fronts, interleave, pagecache, ranks, timesplit, whatif
-from readtrace.analyze import measured as measured_mounts
-from readtrace.analyze.accesses import SOURCE_READ, Accesses, fault_accesses, fuse_accesses, read_accesses
-from readtrace.analyze.fileindex import FileIndex
-from readtrace.analyze.finding import Finding
-from readtrace.analyze.findings import find_all
-from readtrace.analyze.grouping import dense_codes, same_partition
-from readtrace.analyze.namespaces import container_view
-from readtrace.analyze.roles import file_roles
-from readtrace.analyze.streams import KINDS, BaseOrders, Runs, summarize
-from readtrace.analyze.thresholds import Thresholds
+from readtrace.analyze.job import ranks
+from readtrace.analyze.rules import cost
+from readtrace.analyze.rules.checks import find_all
+from readtrace.analyze.rules.thresholds import Thresholds
+from readtrace.analyze.rules.types import Finding
+from readtrace.analyze.storage import measured as measured_mounts
+from readtrace.analyze.storage import whatif
+from readtrace.analyze.views import attribution, cachemisses, fronts, interleave, timesplit
+from readtrace.analyze.views.accesses import (
+    SOURCE_READ,
+    Accesses,
+    fault_accesses,
+    fuse_accesses,
+    read_accesses,
+)
+from readtrace.analyze.views.fileindex import FileIndex
+from readtrace.analyze.views.grouping import dense_codes, same_partition
+from readtrace.analyze.views.namespaces import container_view
+from readtrace.analyze.views.roles import file_roles
+from readtrace.analyze.views.streams import KINDS, BaseOrders, Runs, summarize
 from readtrace.trace import FUSE_READ, Trace, views
 from readtrace.trace.completeness import Completeness, completeness, lost_events
 from readtrace.trace.runs import calls_per_row
@@ -38,13 +47,13 @@ class Analysis:
     handles: pd.DataFrame  # FUSE handle code -> connection, nodeid, fh, file
     pages: pd.DataFrame  # page-cache rows with a file id (ts_ns, pid, tid, op, offset, size, file)
     stream_tasks: pd.DataFrame  # per (open file / FUSE handle, task): the task's own figures
-    tasks: pd.DataFrame  # per task: where its time went (analyze/timesplit.py)
+    tasks: pd.DataFrame  # per task: where its time went (analyze/views/timesplit.py)
     trace_path: str | None = None
     residency: dict = field(default_factory=dict)  # file id -> fronts.Mapped (unprivileged page view)
-    ranks: pd.DataFrame | None = None  # per rank of a distributed job (analyze/ranks.py); empty: no ranks
+    ranks: pd.DataFrame | None = None  # per rank of a distributed job (analyze/job/ranks.py); empty: no ranks
     rank_spans: dict = field(default_factory=dict)  # rank -> its merged byte spans [(file id, start, end)]
     completeness: Completeness = field(default_factory=lambda: Completeness(True))
-    mount_profiles: dict = field(default_factory=dict)  # mountpoint -> its measured MountProfile (analyze/measured.py)
+    mount_profiles: dict = field(default_factory=dict)  # mountpoint -> its measured MountProfile (analyze/storage/measured.py)
     measured: object | None = None  # the MountProfile of the checkpoint's mount (None: the table's prior only)
 
 
@@ -289,7 +298,7 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     faults = fault_accesses(events, trace.pages, index)
     app = Accesses.concat([reads, faults])
     fuse, handles = fuse_accesses(trace.fuse, events, app, index)
-    pages = pagecache.page_rows(trace.pages, index)
+    pages = cachemisses.page_rows(trace.pages, index)
     files = index.finish()
     profiles = measured_mounts.mount_profiles(trace.meta, files)
     main = measured_mounts.main_profile(profiles, files)
@@ -298,9 +307,9 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     # after the streams: the waits of a read trace are a row per read, not held through their passes
     waits = timesplit.sched_waits(trace.others, index) or timesplit.syscall_waits(app, fuse)
     _label_streams(streams, files, handles)
-    pagecache.add_to_streams(streams, pagecache.attribute(pages, app), page_view=len(trace.pages) > 0)
+    cachemisses.add_to_streams(streams, cachemisses.attribute(pages, app), page_view=len(trace.pages) > 0)
     sampled = views.PAGE_CACHE in views.inferred(trace.meta)
-    file_table = _files_table(files, streams, pagecache.per_file(pages, len(files)), idle, app,
+    file_table = _files_table(files, streams, cachemisses.per_file(pages, len(files)), idle, app,
                               page_view=len(trace.pages) > 0, sampled=sampled)
     done = completeness(trace.meta, per_row)
     summary = _summary(trace, file_table, streams, app, fuse, pages, done)

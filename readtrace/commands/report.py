@@ -17,7 +17,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from readtrace.analyze.thresholds import Thresholds  # no pandas: `readtrace --help` needs only its names
+from readtrace.analyze.rules.thresholds import (
+    Thresholds,  # no pandas: `readtrace --help` needs only its names
+)
 from readtrace.errors import ExitStatus, UsageError
 from readtrace.validate import NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, arg
 
@@ -41,7 +43,7 @@ def trace_paths(paths: list[str]) -> list[Path | str]:
 
 
 def _report_job(paths: list, thresholds: Thresholds, as_json: bool, scheduler: str | None) -> int:
-    from readtrace.analyze.job import analyze_job
+    from readtrace.analyze.job.analysis import analyze_job
     from readtrace.report.jobreport import render_job, write_job_json
 
     job = analyze_job(paths, thresholds, scheduler=scheduler)  # worker processes, as memory allows, or Dask's
@@ -81,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def what_if_profiles(args: argparse.Namespace, a) -> list:
     """The --what-if profiles with the user's latency and bandwidth (a usage error names the bad one)."""
-    from readtrace.analyze import whatif
+    from readtrace.analyze.storage import whatif
 
     out = []
     for name in (n.strip() for n in args.what_if.split(",") if n.strip()):
@@ -139,7 +141,7 @@ def _report(args: argparse.Namespace) -> int:
     outputs = _outputs(args)
     paths = trace_paths(args.trace)
     if len(paths) > 1:
-        from readtrace.analyze.cluster import scheduler_address
+        from readtrace.analyze.job.cluster import scheduler_address
 
         if outputs:
             raise UsageError("--html/--perfetto report one trace; give one node's trace")
@@ -150,7 +152,7 @@ def _report(args: argparse.Namespace) -> int:
     a = analyze(trace, thresholds)
     predictions = None
     if args.what_if:
-        from readtrace.analyze.whatif import what_if
+        from readtrace.analyze.storage.whatif import what_if
 
         predictions = what_if(a, what_if_profiles(args, a))
     for label, path, write, marker in outputs:

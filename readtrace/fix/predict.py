@@ -1,6 +1,6 @@
 """Predict each candidate's cold time before it runs, from the baseline's recorded trace.
 
-The what-if storage model (analyze/whatif.py) replays the mount's costs (first byte and bandwidth,
+The what-if storage model (analyze/storage/whatif.py) replays the mount's costs (first byte and bandwidth,
 measured from the recorded FUSE requests, or the mount's cached profile from ``readtrace probe``):
 ``fixed_io_s`` says how long the load would still wait on its data files with the start-up prefetch
 (``prefetch``) and with one in-order reader per file (``sequential``: the own-fd loader, a populate).
@@ -38,7 +38,7 @@ class Ranked:
 def io_model(analysis) -> dict | None:
     """What fix/predict needs of a baseline's Analysis (kept in its trace summary): the mount profile
     used and ``whatif.fixed_io_s``; None where no storage model applies (a local disk: no profile)."""
-    from readtrace.analyze import whatif
+    from readtrace.analyze.storage import whatif
 
     profile = whatif.mount_profile(analysis)
     if profile is None:

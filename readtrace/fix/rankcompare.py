@@ -4,7 +4,7 @@ Every manifest record of a rank carries its RANK (protocol.append_manifest). Per
 time inside its loader calls (median over the side's runs), its tensors and one digest over them
 (sha256 of the sorted (file, name, dtype, shape, sha256) lines: equal digests, equal tensors), the
 bytes its start-up prefetch read, and, when the runs were recorded, the trace's per-rank figures
-(analyze/ranks.py: bytes read, span bytes, wait). ``identical``: the rank's fixed runs loaded exactly
+(analyze/job/ranks.py: bytes read, span bytes, wait). ``identical``: the rank's fixed runs loaded exactly
 the tensors its baseline runs did.
 """
 

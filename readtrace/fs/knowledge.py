@@ -21,7 +21,7 @@ class FsProfile:
     FOPEN_KEEP_CACHE), so a prefetch before the loader's own open helps; None: not known.
     ``known``: False for the generic entry of a FUSE daemon the table does not name.
     ``source``: where the judgement comes from (source code read, or measured by the lab harness, lab/ in the repository).
-    ``storage_model``: the what-if profile of readtrace/analyze/whatif.py for this file system (None:
+    ``storage_model``: the what-if profile of readtrace/analyze/storage/whatif.py for this file system (None:
     none models it; ``report --what-if mount`` then says so).
     """
 
@@ -32,7 +32,7 @@ class FsProfile:
     keeps_page_cache: bool | None = None
     known: bool = True
     source: str = ""
-    storage_model: str | None = None  # the what-if model (readtrace/analyze/whatif.py) that replays it
+    storage_model: str | None = None  # the what-if model (readtrace/analyze/storage/whatif.py) that replays it
 
 
 # Measured with benchmarks/compat_matrix.py and tests/compat/test_knowledge.py (lab.handles: 4 forked readers of

@@ -11,8 +11,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from readtrace.analyze.job import NODE_COLUMNS, JobAnalysis
-from readtrace.analyze.ranks import RANK_COLUMNS
+from readtrace.analyze.job.analysis import NODE_COLUMNS, JobAnalysis
+from readtrace.analyze.job.ranks import RANK_COLUMNS
 from readtrace.report.jsonreport import _finding, plain
 from readtrace.report.prose import render
 from readtrace.report.terminal import PIPED_WIDTH, SEVERITY_STYLE, _is_terminal

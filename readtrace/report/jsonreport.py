@@ -126,7 +126,7 @@ def _finding(f: Finding) -> dict:
 
 def report_json(a: Analysis, predictions: list | None = None, everything: bool = False) -> dict:
     """The report as plain data (files, streams, findings, summary; ``what_if`` with ``predictions``
-    from readtrace.analyze.whatif). By default the first LIST_FILES files and LIST_STREAMS streams of
+    from readtrace.analyze.storage.whatif). By default the first LIST_FILES files and LIST_STREAMS streams of
     each kind (``listing`` counts the rest); ``everything``: all of them."""
     extra = {"what_if": [plain(p.data()) for p in predictions]} if predictions is not None else {}
     files = a.files if everything else a.files.head(LIST_FILES)

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from readtrace.analyze import Analysis
-from readtrace.analyze.accesses import SOURCE_FAULT
+from readtrace.analyze.views.accesses import SOURCE_FAULT
 from readtrace.report.plots import time_origin
 
 MAX_EVENTS = 200_000

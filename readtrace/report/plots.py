@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from readtrace.analyze import Analysis
-from readtrace.analyze.accesses import SOURCE_FAULT, SOURCE_READ
-from readtrace.analyze.histogram import LABELS, histogram
+from readtrace.analyze.views.accesses import SOURCE_FAULT, SOURCE_READ
+from readtrace.analyze.views.histogram import LABELS, histogram
 
 MAX_POINTS = 20_000  # per scatter plot: evenly thinned beyond this, the shape stays
 MiB = 1 << 20
@@ -135,7 +135,7 @@ def plot_cache_misses(df: pd.DataFrame, ax=None, title: str = "Page-cache misses
 def get_prediction_df(a: Analysis, predictions: list | None = None) -> pd.DataFrame:
     """Measured vs predicted load time (s): the recorded run split into its wait on data files and the
     rest, and per storage profile (the trace's own mount when none given) the prediction as recorded
-    and fixed, split the same way (analyze/whatif.py)."""
+    and fixed, split the same way (analyze/storage/whatif.py)."""
 
     wall = a.summary.get("wall_s")
     if wall is None:
@@ -152,7 +152,7 @@ def get_prediction_df(a: Analysis, predictions: list | None = None) -> pd.DataFr
 
 def own_mount_predictions(a: Analysis) -> list:
     """The what-if model of the trace's own mount, as recorded and fixed ([] where no model knows it)."""
-    from readtrace.analyze import whatif
+    from readtrace.analyze.storage import whatif
 
     mount = whatif.mount_profile(a)
     return whatif.what_if(a, [mount]) if mount and a.summary.get("wall_s") is not None else []

@@ -1,4 +1,4 @@
-"""The English of a finding: one renderer per finding type, from its figures (readtrace/analyze/finding.py).
+"""The English of a finding: one renderer per finding type, from its figures (readtrace/analyze/rules/types.py).
 
 ``render(finding) -> Prose`` gives the one-line message, the evidence lines and the recommendation;
 every output (terminal, HTML, JSON's ``message``) uses it, so the wording lives here only.
@@ -10,8 +10,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from readtrace.analyze.attribution import SEP
-from readtrace.analyze.finding import (
+from readtrace.analyze.rules.types import (
     CacheEvictedReread,
     ColdCache,
     Finding,
@@ -24,6 +23,7 @@ from readtrace.analyze.finding import (
     SmallFuseReadahead,
     SmallRequests,
 )
+from readtrace.analyze.views.attribution import SEP
 from readtrace.report.units import fmt_bytes, fmt_count, fmt_pct, fmt_seconds, fmt_top
 
 FIX_HINT = "`readtrace fix --compare` reruns it cold with sequential prefetch and an own-fd loader"
@@ -201,7 +201,7 @@ RENDERERS: dict[type[Finding], Callable] = {
 
 
 def cost_text(f: Finding) -> str:
-    """What the finding cost (analyze/cost.py): the seconds for a cause, the cause for how it shows."""
+    """What the finding cost (analyze/rules/cost.py): the seconds for a cause, the cause for how it shows."""
     if f.cause:
         return f"how {f.cause} shows ({f.role}): its seconds are counted there"
     if f.cost_s is None:
@@ -235,7 +235,7 @@ def render(f: Finding) -> Prose:
     return Prose(message, p.evidence, recommendation)
 
 
-# How each lever a measured profile can rule out (analyze/measured.py) starts in a recommendation's
+# How each lever a measured profile can rule out (analyze/storage/measured.py) starts in a recommendation's
 # clauses ("; "-separated, alternatives " or "-separated).
 LEVER_WORDS = {"prefetch": ("prefetch",), "own fd": ("open one fd", "give each worker", "one fd per"),
                "read_ahead_kb": ("raise it (root)", "raise the mount's read_ahead_kb")}

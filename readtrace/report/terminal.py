@@ -205,7 +205,7 @@ class TerminalReport:
     def what_if(self) -> RenderableType | None:
         if not self.predictions:
             return None
-        head = Text("What if (predicted load time as recorded and fixed; analyze/whatif.py)", style="bold")
+        head = Text("What if (predicted load time as recorded and fixed; analyze/storage/whatif.py)", style="bold")
         return Group(head, *(Text(line) for line in what_if_lines(self.predictions)))
 
     def renderables(self, width: int = PIPED_WIDTH) -> list[RenderableType]:

@@ -10,7 +10,7 @@ Conventions shared by every table:
   inode number ``ino`` (object-store clients such as rclone hash paths into all 64 bits), and in the
   FUSE table ``unique``, ``nodeid`` and ``fh``. 0 means unknown (no inode or node is numbered 0
   except where noted). A FUSE ``nodeid`` is the daemon's node handle, NOT the inode number: files
-  are matched to nodeids by the analysis (analyze/nodes.py), never by ``nodeid == ino``.
+  are matched to nodeids by the analysis (analyze/views/nodes.py), never by ``nodeid == ino``.
 
 Readers (``readtrace.trace.Trace``, from ``load_trace`` or ``make_trace``). On disk the application
 view is one ``events`` table; in memory it is split by kind, and each reader means the same in a full

@@ -1,4 +1,4 @@
-"""What findings cost (analyze/cost.py): severity follows the seconds, one cause per wasted second, and
+"""What findings cost (analyze/rules/cost.py): severity follows the seconds, one cause per wasted second, and
 the seconds of all findings add up to no more than the wall (issue 22), on synthetic traces with
 known times."""
 
@@ -8,7 +8,7 @@ import pytest
 
 from lab.synthetic import files_frame, load_case
 from readtrace.analyze import Thresholds, analyze
-from readtrace.analyze.timesplit import shared_by_file, union_ns
+from readtrace.analyze.views.timesplit import shared_by_file, union_ns
 from readtrace.trace import make_trace
 
 

@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lab.synthetic import files_frame
-from readtrace.analyze import analyze, grouping
-from readtrace.analyze.grouping import (
+from readtrace.analyze import analyze
+from readtrace.analyze.views import grouping
+from readtrace.analyze.views.grouping import (
     dense_codes,
     max_overlap,
     one_value,

@@ -98,7 +98,7 @@ def test_prefetch_is_not_advised_where_the_mount_drops_the_page_cache_on_open(ke
 
 
 def test_the_storage_model_takes_the_measured_first_byte_and_bandwidth():
-    from readtrace.analyze.whatif import mount_profile
+    from readtrace.analyze.storage.whatif import mount_profile
 
     assert mount_profile(_analyze(4, None)) is None  # a FUSE daemon the table does not name: no model
     a = _analyze(4, [_profile(1.5)])
@@ -128,7 +128,7 @@ def test_read_ahead_is_advised_only_where_it_measured_a_gain(gain):
 
 
 def test_a_threshold_the_user_set_is_kept_on_a_measured_mount():
-    from readtrace.analyze.thresholds import Thresholds
+    from readtrace.analyze.rules.thresholds import Thresholds
 
     reads = _turns(4)
     events = pd.concat([opens(reads, PATH), reads], ignore_index=True)

@@ -5,9 +5,9 @@ import pandas as pd
 
 from lab.synthetic import load_case, opens, worker_reads
 from readtrace.analyze import Thresholds, analyze
-from readtrace.analyze.grouping import dense_codes
-from readtrace.analyze.interleave import classify_pieces
-from readtrace.analyze.streams import BaseOrders
+from readtrace.analyze.views.grouping import dense_codes
+from readtrace.analyze.views.interleave import classify_pieces
+from readtrace.analyze.views.streams import BaseOrders
 from readtrace.trace import make_trace
 
 PIECE_COLUMNS = ["tid", "bytes", "consecutive_fraction", "sequential_fraction", "in_order_fraction",
@@ -52,7 +52,7 @@ def test_every_task_of_a_stream_listed_once():
 
 
 def test_forward_only_streams_skip_the_union_and_agree_with_it():
-    from readtrace.analyze.streams import _unique_bytes
+    from readtrace.analyze.views.streams import _unique_bytes
 
     a = analyze(make_trace(**load_case("shared", workers=4, chunks=16)))
     task, n = dense_codes(a.app.tid, a.app.file)  # every task reads its part forward: no union needed

@@ -8,8 +8,8 @@ import pytest
 
 from lab.synthetic import FUSE_CONN, NODE, files_frame, load_case
 from readtrace.analyze import analyze
-from readtrace.analyze.timesplit import union_by_group, union_ns
-from readtrace.analyze.whatif import mount_profile, profile, what_if
+from readtrace.analyze.storage.whatif import mount_profile, profile, what_if
+from readtrace.analyze.views.timesplit import union_by_group, union_ns
 from readtrace.cli import main
 from readtrace.trace import FUSE_READ, make_trace, write_trace
 

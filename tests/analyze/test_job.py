@@ -23,7 +23,7 @@ from conftest import fuse_available, require
 from workloads import free_port, torchrun_cmd
 
 from lab.synthetic import job_node
-from readtrace.analyze.job import analyze_job, node_workers
+from readtrace.analyze.job.analysis import analyze_job, node_workers
 from readtrace.errors import TraceError
 from readtrace.record.ranks import parse_environ
 from readtrace.report.jobreport import job_json

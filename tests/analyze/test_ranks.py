@@ -4,7 +4,7 @@ one sort of every access (many)."""
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze import ranks
+from readtrace.analyze.job import ranks
 
 
 def _touches(rng, n=5000):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from readtrace.analyze.roles import file_roles
+from readtrace.analyze.views.roles import file_roles
 
 CODE = [
     "/usr/lib/x86_64-linux-gnu/libc.so.6", "/work/main/.venv/lib/python3.11/site-packages/torch/__init__.py",

@@ -15,7 +15,7 @@ from conftest import require
 from lab.cells import run_cell
 from lab.checkpoints import UNROUTED_KINDS
 from lab.loaders import LOADERS, MAPPED_BYTES, TENSORS
-from readtrace.analyze.measured import judged
+from readtrace.analyze.storage.measured import judged
 from readtrace.errors import ExitStatus
 
 pytestmark = [pytest.mark.ebpf, pytest.mark.fuse, pytest.mark.slow]

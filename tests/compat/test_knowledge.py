@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from lab.handles import probe
-from readtrace.analyze.finding import SharedFdInterleave
+from readtrace.analyze.rules.types import SharedFdInterleave
 from readtrace.fs.knowledge import fs_profile
 from readtrace.pagecache.residency import cache_survives_open
 from readtrace.report.prose import render

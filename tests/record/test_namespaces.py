@@ -1,4 +1,4 @@
-"""Container ids and paths (record/namespaces.py, analyze/namespaces.py): the host path of a file named in
+"""Container ids and paths (record/namespaces.py, analyze/views/namespaces.py): the host path of a file named in
 another mount namespace, traces from before the tasks table, the report's lines."""
 
 import json

@@ -1,5 +1,5 @@
 """The python_calls view: which Python loader call issued the reads (readtrace/inject/calls.py,
-record/pycalls.py, analyze/attribution.py), recorded through real safetensors, torch.load,
+record/pycalls.py, analyze/views/attribution.py), recorded through real safetensors, torch.load,
 transformers and diffusers loads, joined with the real eBPF (and strace) read events."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from workloads import ebpf_ready
 
 from lab.checkpoints import build
 from readtrace.analyze import analyze
-from readtrace.analyze.attribution import innermost_calls
+from readtrace.analyze.views.attribution import innermost_calls
 from readtrace.report.prose import reads_from_lines
 from readtrace.trace import load_trace, write_trace
 from readtrace.trace.format import META_FILE

@@ -15,7 +15,7 @@ from conftest import require
 
 from lab.synthetic import load_case
 from readtrace.analyze import Thresholds
-from readtrace.analyze.thresholds import RANGES
+from readtrace.analyze.rules.thresholds import RANGES
 from readtrace.cli import main
 from readtrace.errors import ExitStatus, ReadtraceError
 from readtrace.escape import printable

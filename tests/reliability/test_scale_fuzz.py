@@ -48,7 +48,7 @@ def _frames() -> dict:
         "pid": [int(ev["pid"].iloc[0])], "tid": [int(ev["tid"].iloc[0])], "depth": [0],
         "call": ["safetensors.torch.load_file"], "chain": ["safetensors.torch.load_file"],
         "path": [frames["files"]["path"].iloc[0]], "ok": [1]})
-    # ... and the meta that makes the report attribute the reads to it (analyze/attribution.py)
+    # ... and the meta that makes the report attribute the reads to it (analyze/views/attribution.py)
     frames["meta"] = {"python_calls": {"rows": 1, "entry_points": {"safetensors.torch.load_file": {
         "library": "safetensors", "version": "0", "accepts": ["backend"], "values": {"backend": ["pread"]}}}}}
     return frames

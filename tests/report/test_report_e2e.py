@@ -14,7 +14,7 @@ import pytest
 from conftest import fuse_available, require
 
 from readtrace.analyze import analyze
-from readtrace.analyze.cost import by_seconds
+from readtrace.analyze.rules.cost import by_seconds
 from readtrace.trace import load_trace
 
 pytestmark = [pytest.mark.ebpf, pytest.mark.fuse, pytest.mark.slow]
@@ -114,7 +114,7 @@ def test_time_split_adds_up_on_real_recordings(lab, checkpoint, tmp_path, patter
     longer than the read syscalls themselves lasted; the waits land on the checkpoint, over FUSE."""
     import numpy as np
 
-    from readtrace.analyze.accesses import SOURCE_READ
+    from readtrace.analyze.views.accesses import SOURCE_READ
 
     path = f"{lab.mountpoint}/{checkpoint.name}"
     a = record(path, pattern, tmp_path / "t.rtrace")

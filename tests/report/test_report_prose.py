@@ -2,7 +2,7 @@
 
 from lab.synthetic import load_case
 from readtrace.analyze import analyze
-from readtrace.analyze.finding import ColdCache, SmallRequests
+from readtrace.analyze.rules.types import ColdCache, SmallRequests
 from readtrace.report.prose import render
 from readtrace.report.units import fmt_seconds, fmt_top
 from readtrace.trace import make_trace
@@ -59,7 +59,7 @@ def test_cost_wording_cause_and_how_it_shows():
 
 def test_the_large_read_lever_is_named_in_the_mapped_files_own_format():
     """A GGUF memmap on JuiceFS was told to use safetensors' backend="pread" (issue 21's real clients)."""
-    from readtrace.analyze.finding import MmapFaultStorm
+    from readtrace.analyze.rules.types import MmapFaultStorm
 
     def lever(path):
         return render(MmapFaultStorm("warn", file=path, fstype="fuse.juicefs", faults=512, tasks=4)).recommendation

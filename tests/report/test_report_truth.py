@@ -19,8 +19,8 @@ import pytest
 from conftest import lab_mount, require
 
 from readtrace.analyze import analyze
-from readtrace.analyze.cost import by_seconds
-from readtrace.analyze.finding import SEVERITIES
+from readtrace.analyze.rules.cost import by_seconds
+from readtrace.analyze.rules.types import SEVERITIES
 from readtrace.report import report_json
 from readtrace.report.html import write_html
 from readtrace.report.terminal import TerminalReport

@@ -2,7 +2,7 @@
 
 Node traces given as paths (local, or object-store URLs: trace/location.py) are analysed by worker
 processes, as many at once as there are CPUs and as the machine's available memory holds (each a whole
-node's analysis: ``node_workers``), or by the workers of a Dask cluster (``scheduler``: analyze/cluster.py);
+node's analysis: ``node_workers``), or by the workers of a Dask cluster (``scheduler``: analyze/job/cluster.py);
 traces given loaded (or as loaders) are analysed here, one at a time. A node trace that cannot be
 analysed (unreadable, its worker died) is a missing node of a partial job, named in ``missing``.
 
@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from readtrace.analyze.analysis import analyze
-from readtrace.analyze.finding import Finding, LoadSkew, ReplicatedReads
-from readtrace.analyze.thresholds import Thresholds
+from readtrace.analyze.rules.thresholds import Thresholds
+from readtrace.analyze.rules.types import Finding, LoadSkew, ReplicatedReads
 from readtrace.errors import ReadtraceError, TraceError
 from readtrace.memory import reuse_freed_memory, small_pages
 from readtrace.pagecache.pin import fits_in_memory
@@ -100,7 +100,7 @@ def analyze_job(traces: Iterable[TraceSource], thresholds: Thresholds | None = N
     paths = [i for i, t in enumerate(traces) if isinstance(t, str | os.PathLike)]
     done: list[Node | NodeFailure | None] = [None] * len(traces)
     if scheduler:
-        from readtrace.analyze.cluster import analyze_on_cluster
+        from readtrace.analyze.job.cluster import analyze_on_cluster
 
         results = analyze_on_cluster([traces[i] for i in paths], thresholds, scheduler)
     else:

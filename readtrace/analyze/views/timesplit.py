@@ -20,10 +20,16 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze.accesses import SOURCE_READ, Accesses
-from readtrace.analyze.fileindex import FileIndex
-from readtrace.analyze.grouping import first_in_group, one_value, running_max_in_group, take, union_length
-from readtrace.analyze.roles import file_roles
+from readtrace.analyze.views.accesses import SOURCE_READ, Accesses
+from readtrace.analyze.views.fileindex import FileIndex
+from readtrace.analyze.views.grouping import (
+    first_in_group,
+    one_value,
+    running_max_in_group,
+    take,
+    union_length,
+)
+from readtrace.analyze.views.roles import file_roles
 from readtrace.trace.schema import READ_OPS, WAIT_IN
 
 NS = 1e9

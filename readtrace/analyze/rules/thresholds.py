@@ -67,7 +67,7 @@ class Thresholds:
     fuse_readahead_small: int = 128 * 1024
     fuse_readahead_min_requests: int = 16
     fuse_readahead_recommended_kb: int = 1024
-    # Severity follows the seconds a finding costs (analyze/cost.py; printed in docs/report.md): HIGH
+    # Severity follows the seconds a finding costs (analyze/rules/cost.py; printed in docs/report.md): HIGH
     # only when its cost (the wall seconds the load waited on its file, less what one sequential read of
     # the same bytes costs on that mount) is >= both of these; INFO when it is under either of the warn
     # ones (the load is at its floor, or the cost is tiny), whatever the counters say; WARN between.

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze.fileindex import UNKNOWN, FileIndex
-from readtrace.analyze.grouping import dense_codes, is_one_value, one_value, take
-from readtrace.analyze.nodes import handle_files, node_files
+from readtrace.analyze.views.fileindex import UNKNOWN, FileIndex
+from readtrace.analyze.views.grouping import dense_codes, is_one_value, one_value, take
+from readtrace.analyze.views.nodes import handle_files, node_files
 from readtrace.trace.schema import FUSE_READ
 
 SOURCE_READ, SOURCE_FAULT, SOURCE_FUSE = 0, 1, 2

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze.accesses import Accesses
-from readtrace.analyze.grouping import group_bounds, group_sum, sorted_sum
-from readtrace.analyze.streams import BaseOrders, classify, group_extents
-from readtrace.analyze.thresholds import Thresholds
+from readtrace.analyze.rules.thresholds import Thresholds
+from readtrace.analyze.views.accesses import Accesses
+from readtrace.analyze.views.grouping import group_bounds, group_sum, sorted_sum
+from readtrace.analyze.views.streams import BaseOrders, classify, group_extents
 
 
 @dataclass

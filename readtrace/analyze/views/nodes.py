@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze.fileindex import UNKNOWN, FileIndex
+from readtrace.analyze.views.fileindex import UNKNOWN, FileIndex
 from readtrace.trace.schema import FUSE_OPEN, FUSE_READ
 
 _KEY = ["connection", "nodeid"]

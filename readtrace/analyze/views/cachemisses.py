@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze.accesses import Accesses
-from readtrace.analyze.fileindex import FileIndex
-from readtrace.analyze.grouping import stable_by_group, union_length
+from readtrace.analyze.views.accesses import Accesses
+from readtrace.analyze.views.fileindex import FileIndex
+from readtrace.analyze.views.grouping import stable_by_group, union_length
 
 READAHEAD_OPS = ("sync_ra", "async_ra")
 # pages fetched into the cache: misses seen by eBPF, or runs the residency sampler saw become resident

@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze.grouping import running_max_in_group
+from readtrace.analyze.views.grouping import running_max_in_group
 from readtrace.fs.knowledge import fs_profile
 from readtrace.measure.profile import MountProfile
 
@@ -141,7 +141,7 @@ def _groups(a, data_ids: np.ndarray, p: Profile) -> pd.DataFrame:
     mean = rows["bytes"].to_numpy() / rows["accesses"].clip(lower=1).to_numpy()
     served = np.where(app_view, np.ceil(rows["bytes"] / np.maximum(mean, KERNEL_READAHEAD)), rows["accesses"])
     runs = rows["gcsfuse_seeks"].fillna(0).to_numpy() + 1
-    if p.model == "gcsfuse":  # analyze/gcsfuse.py's replay of gcsfuse's reader
+    if p.model == "gcsfuse":  # analyze/storage/gcsfuse_replay.py's replay of gcsfuse's reader
         requests, transfer = rows["gcsfuse_requests"].fillna(1).to_numpy(), rows["bytes"].to_numpy()
     else:  # windows doubling within each run between seeks (runs of equal length)
         per_run = rows["bytes"].to_numpy() / runs
@@ -207,7 +207,7 @@ def _predict_fixed(file_bytes: list[int], p: Profile, streams: int = 1) -> tuple
 
 def sequential_read_s(nbytes: int, p: Profile) -> float:
     """What one reader taking ``nbytes`` of a file in order (1 MiB requests) costs on ``p``: the
-    floor a read pattern is measured against (analyze/cost.py)."""
+    floor a read pattern is measured against (analyze/rules/cost.py)."""
     return _predict_fixed([int(nbytes)], p, 1)[0]
 
 

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from readtrace.analyze import whatif
-from readtrace.analyze.finding import SEVERITIES, Finding
+from readtrace.analyze.rules.types import SEVERITIES, Finding
+from readtrace.analyze.storage import whatif
 from readtrace.fs.knowledge import fs_profile
 
 if TYPE_CHECKING:
     from readtrace.analyze.analysis import Analysis
-    from readtrace.analyze.thresholds import Thresholds
+    from readtrace.analyze.rules.thresholds import Thresholds
 
 # Which of the findings on one file is the cause of its wait (the first listed that its rule does
 # not call harmless there): the access pattern before what it does to the cache, requests and faults.

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from readtrace.analyze.finding import Finding
+from readtrace.analyze.rules.types import Finding
 from readtrace.trace import views
 
 _PAGE_CODES = ("COLD_CACHE", "CACHE_EVICTED_REREAD")

@@ -8,7 +8,7 @@ with its intra-op threads, which fault the pages while the loader's thread waits
 thread (else process) that named the file (or its directory) and had returned: the lazy tensors of
 a mapping (safetensors' get_tensor, torch.load(mmap=True)) are read when they are first used, after
 the call (``after_return_bytes``, and per chain). Bytes are those of the data
-files (analyze/roles.py) the load touched: bytes returned by read syscalls plus bytes of file pages
+files (analyze/views/roles.py) the load touched: bytes returned by read syscalls plus bytes of file pages
 mapped by page faults (pages ops ``fault`` and ``map_pages``, counted as often as they were mapped).
 The summary names the outermost entry point (the user's own call) whose chains read the most bytes,
 with all of its chains (a transformers load reads through from_pretrained, load_state_dict and
@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze.accesses import SOURCE_READ, Accesses
-from readtrace.analyze.grouping import dense_codes
-from readtrace.analyze.pagecache import MMAP_OPS
+from readtrace.analyze.views.accesses import SOURCE_READ, Accesses
+from readtrace.analyze.views.cachemisses import MMAP_OPS
+from readtrace.analyze.views.grouping import dense_codes
 
 SEP = " -> "  # inject/calls.py SEP
 TOP_CHAINS = 5

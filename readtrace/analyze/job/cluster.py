@@ -3,7 +3,7 @@ or ``DASK_SCHEDULER_ADDRESS``; ``pip install 'readtrace[dask]'``).
 
 Each node trace is one task: a worker reads the trace itself (a local path every worker sees, or an
 object-store URL, with the worker's own credentials) and sends back only the node's summary (the
-``Node`` the job keeps), never the trace; the merge stays in analyze/job.py, in this process. A task
+``Node`` the job keeps), never the trace; the merge stays in analyze/job/analysis.py, in this process. A task
 that fails (an unreadable trace, a worker that died and the scheduler gave up on: its
 ``distributed.scheduler.allowed-failures``) is that node's ``NodeFailure``; the others are still reported.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import uuid
 
-from readtrace.analyze.job import Node, NodeFailure, analyze_in_worker, node_failure
-from readtrace.analyze.thresholds import Thresholds
+from readtrace.analyze.job.analysis import Node, NodeFailure, analyze_in_worker, node_failure
+from readtrace.analyze.rules.thresholds import Thresholds
 from readtrace.errors import PrerequisiteError, ReadtraceError
 from readtrace.trace.location import is_url, locate
 

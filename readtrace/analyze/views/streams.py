@@ -24,9 +24,10 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze import gcsfuse
-from readtrace.analyze.accesses import SOURCE_FAULT, Accesses
-from readtrace.analyze.grouping import (
+from readtrace.analyze.rules.thresholds import Thresholds
+from readtrace.analyze.storage import gcsfuse_replay
+from readtrace.analyze.views.accesses import SOURCE_FAULT, Accesses
+from readtrace.analyze.views.grouping import (
     FEW_GROUPS,
     Factor,
     factor,
@@ -44,8 +45,7 @@ from readtrace.analyze.grouping import (
     top_values_sorted,
     union_length,
 )
-from readtrace.analyze.histogram import LABELS, size_bin
-from readtrace.analyze.thresholds import Thresholds
+from readtrace.analyze.views.histogram import LABELS, size_bin
 
 KINDS = ("task", "process", "ofd", "fuse_handle", "file")
 
@@ -260,7 +260,7 @@ def summarize(acc: Accesses, codes: np.ndarray, n: int, orders: BaseOrders, th: 
         df["unique_bytes"] = _unique_bytes(acc, codes, n, orders) if runs is None else runs.union_bytes(n)
     df["reread_amplification"] = df["bytes"] / df["unique_bytes"].where(df["unique_bytes"] > 0)
     if replay:
-        df["gcsfuse_sequential_requests"] = gcsfuse.sequential_requests(df["unique_bytes"].to_numpy(), th)
+        df["gcsfuse_sequential_requests"] = gcsfuse_replay.sequential_requests(df["unique_bytes"].to_numpy(), th)
     for q, values in zip((50, 99), latency_quantiles, strict=True):
         df[f"latency_p{q}_us"] = values / 1e3
     hist = np.bincount(codes.astype(np.int64) * len(LABELS) + orders.size_bins,
@@ -314,7 +314,7 @@ def _tasks(acc: Accesses, codes: np.ndarray, n: int, sub: tuple[np.ndarray, int]
 
 
 def _add_replay(df: pd.DataFrame, cl: Classified, starts: np.ndarray, th: Thresholds) -> None:
-    r = gcsfuse.replay(cl.codes, starts, cl.offset, cl.gap, cl.nbytes, th)
+    r = gcsfuse_replay.replay(cl.codes, starts, cl.offset, cl.gap, cl.nbytes, th)
     df["gcsfuse_seeks"] = r.seeks
     df["gcsfuse_requests"] = r.requests
     with np.errstate(invalid="ignore", divide="ignore"):

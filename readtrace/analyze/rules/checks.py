@@ -1,5 +1,5 @@
 """Findings, Drishti-style: each rule is a function ``Analysis -> list[Finding]`` returning typed
-figures (readtrace/analyze/finding.py); readtrace/report/ renders their prose. ``RULES`` lists the rules
+figures (readtrace/analyze/rules/types.py); readtrace/report/ renders their prose. ``RULES`` lists the rules
 in report order.
 """
 
@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze import basis, interleave
-from readtrace.analyze.accesses import SOURCE_READ
-from readtrace.analyze.finding import (
+from readtrace.analyze.rules import basis
+from readtrace.analyze.rules.types import (
     SEVERITIES,
     CacheEvictedReread,
     ColdCache,
@@ -24,7 +23,9 @@ from readtrace.analyze.finding import (
     SmallFuseReadahead,
     SmallRequests,
 )
-from readtrace.analyze.measured import judged
+from readtrace.analyze.storage.measured import judged
+from readtrace.analyze.views import interleave
+from readtrace.analyze.views.accesses import SOURCE_READ
 from readtrace.fs.knowledge import FsProfile
 from readtrace.trace.completeness import lost_events
 
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
 def _judge(a: Analysis, fstype: str, path: str | None) -> FsProfile:
     """What the file system of ``path`` does: the knowledge table's prior, or its mount's measured
-    profile where there is one (readtrace/analyze/measured.py)."""
+    profile where there is one (readtrace/analyze/storage/measured.py)."""
     profile = None
     if a.mount_profiles and path is not None:
         point = a.files.loc[a.files["path"] == path, "mountpoint"]

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from readtrace.analyze.thresholds import Thresholds
+from readtrace.analyze.rules.thresholds import Thresholds
 from readtrace.fs.knowledge import FsProfile, fs_profile
 from readtrace.measure.profile import MountProfile, cached, load_profiles, profile_in_meta
 

@@ -26,7 +26,7 @@ class Finding:
     fs_levers: str = ""  # the file system's own knobs (from the knowledge table)
     fs_known: bool = True  # False: the table does not know this file system; the judgement is generic
     wait_s: float | None = None  # time the load waited on this file (reads, faults, FUSE replies)
-    # What it cost (analyze/cost.py): the file's share of the load's wait less ``floor_s`` (one sequential
+    # What it cost (analyze/rules/cost.py): the file's share of the load's wait less ``floor_s`` (one sequential
     # read of the same bytes on that mount, ``floor_model`` names the model; None: no model knows it),
     # charged to the finding that causes it (``role`` "cause"); the others on that file say how it shows
     # (``role`` "mechanism" or "precondition", ``cause`` its code, ``cost_s`` 0). The costs of all
@@ -43,7 +43,7 @@ class Finding:
     inferred: bool = False  # rests on a view that was inferred, not seen (see ``basis``)
     basis: str = ""  # the view the finding rests on and how it was obtained (trace/views.py)
     # the loader's own levers for this file in this program, checked against the installed version
-    # (python_calls view, analyze/attribution.py): {"call", "keyword", "change", "library", "version"}
+    # (python_calls view, analyze/views/attribution.py): {"call", "keyword", "change", "library", "version"}
     library_levers: list[dict] = field(default_factory=list)
     # levers the mount's measured profile (readtrace probe) says cannot gain here: {"lever", "because"}
     not_expected: list[dict] = field(default_factory=list)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from readtrace.analyze.grouping import BLOCK, FEW_GROUPS, sorted_sum
-from readtrace.analyze.thresholds import MiB, Thresholds
+from readtrace.analyze.rules.thresholds import MiB, Thresholds
+from readtrace.analyze.views.grouping import BLOCK, FEW_GROUPS, sorted_sum
 
 
 @dataclass

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze.accesses import Accesses
-from readtrace.analyze.grouping import (
+from readtrace.analyze.views.accesses import Accesses
+from readtrace.analyze.views.grouping import (
     FEW_GROUPS,
     dense_codes,
     first_in_group,
@@ -71,7 +71,7 @@ def per_rank(touches: Touches | None, ranks: dict[int, dict[str, int]], t0_ns: i
 
     ``bytes_read``: bytes read, faulted or mapped from the cache; ``span_bytes``: bytes of the byte
     spans the rank touched (union over its files); ``wait_s``: time during which at least one of its
-    threads waited on a file (``waits``: the time split's wait stretches, analyze/timesplit.py; without
+    threads waited on a file (``waits``: the time split's wait stretches, analyze/views/timesplit.py; without
     them its read calls' latency); ``first_s``/``last_s``: its first and last access after t0.
     """
     if not ranks or touches is None or not len(touches.pid):

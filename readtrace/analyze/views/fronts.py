@@ -106,7 +106,7 @@ def _in_order_fraction(rows: pd.DataFrame, gap: int, back: int) -> float:
 def mapped_files(events: pd.DataFrame, pages: pd.DataFrame, index, gap: int = 1 * MiB, back: int = 1 * MiB
                  ) -> dict[int, Mapped]:
     """Per mapped file with sampled residency: its fronts (``pages``: page_rows with file ids)."""
-    from readtrace.analyze.accesses import app_files
+    from readtrace.analyze.views.accesses import app_files
 
     named = app_files(events, index)
     mmaps = named[named["op"] == "mmap"]

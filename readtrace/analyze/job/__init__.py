@@ -1,0 +1,2 @@
+"""A job of several nodes and ranks: per-node analyses joined (``analysis``), on a Dask cluster
+(``cluster``), and per rank (``ranks``)."""

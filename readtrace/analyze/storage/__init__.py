@@ -1,0 +1,2 @@
+"""Storage models: the gcsfuse reader replay, the what-if model of other storage, and the measured
+mount profiles applied to a trace."""
