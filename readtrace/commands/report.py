@@ -109,12 +109,19 @@ def _outputs(args: argparse.Namespace) -> list[tuple[str, str, Callable, bytes]]
     from readtrace.report import html, perfetto
 
     outputs = [(label, path, write, marker) for label, path, write, marker in (
-        ("HTML report", args.html, html.write_html, html.MARKER),
+        ("HTML report", args.html, _write_html, html.MARKER),
         ("Perfetto trace", args.perfetto, lambda a, path, _predictions: perfetto.write_perfetto(a, path),
          perfetto.MARKER)) if path]
     for label, path, _, marker in outputs:
         check_target(path, force=args.force, is_ours=_ours(marker), what=label)
     return outputs
+
+
+def _write_html(a, path: Path, predictions: list | None) -> None:
+    from readtrace.analyze.storage.whatif import own_mount_predictions
+    from readtrace.report.html import write_html
+
+    write_html(a, path, own_mount_predictions(a), predictions)
 
 
 def _ours(marker: bytes) -> Callable[[Path], bool]:

@@ -59,7 +59,7 @@ def _png(draw) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def figures(a: Analysis, predictions: list | None = None) -> list[Figure]:
+def figures(a: Analysis, predictions: list) -> list[Figure]:
     path = a.files["path"].iloc[0] if len(a.files) else ""
     specs = [
         ("prediction", "Measured vs predicted load time (the what-if model, as recorded and fixed)",
@@ -163,8 +163,9 @@ def _partial_html(a: Analysis) -> str:
     return "" if a.completeness.complete else f"<div class='partial'>{_esc(a.completeness.headline())}</div>"
 
 
-def render_html(a: Analysis, predictions: list | None = None) -> str:
-    own = plots.own_mount_predictions(a)
+def render_html(a: Analysis, own: list, predictions: list | None = None) -> str:
+    """The page. ``own``: the what-if model's predictions of the trace's own mount
+    (``whatif.own_mount_predictions``), charted unless ``predictions`` (--what-if) are given."""
     header = _lines(TerminalReport(a).header().plain.split("\n"))
     next_cmd = TerminalReport(a).next_command().plain
     figs = [f"<h2>{_esc(f.title)}</h2>" + (f"<img alt='{_esc(f.title)}' src='data:image/png;base64,{f.png_b64}'>"
@@ -180,5 +181,5 @@ def render_html(a: Analysis, predictions: list | None = None) -> str:
 MARKER = b"<title>readtrace report</title>"  # how --force recognises a report of ours
 
 
-def write_html(a: Analysis, path: Path, predictions: list | None = None) -> None:
-    Path(path).write_text(render_html(a, predictions), encoding="utf-8")
+def write_html(a: Analysis, path: Path, own: list, predictions: list | None = None) -> None:
+    Path(path).write_text(render_html(a, own, predictions), encoding="utf-8")

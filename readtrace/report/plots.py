@@ -132,30 +132,20 @@ def plot_cache_misses(df: pd.DataFrame, ax=None, title: str = "Page-cache misses
     return ax
 
 
-def get_prediction_df(a: Analysis, predictions: list | None = None) -> pd.DataFrame:
+def get_prediction_df(a: Analysis, predictions: list) -> pd.DataFrame:
     """Measured vs predicted load time (s): the recorded run split into its wait on data files and the
-    rest, and per storage profile (the trace's own mount when none given) the prediction as recorded
-    and fixed, split the same way (analyze/storage/whatif.py)."""
+    rest, and per storage profile the prediction as recorded and fixed, split the same way (computed by
+    analyze/storage/whatif.py: the --what-if profiles, or own_mount_predictions)."""
 
     wall = a.summary.get("wall_s")
     if wall is None:
         return pd.DataFrame(columns=["run", "rest_s", "io_s"])
-    if predictions is None:
-        predictions = own_mount_predictions(a)
     wait = a.summary.get("data_wait_s") or 0.0
     rows = [("measured", wall - wait, wait)]
     for p in predictions:
         rows += [(f"{p.profile} {p.latency_ms:.3g} ms", wall - wait, p.predicted_io_s),
                  (f"{p.profile} {p.latency_ms:.3g} ms, fixed", wall - wait, p.predicted_fixed_io_s)]
     return pd.DataFrame(rows, columns=["run", "rest_s", "io_s"])
-
-
-def own_mount_predictions(a: Analysis) -> list:
-    """The what-if model of the trace's own mount, as recorded and fixed ([] where no model knows it)."""
-    from readtrace.analyze.storage import whatif
-
-    mount = whatif.mount_profile(a)
-    return whatif.what_if(a, [mount]) if mount and a.summary.get("wall_s") is not None else []
 
 
 def prediction_caveat(a: Analysis, own: list) -> str | None:

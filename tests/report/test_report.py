@@ -10,6 +10,7 @@ import pytest
 
 from lab.synthetic import load_case
 from readtrace.analyze import analyze
+from readtrace.analyze.storage.whatif import own_mount_predictions
 from readtrace.cli import main
 from readtrace.report import report_json
 from readtrace.report.html import render_html
@@ -68,7 +69,7 @@ def test_empty_trace_reports_everywhere():
     TerminalReport(a).render(out, width=120, color=False)
     assert "No findings" in out.getvalue()
     json.dumps(report_json(a), allow_nan=False)
-    html = render_html(a)
+    html = render_html(a, own_mount_predictions(a))
     assert html.count("Not shown:") == 5
     assert chrome_trace(a)["traceEvents"] == []
 
@@ -178,14 +179,14 @@ def test_html_caveats_a_prediction_off_its_own_recording():
     """The chart's model replays this recording on its own mount: 256 reads that each waited 20 ms
     while the daemon answered in 40 us is predicted at a fraction of the 5.1 s it took: the page says
     so beside the chart (issue 22); the lines of the summary are real line breaks, not a literal \\n."""
-    from readtrace.report.plots import own_mount_predictions, prediction_caveat
+    from readtrace.report.plots import prediction_caveat
 
     a = analyze(make_trace(**load_case("shared", read_ms=20)))
     own = own_mount_predictions(a)
     assert own and own[0].predicted_s < 0.75 * a.summary["wall_s"]
     why = prediction_caveat(a, own)
     assert why.startswith("Caveat: the model predicts this recording at ") and "% under" in why
-    page = render_html(a)
+    page = render_html(a, own)
     assert "<p class='caveat'>Caveat: the model predicts" in page
     header = page[page.index("<pre>"):page.index("</pre>")]
     assert "\\n" not in header and header.count("\n") >= 4

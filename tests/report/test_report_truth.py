@@ -21,6 +21,7 @@ from conftest import lab_mount, require
 from readtrace.analyze import analyze
 from readtrace.analyze.rules.cost import by_seconds
 from readtrace.analyze.rules.types import SEVERITIES
+from readtrace.analyze.storage.whatif import own_mount_predictions
 from readtrace.report import report_json
 from readtrace.report.html import write_html
 from readtrace.report.terminal import TerminalReport
@@ -127,7 +128,7 @@ def browser_view(html_path, width: int = WINDOW) -> dict:
 def test_html_report_in_a_real_browser(recorded, tmp_path):
     a, _ = recorded
     out = tmp_path / "report.html"
-    write_html(a, out)
+    write_html(a, out, own_mount_predictions(a))
     seen = browser_view(out)
     assert "\\n" not in seen["text"], [line for line in seen["text"].splitlines() if "\\n" in line][:3]
     assert seen["scrollWidth"] <= WINDOW

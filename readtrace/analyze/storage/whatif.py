@@ -358,3 +358,9 @@ def _recorded_costs(a, data: pd.DataFrame, name: str, request_quantile: float) -
     request = float(np.quantile(service_ms[~opened], request_quantile)) if (~opened).any() else 0.0
     latency = float(np.median(service_ms[opened])) - request if opened.any() else DEFAULTS[name].latency_ms
     return profile(name, max(latency, 0.0), request_ms=request)
+
+
+def own_mount_predictions(a) -> list[Prediction]:
+    """The what-if model of the trace's own mount, as recorded and fixed ([] where no model knows it)."""
+    mount = mount_profile(a)
+    return what_if(a, [mount]) if mount and a.summary.get("wall_s") is not None else []
