@@ -1,4 +1,5 @@
 """Prove a fix: rerun a command as baseline and fixed, each cold, interleaved, and compare.
+Over 400 lines: orchestration, one rerun, recorder adapter, trace parsing; split after issue 23 lands (issue 27).
 
 Each run: evict the checkpoint files (posix_fadvise DONTNEED of exactly those files), run the
 unchanged command with the shim (``none`` for the baseline: it only records the tensor manifest),

@@ -12,10 +12,12 @@ import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from readtrace.rerun.protocol import LeverName
+
 
 @dataclass(frozen=True)
 class Lever:
-    name: str
+    name: LeverName  # a str: compares, formats and serialises as its value
     change: str  # the one-line change for the user's own code
     applies: Callable[[set[str]], bool]  # given the calls/imports the discovery run saw
     installed: Callable[[], bool] = lambda: True
@@ -40,12 +42,12 @@ def _has(*names: str) -> Callable[[set[str]], bool]:
 
 
 LEVERS = (
-    Lever("safetensors-pread", 'safetensors.torch.load_file(path, backend="pread") '
+    Lever(LeverName.SAFETENSORS_PREAD, 'safetensors.torch.load_file(path, backend="pread") '
           '(safe_open(path, "pt", backend="pread"))', _has("load_file", "safe_open"), _safetensors_has_backend),
-    Lever("disable-mmap", "from_pretrained(..., disable_mmap=True)",
+    Lever(LeverName.DISABLE_MMAP, "from_pretrained(..., disable_mmap=True)",
           _has("import:transformers", "import:diffusers")),
-    Lever("torch-load-no-mmap", "torch.load(path, mmap=False)", _has("torch.load:mmap")),
-    Lever("omp-1", "OMP_NUM_THREADS=1 before the command (or torch.set_num_threads(1))",
+    Lever(LeverName.TORCH_LOAD_NO_MMAP, "torch.load(path, mmap=False)", _has("torch.load:mmap")),
+    Lever(LeverName.OMP_1, "OMP_NUM_THREADS=1 before the command (or torch.set_num_threads(1))",
           _has("load_file", "safe_open", "torch.load", "torch.load:mmap", "import:torch"),
           env={"OMP_NUM_THREADS": "1"}, shim=False),
 )

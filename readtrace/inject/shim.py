@@ -1,4 +1,5 @@
 """Route an unchanged script's safetensors loads to the fix, and record what it loaded.
+Over 400 lines: one module state, read at import time, shared by every patched entry point (split: issue 27).
 
 Patched (by the sitecustomize hook, as the modules are imported): ``safetensors.safe_open`` and
 ``safetensors.torch.load_file`` (diffusers and transformers call through these). What to do comes
@@ -43,7 +44,7 @@ from readtrace.loader.header import read_header
 from readtrace.pagecache import prefetch as prefetcher
 from readtrace.pagecache.populate import populate
 from readtrace.pagecache.residency import cache_survives_open
-from readtrace.rerun.protocol import Rerun, append_manifest, prefetches, process_rank, routes
+from readtrace.rerun.protocol import LeverName, Rerun, append_manifest, prefetches, process_rank, routes
 
 # What our loader may raise for a file the original loader should then be given (it fails or
 # succeeds as it would have without the shim).
@@ -114,7 +115,7 @@ def patch(name: str, module) -> None:
         module.load = dcp_load
     elif name in LIBRARIES:
         _record_import(LIBRARIES[name])
-        if _STATE.config.lever == "disable-mmap":
+        if _STATE.config.lever == LeverName.DISABLE_MMAP:
             _force_kwarg(getattr(module, CLASSES[name], None), "disable_mmap", True)
 
 
@@ -216,7 +217,7 @@ def load_file(filename, device="cpu", *args, **kwargs):
 
 
 def _lever_kwargs(kwargs: dict) -> dict:
-    if _STATE.config.lever == "safetensors-pread" and "backend" not in kwargs:
+    if _STATE.config.lever == LeverName.SAFETENSORS_PREAD and "backend" not in kwargs:
         return {**kwargs, "backend": "pread"}
     return kwargs
 
@@ -267,7 +268,7 @@ def torch_load(f, *args, **kwargs):
         if routes(call.mode):
             call.result = loaded.torch_from_memory(original, _read_own_fd(path), args, kwargs)
         else:
-            if _STATE.config.lever == "torch-load-no-mmap":
+            if _STATE.config.lever == LeverName.TORCH_LOAD_NO_MMAP:
                 kwargs = {**kwargs, "mmap": False}
             call.result = original(f, *args, **kwargs)
             if call.populate and asked_mmap:

@@ -16,6 +16,7 @@ import math
 import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, fields, replace
+from enum import StrEnum
 
 OWN_FD_PER_FORK = "own-fd-per-fork"  # each forked worker reopens the checkpoint fds it inherited (inject/forkfd.py)
 POPULATE = "populate"  # a checkpoint the script maps is read ahead through the loader's own fd (inject/mapfill.py)
@@ -23,6 +24,16 @@ STRATEGIES = ("none", "prefetch", "own-fd", "both", OWN_FD_PER_FORK, POPULATE, "
 FIX_STRATEGIES = STRATEGIES[1:]  # what `readtrace fix` applies
 _PREFETCHING = ("prefetch", "both")  # per-file modes that stream the file into the page cache first
 _ROUTING = ("own-fd", "both")  # per-file modes that load through readtrace's own-fd loader
+
+
+class LeverName(StrEnum):
+    """The levers ``fix --compare`` may try (``Rerun.lever``): fix/levers.py says when each applies, the
+    shim (inject/shim.py) applies the first three; ``omp-1`` is an environment variable alone."""
+
+    SAFETENSORS_PREAD = "safetensors-pread"
+    DISABLE_MMAP = "disable-mmap"
+    TORCH_LOAD_NO_MMAP = "torch-load-no-mmap"
+    OMP_1 = "omp-1"
 
 
 def prefetches(mode: str) -> bool:
