@@ -558,10 +558,11 @@ def default_recorder() -> tuple[Recorder | None, str | None]:
 
 
 def trace_summary(trace_path) -> dict | None:
-    """The analyzer's JSON report of one trace: its ``summary`` plus the finding codes."""
+    """One trace's summary as a Run keeps it: the Analysis's ``summary`` as plain data plus its findings'
+    codes and figures, read from the Analysis itself (no renderer in between)."""
     try:
         from readtrace.analyze import analyze
-        from readtrace.report import report_json
+        from readtrace.report.jsonreport import plain
     except ImportError:
         return None
     import json
@@ -569,14 +570,11 @@ def trace_summary(trace_path) -> dict | None:
     from readtrace.trace import load_trace
 
     analysis = analyze(load_trace(trace_path))
-    report = report_json(analysis)
-    if isinstance(report, str):
-        report = json.loads(report)
-    summary = dict(report.get("summary", {}))
-    summary["findings"] = [f.get("code") for f in report.get("findings", [])]
+    summary = plain(analysis.summary)
+    findings = [plain(f.data()) for f in analysis.findings]
+    summary["findings"] = [f["code"] for f in findings]
     # what fix/verdict.py's own_change needs to name the user's own lever
-    summary["finding_facts"] = [{k: f.get(k) for k in ("code", "tasks", "mapping", "view")}
-                                for f in report.get("findings", [])]
+    summary["finding_facts"] = [{k: f.get(k) for k in ("code", "tasks", "mapping", "view")} for f in findings]
     summary["io_model"] = predict.io_model(analysis)  # what auto ranks its candidates by (fix/predict.py)
     if analysis.rank_spans:  # a distributed job: per rank (bytes, spans, wait) and its byte spans
         paths = analysis.files["path"]
