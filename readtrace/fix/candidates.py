@@ -50,11 +50,12 @@ OWN = {
     "both": "readtrace fix --strategy both -- CMD",
     OWN_FD_PER_FORK: "open the checkpoint in each worker, after the fork, not before "
                      "(or readtrace fix --strategy own-fd-per-fork -- CMD)",
-    POPULATE: "right after mmap(), read the file front to back in another process (a thread waits for the GIL "
+    POPULATE: "right after mmap() or open(), read the file front to back in another process (a thread waits for the GIL "
               "behind the loader's page faults), in 2 MiB reads on open(f'/proc/{pid}/fd/{fd}') of the fd you "
               "mapped (or readtrace fix --strategy populate -- CMD)",
 }
 MAPPED = "mmap"  # the manifest's note of a checkpoint the script mapped with Python's mmap (inject/mapfill.py)
+READ_IN_PYTHON = "dcp.load"  # a loader that reads its checkpoint through Python's open (the shim records it)
 
 
 def candidates(seen: set[str], keeps_cache: bool) -> tuple[list[Candidate], list[str]]:
@@ -68,7 +69,7 @@ def candidates(seen: set[str], keeps_cache: bool) -> tuple[list[Candidate], list
     forked = FORKED_SHARED in seen  # forked workers read through their parent's open file description
     hooked = any(c in ROUTED_CALLS or c.startswith("pattern:") for c in seen) and "load" not in seen
     notes, found = [], []
-    if MAPPED in seen:  # read ahead through the loader's own open file: kept across its open on any mount
+    if MAPPED in seen or READ_IN_PYTHON in seen:  # read ahead through the loader's own open file: kept on any mount
         found.append(Candidate("readtrace populate", POPULATE, OWN[POPULATE]))
     if forked:  # each worker reopens it after the fork (readtrace.inject.forkfd): one handle per worker
         found.append(Candidate("readtrace own fd per forked worker", OWN_FD_PER_FORK, OWN[OWN_FD_PER_FORK]))
@@ -86,7 +87,7 @@ def candidates(seen: set[str], keeps_cache: bool) -> tuple[list[Candidate], list
     else:
         notes.append("this mount drops the page cache on every open(): a prefetch before the loader opens the "
                      "file is wasted, so it is not tried; the loader is not one readtrace can route")
-    if not routed and not forked and MAPPED not in seen:
+    if not routed and not forked and MAPPED not in seen and READ_IN_PYTHON not in seen:
         notes.append("nothing the script loads goes through safetensors or torch.load: only the prefetch can act"
                      if keeps_cache else "nothing the script loads can be routed")
         notes.append(NO_FORKED_SHARING)

@@ -23,8 +23,10 @@ tensor's, so two runs of a loader without tensors still compare what they read. 
 from __future__ import annotations
 
 import atexit
+import builtins
 import contextlib
 import hashlib
+import io
 import mmap
 import os
 import sys
@@ -38,6 +40,7 @@ from readtrace.rerun.protocol import POPULATE, Rerun, append_manifest
 STEP = 2 << 20  # one read's size, and the stretch whose residency decides whether a loader is there
 
 _ORIGINAL = mmap.mmap
+_ORIGINAL_OPEN = io.open
 _STARTED: set[tuple[int, int]] = set()  # (st_dev, st_ino) of the files this process fills (once each)
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # checkpoint mappings not digested yet
 _LOCK = threading.Lock()
@@ -46,7 +49,7 @@ _HELPERS: list = []  # the fill processes this process started (subprocess.Popen
 
 
 def install(rerun: Rerun) -> None:
-    """Patch ``mmap.mmap`` for this rerun (its checkpoint files are ``rerun.files``)."""
+    """Patch ``mmap.mmap`` and Python's ``open`` for this rerun (its checkpoint files are ``rerun.files``)."""
     files = {}
     for path in rerun.files or rerun.prefetch_files:
         with contextlib.suppress(OSError):
@@ -56,6 +59,7 @@ def install(rerun: Rerun) -> None:
         return
     _CONFIG.update(rerun=rerun, files=files)
     mmap.mmap = _Mapping
+    builtins.open = io.open = _open  # pathlib's Path.open calls io.open
     atexit.register(_digest_all)
     atexit.register(_stop_helpers)  # registered last, so it runs first: the digests read the mapping after
 
@@ -77,6 +81,24 @@ class _Mapping(_ORIGINAL):
 
     def __del__(self):
         _digest(self)
+
+
+def _open(file, mode="r", *args, **kwargs):
+    """Python's ``open``: with ``populate``, a checkpoint file that a loader call the shim records opens
+    for reading (torch.distributed.checkpoint's reader stream) is filled from that open file as a mapping
+    is; the script's own opens are left to its mmap (a populate starts once per file)."""
+    opened = _ORIGINAL_OPEN(file, mode, *args, **kwargs)
+    if _CONFIG["rerun"].strategy == POPULATE and isinstance(mode, str) and "r" in mode and "+" not in mode \
+            and not isinstance(file, int) and _inside_recorded_call():
+        _opened(opened)
+    return opened
+
+
+@guarded("open hook")
+def _opened(opened) -> None:
+    info = _checkpoint(opened.fileno(), (), {})
+    if info is not None:
+        _started(opened.fileno(), info)
 
 
 @guarded("mmap hook")
