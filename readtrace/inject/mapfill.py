@@ -45,7 +45,7 @@ _STARTED: set[tuple[int, int]] = set()  # (st_dev, st_ino) of the files this pro
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # checkpoint mappings not digested yet
 _LOCK = threading.Lock()
 _CONFIG: dict = {}  # "rerun", "files": {(st_dev, st_ino): path}
-_HELPERS: list = []  # the fill processes this process started (subprocess.Popen)
+_HELPERS: list = []  # the fill processes this process started: (subprocess.Popen, path)
 
 
 def install(rerun: Rerun) -> None:
@@ -148,13 +148,15 @@ def _started(fileno: int, info: dict) -> None:
             pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     finally:
         os.close(fd)
-    _HELPERS.append(helper)
+    _HELPERS.append((helper, info["path"]))
 
 
 def _stop_helpers() -> None:
     """At exit: a helper still reading is stopped (it notes how far it got) and waited for, so that none
     outlives the load (the next cold run's eviction must not race it)."""
-    for helper in _HELPERS:
+    import signal
+
+    for helper, path in _HELPERS:
         if helper.poll() is None:
             helper.terminate()
         with contextlib.suppress(Exception):
@@ -162,6 +164,10 @@ def _stop_helpers() -> None:
         if helper.poll() is None:
             helper.kill()
             helper.wait()
+        if helper.returncode in (-signal.SIGTERM, -signal.SIGKILL):  # stopped before it could say so itself
+            _note([{"event": "call", "call": "populate", "file": path, "strategy": _CONFIG["rerun"].strategy,
+                    "how": "not started", "seconds": 0.0, "bytes": 0, "tensors": 0, "nested": True,
+                    "pid": helper.pid, "note": _Stopped.MESSAGE}])
 
 
 def main() -> None:
@@ -178,9 +184,11 @@ def main() -> None:
 class _Stopped(Exception):
     """The user's process exited before the fill was done."""
 
+    MESSAGE = "stopped: the load ended first"
+
 
 def _stopped(signum, frame):
-    raise _Stopped("stopped: the load ended first")
+    raise _Stopped(_Stopped.MESSAGE)
 
 
 def _fill(loader_fd: int, path: str, rerun: Rerun) -> None:

@@ -80,10 +80,12 @@ def test_populate_reads_the_file_once_ahead_and_every_run_digests_the_mapped_byt
         fixed = run(tmp_path, RAW_MMAP, path, POPULATE, "fixed")
     assert not any(c.get("call") == "populate" for c in base.calls)
     [pop] = [c for c in fixed.calls if c.get("call") == "populate"]
-    assert pop["how"] == "reopened" and 0 < pop["bytes"] <= 16 * MiB
-    # the fill is a helper process, stopped when the load ends: at 2 ms a busy machine's 4 threads may finish
-    # first, and then the helper says so instead of having read it all
-    assert pop["bytes"] == 16 * MiB and "note" not in pop or pop["note"] == "stopped: the load ended first", pop
+    # the fill is a helper process, stopped when the load ends: at 2 ms the 4 threads may finish first (even
+    # before the helper reopened the file), and then the helper says so instead of having read it all
+    if "note" in pop:
+        assert pop["note"] == "stopped: the load ended first" and pop["bytes"] <= 16 * MiB, pop
+    else:
+        assert pop["how"] == "reopened" and pop["bytes"] == 16 * MiB, pop
     for m in (base, fixed):
         assert [c["call"] for c in m.calls if c.get("call") == "mmap"] == ["mmap"]
         [digest] = m.tensors
