@@ -20,7 +20,7 @@ class _OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line on stderr (no usage block) and exit 2."""
 
     def error(self, message: str):
-        self.exit(ExitStatus.USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        self.exit(ExitStatus.USAGE, f"{self.prog}: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -21,7 +21,7 @@ import stat
 import time
 from pathlib import Path
 
-from readtrace.owners import writable_by_others
+from readtrace.owners import host_uid, is_host_root, writable_by_others
 
 PREFIX = "readtrace-"
 PR_SET_PDEATHSIG = 1
@@ -44,12 +44,12 @@ def state_dir() -> Path:
     /tmp/readtrace-<uid> (0700, ours)."""
     if os.environ.get(STATE_DIR_ENV):
         base = Path(os.environ[STATE_DIR_ENV])
-    elif os.geteuid() == 0:
+    elif is_host_root():
         base = Path("/run/readtrace")
     elif os.environ.get("XDG_RUNTIME_DIR"):
         base = Path(os.environ["XDG_RUNTIME_DIR"]) / "readtrace"
-    else:
-        base = Path(f"/tmp/readtrace-{os.geteuid()}")
+    else:  # the host's uid: a user namespace's "root" is not the owner of /tmp/readtrace-0
+        base = Path(f"/tmp/readtrace-{host_uid()}")
     return _private(base, STATE_DIR_ENV)
 
 
@@ -59,7 +59,7 @@ def cache_dir(create: bool = True) -> Path:
     not made (a reader finds nothing in it)."""
     if os.environ.get(CACHE_DIR_ENV):
         base = Path(os.environ[CACHE_DIR_ENV])
-    elif os.geteuid() == 0:
+    elif is_host_root():
         base = Path("/var/cache/readtrace")
     else:
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "readtrace"

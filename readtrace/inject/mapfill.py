@@ -69,7 +69,8 @@ class _Mapping(_ORIGINAL):
 
     def __new__(cls, fileno, length, *args, **kwargs):
         self = super().__new__(cls, fileno, length, *args, **kwargs)
-        self._readtrace = _checkpoint(fileno, args, kwargs)
+        ours = sys._getframe(1).f_globals.get("__name__", "").startswith("readtrace.")  # the fix's own loader
+        self._readtrace = None if ours else _checkpoint(fileno, args, kwargs)
         if self._readtrace is not None:
             _mapped(self)
             _started(fileno, self._readtrace)

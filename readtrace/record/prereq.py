@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from readtrace.errors import PrerequisiteError
+from readtrace.owners import INIT_USER_NS, user_namespace
 from readtrace.record.probefiles import probe_text
 from readtrace.record.program import FUSE_SOURCE, SOURCES
 
@@ -32,24 +33,14 @@ def _cap_eff() -> int:
     return 0
 
 
-INIT_USER_NS = "user:[4026531837]"  # PROC_USER_INIT_INO: capabilities count for bpf() only in this one
-
-
-def _user_namespace() -> str:
-    try:
-        return os.readlink("/proc/self/ns/user")
-    except OSError:
-        return INIT_USER_NS
-
-
 def check_privileges() -> Check:
     caps = _cap_eff()
     has = lambda bit: bool(caps >> bit & 1)  # noqa: E731
     ok = (has(CAP_BPF) and has(CAP_PERFMON)) or has(CAP_SYS_ADMIN)  # root without capabilities cannot
     who = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
     detail = who if ok else f"{who} without CAP_BPF/CAP_PERFMON/CAP_SYS_ADMIN"
-    if ok and _user_namespace() != INIT_USER_NS:  # "root" of a user namespace (rootless containers)
-        ok, detail = False, f"{who} of a user namespace ({_user_namespace()}): its capabilities do not reach bpf()"
+    if ok and user_namespace() != INIT_USER_NS:  # capabilities count for bpf() only in the host's namespace
+        ok, detail = False, f"{who} of a user namespace ({user_namespace()}): its capabilities do not reach bpf()"
     return Check("root or CAP_BPF+CAP_PERFMON", ok, detail, "run it with sudo: sudo readtrace ...")
 
 

@@ -226,13 +226,15 @@ def test_refuses_bad_paths_with_one_line(lab, tmp_path):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     cases = [(src, tmp_path / "missing", "not a directory"), (tmp_path / "nosrc", mnt, "source is not"),
-             (src, tmp_path / "full", "not empty"), (src, src.parent, "not empty")]
-    for s, m, why in cases:
-        with pytest.raises(InputError, match=why):
+             (src, tmp_path / "full", "not empty")]
+    overlap = [(src, src.parent, "overlap")]  # the mount point holds the source: a usage error
+    for s, m, why in cases + overlap:
+        error, status = (UsageError, ExitStatus.USAGE) if why == "overlap" else (InputError, ExitStatus.BAD_INPUT)
+        with pytest.raises(error, match=why):
             mount(s, m)
         done = subprocess.run([sys.executable, "-m", "readtrace", "simfs", str(s), str(m)],
                               capture_output=True, text=True)
-        assert done.returncode == ExitStatus.BAD_INPUT
+        assert done.returncode == status
         assert len(done.stderr.strip().splitlines()) == 1 and why in done.stderr
     assert mount_at(mnt) is None
 
