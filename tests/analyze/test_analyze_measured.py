@@ -110,6 +110,18 @@ def test_the_storage_model_takes_the_measured_first_byte_and_bandwidth():
     assert a.summary["mount_latency_ms"] == 21.0
 
 
+@pytest.mark.parametrize(("sequential_mbps", "severity"), [(150.0, "high"), (10.0, "info")])
+def test_the_floor_is_the_measured_sequential_stream(sequential_mbps, severity):
+    """A finding costs its wait less one sequential read of the same bytes at the rate the probe measured
+    on that mount: where one stream is slower than the load's own wait, the load is at its floor (sshfs at
+    20 ms: a dd of the bytes took 5.6 s, the load waited 3.9 s, and the nfs model's floor had said HIGH)."""
+    a = _analyze(1, [{**_profile(1.5), "sequential_mbps": sequential_mbps}])
+    [f] = _interleave(a)
+    assert f.floor_s == pytest.approx(0.021 + 32 * MiB / (sequential_mbps * 1e6))
+    assert f.floor_model.startswith(f"measured: one stream {sequential_mbps:.3g} MB/s")
+    assert f.cost_s == pytest.approx(max(0.0, f.wait_s - f.floor_s), abs=0.05) and f.severity == severity
+
+
 @pytest.mark.parametrize("gain", [1.0, 1.6])
 def test_read_ahead_is_advised_only_where_it_measured_a_gain(gain):
     from lab.synthetic import load_case

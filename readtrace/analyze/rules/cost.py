@@ -3,9 +3,9 @@
 A finding's cost is the wall time the load lost on its file: the file's share of the load's wait
 (timesplit.shared_by_file: each instant of waiting split among the files waited on then, so the
 shares add up to the load's wait, never above the wall) less ``floor_s``, what one sequential read
-of the same bytes costs on that mount (whatif.sequential_read_s; the recording's own measured mount
-profile where it is that file system's model; unknown where no model knows the file system, and
-then the whole share counts). Several findings often describe one wait (interleaved faults on a
+of the same bytes costs on that mount (the sequential stream ``readtrace probe`` measured on that
+mount; else whatif.sequential_read_s with the file system's model; unknown where no model knows the
+file system, and then the whole share counts). Several findings often describe one wait (interleaved faults on a
 cold FUSE handle: SHARED_FD_INTERLEAVE, MMAP_FAULT_STORM and COLD_CACHE): the first of them in
 ``PRECEDENCE`` is the cause and is charged the seconds; the others say how it shows (``role``
 "mechanism", or "precondition" for a cold cache) and cost nothing of their own.
@@ -59,8 +59,14 @@ def milder(a: str, b: str) -> str:
     return max(a, b, key=SEVERITIES.index)
 
 
-def _floor(row, fstype: str, mount: whatif.Profile | None) -> tuple[float | None, str]:
-    """(seconds one sequential read of what the load needed of the file costs on its mount, model)."""
+def _floor(row, fstype: str, mount: whatif.Profile | None, measured: dict) -> tuple[float | None, str]:
+    """(seconds one sequential read of what the load needed of the file costs on its mount, model):
+    the mount's measured sequential stream where ``measured`` (mountpoint -> MountProfile) has it, else
+    the storage model of its file system."""
+    probed = measured.get(row.get("mountpoint")) if row is not None else None
+    if probed is not None and probed.sequential_mbps > 0:
+        seconds = probed.first_byte_ms / 1000.0 + whatif.needed_bytes(row) / (probed.sequential_mbps * 1e6)
+        return seconds, f"measured: one stream {probed.sequential_mbps:.3g} MB/s, {probed.first_byte_ms:.3g} ms first byte"
     name = fs_profile(fstype).storage_model
     if name is None and mount is not None and mount.measured_at:
         name = mount.name  # a file system the table has no model for, measured on this mount
@@ -91,7 +97,7 @@ def assign(a: Analysis, wait_by_path: pd.Series, share_by_path: pd.Series) -> No
         row = files.loc[path] if path in files.index else None
         wait = float(wait_by_path.get(path, 0.0)) if timed else None
         share = float(share_by_path.get(path, 0.0)) if timed else None
-        floor, model = _floor(row, group[0].fstype, mount) if timed else (None, "")
+        floor, model = _floor(row, group[0].fstype, mount, a.mount_profiles) if timed else (None, "")
         cost = None if share is None else min(share, max(0.0, share - (floor or 0.0)))  # a floor < 0: none
         cause = _cause(group)
         for f in group:
