@@ -214,6 +214,30 @@ def test_random_on_fuse_handle():
     assert "RANDOM_ON_FUSE_HANDLE" not in codes(analyze(make_trace(**load_case("sequential"))))
 
 
+def test_random_order_the_handle_hides_is_judged_on_the_open_file():
+    """Whole-tensor preads out of file order: the FUSE handle sees long in-order runs (a jump every 32
+    requests, under the seek rule), the open file sees a jump at nearly every read: the program's order
+    is named, on the open file."""
+    from lab.synthetic import fuse_from_reads, opens, worker_reads
+
+    tensor, path = 4 * MiB, "/mnt/model/model.safetensors"
+    order = np.random.default_rng(2).permutation(16)
+    reads = worker_reads(1, 16, tensor, True, step_ns=100_000_000, latency_ns=100_000_000)
+    reads["offset"] = order * tensor
+    frames = {"events": pd.concat([opens(reads, path), reads], ignore_index=True),
+              "files": files_frame(path, 16 * tensor, "fuse.gcsfuse"), "fuse": fuse_from_reads(reads, request=128 * 1024),
+              "meta": {"command": ["python", "load.py"], "exit_code": 0, "lost_events": 0}}
+    a = analyze(make_trace(**frames))
+    handle = a.streams[a.streams["kind"] == "fuse_handle"].iloc[0]
+    assert handle["seek_fraction"] < Thresholds().random_handle_fraction
+    f = only(a, "RANDOM_ON_FUSE_HANDLE")
+    assert f.view == "ofd" and f.seek_fraction >= 0.5 and f.role == "cause"
+    reads["offset"] = np.arange(16) * tensor  # the same reads in file order: nothing random
+    frames["events"] = pd.concat([opens(reads, path), reads], ignore_index=True)
+    frames["fuse"] = fuse_from_reads(reads, request=128 * 1024)
+    assert "RANDOM_ON_FUSE_HANDLE" not in codes(analyze(make_trace(**frames)))
+
+
 def test_small_requests():
     def trace(size, n=20, fstype="nfs4", file_size=1 << 30):  # the first reads of a 1 GiB checkpoint
         ev = pd.DataFrame({"ts_ns": np.arange(n), "pid": 1, "tid": 1, "op": "read", "fd": 3, "ofd": -1,
