@@ -48,6 +48,10 @@ def _frames() -> dict:
         "pid": [int(ev["pid"].iloc[0])], "tid": [int(ev["tid"].iloc[0])], "depth": [0],
         "call": ["safetensors.torch.load_file"], "chain": ["safetensors.torch.load_file"],
         "path": [frames["files"]["path"].iloc[0]], "ok": [1]})
+    # the tasks seen in a container (record --cgroup): each worker with its in-namespace ids
+    pids = sorted(int(p) for p in ev["pid"].dropna().unique())
+    frames["tasks"] = pd.DataFrame({"pid": pids, "tid": pids, "ns_pid": range(1, len(pids) + 1),
+                                    "ns_tid": range(1, len(pids) + 1), "pid_ns": 4026532000, "mnt_ns": 4026532001})
     # ... and the meta that makes the report attribute the reads to it (analyze/views/attribution.py)
     frames["meta"] = {"python_calls": {"rows": 1, "entry_points": {"safetensors.torch.load_file": {
         "library": "safetensors", "version": "0", "accepts": ["backend"], "values": {"backend": ["pread"]}}}}}
