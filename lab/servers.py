@@ -19,6 +19,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Self
 
 LOCALHOST = "127.0.0.1"
 _REQUEST_LINE = re.compile(rb"^(GET|HEAD|PUT|POST|DELETE) (\S+) HTTP/1\.[01]\r\n", re.M)
@@ -218,27 +219,28 @@ def _handler(server: RangeServer):
     return Handler
 
 
-class DelayProxy:
-    """A TCP proxy on 127.0.0.1 in front of ``upstream_port`` that holds every HTTP request for
-    ``latency_ms`` before passing it on (a first-byte latency per request, keep-alive or not) and logs
-    each request's method, path and Range."""
+class _Relay:
+    """A listener on 127.0.0.1 in front of ``upstream_port`` whose connections threads serve
+    (``_accepted``); leaving it stops them, shutting down the sockets they registered."""
 
-    def __init__(self, upstream_port: int, latency_ms: float = 0.0):
+    def __init__(self, upstream_port: int):
         self.upstream = (LOCALHOST, upstream_port)
-        self.latency_s = latency_ms / 1000
-        self.log = RequestLog()
         self._listener = socket.create_server((LOCALHOST, 0))
         self.port = self._listener.getsockname()[1]
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._sockets: list[socket.socket] = []
 
-    def __enter__(self) -> DelayProxy:
+    def __enter__(self) -> Self:
         self._spawn(self._accept)
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._listener.close()
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         for t in self._threads:
             t.join(5)
 
@@ -251,11 +253,29 @@ class DelayProxy:
         while not self._stop.is_set():
             try:
                 readable, _, _ = select.select([self._listener], [], [], 0.2)
-                if readable:
-                    client, _ = self._listener.accept()
-                    self._spawn(self._pipe, client)
+                if not readable:
+                    continue
+                client, _ = self._listener.accept()
             except OSError:
                 return
+            self._accepted(client)
+
+    def _accepted(self, client: socket.socket) -> None:
+        raise NotImplementedError
+
+
+class DelayProxy(_Relay):
+    """A TCP proxy on 127.0.0.1 in front of ``upstream_port`` that holds every HTTP request for
+    ``latency_ms`` before passing it on (a first-byte latency per request, keep-alive or not) and logs
+    each request's method, path and Range."""
+
+    def __init__(self, upstream_port: int, latency_ms: float = 0.0):
+        super().__init__(upstream_port)
+        self.latency_s = latency_ms / 1000
+        self.log = RequestLog()
+
+    def _accepted(self, client: socket.socket) -> None:
+        self._spawn(self._pipe, client)
 
     def _pipe(self, client: socket.socket) -> None:
         with contextlib.suppress(OSError):  # a client or server that resets its connection ends it
@@ -288,52 +308,25 @@ class DelayProxy:
             time.sleep(self.latency_s)
 
 
-class DelayRelay:
+class DelayRelay(_Relay):
     """A TCP relay on 127.0.0.1 in front of ``upstream_port`` that holds every chunk ``one_way_ms`` in each
     direction before passing it on: a link with a round trip of twice that, for any protocol (SSH), with
     the chunks in flight pipelined (latency, not a bandwidth cap). This kernel has no netem."""
 
     def __init__(self, upstream_port: int, one_way_ms: float):
-        self.upstream = (LOCALHOST, upstream_port)
+        super().__init__(upstream_port)
         self.delay_s = one_way_ms / 1000
-        self._listener = socket.create_server((LOCALHOST, 0))
-        self.port = self._listener.getsockname()[1]
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._sockets: list[socket.socket] = []
 
-    def __enter__(self) -> DelayRelay:
-        self._spawn(self._accept)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._listener.close()
-        for sock in self._sockets:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        for t in self._threads:
-            t.join(5)
-
-    def _spawn(self, target, *args) -> None:
-        t = threading.Thread(target=target, args=args, daemon=True)
-        self._threads = [x for x in self._threads if x.is_alive()] + [t]
-        t.start()
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                readable, _, _ = select.select([self._listener], [], [], 0.2)
-                if not readable:
-                    continue
-                client, _ = self._listener.accept()
-                upstream = socket.create_connection(self.upstream)
-            except OSError:
-                return
-            for sock in (client, upstream):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._sockets = [s for s in self._sockets if s.fileno() >= 0] + [client, upstream]
-            self._spawn(self._connection, client, upstream)
+    def _accepted(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(self.upstream)
+        except OSError:
+            client.close()
+            return
+        for sock in (client, upstream):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sockets = [s for s in self._sockets if s.fileno() >= 0] + [client, upstream]
+        self._spawn(self._connection, client, upstream)
 
     def _connection(self, client: socket.socket, upstream: socket.socket) -> None:
         """Both directions of one connection; the sockets are closed when both have ended."""
