@@ -118,13 +118,20 @@ def compat_cases(cells: list[tuple[str, float, str]], size: int, tmp: Path) -> l
 def case(trace: Path, pattern: str, latency: float, size: int, floor_s: float | None) -> dict:
     """One recorded case: its truth and what the report said. ``floor_s``: the floor run's data wait."""
     from readtrace.analyze import analyze
+    from readtrace.analyze.storage import whatif
     from readtrace.trace import load_trace
 
     a = analyze(load_trace(trace, lean=True))
     wall, wait = a.summary["wall_s"], a.summary["data_wait_s"]
     slow = floor_s is not None and wait > floor_s * (1 + SLOW_FRACTION) + SLOW_S
+    mount = whatif.mount_profile(a)
+    own = whatif.what_if(a, [mount])[0] if mount is not None and wall is not None else None
     return {"pattern": pattern, "latency_ms": latency, "size_mib": size, "wall_s": wall, "data_wait_s": wait,
             "trace": str(trace), "floor_s": floor_s,
+            # the report's model against what was measured: the load predicted from its own trace, and
+            # the fixed load against the load with its data wait at the floor (what one reader achieved)
+            "predicted_s": own.predicted_s if own else None, "predicted_fixed_s": a.summary.get("predicted_fixed_s"),
+            "at_floor_s": wall - wait + floor_s if floor_s is not None and wall is not None else None,
             "slow": slow, "cause": CAUSE.get(pattern) if slow else None,
             "findings": [{"code": f.code, "severity": f.severity, "role": f.role, "cause": f.cause,
                           "cost_s": f.cost_s, "wait_s": f.wait_s, "floor_s": f.floor_s} for f in a.findings],
@@ -171,6 +178,28 @@ def print_table(cases: list[dict], s: dict) -> None:
         print(f"  {code:<22} HIGH {r['high']:>3} (right {r['right']}), precision {prec:>4}, recall {rec:>4} of {r['due']}")
     for key in ("high_at_floor", "cost_over_wall", "slow_without_high"):
         print(f"  {key}: {len(s[key])} {s[key] if s[key] else ''}")
+    print_predictions(cases)
+
+
+def print_predictions(cases: list[dict]) -> None:
+    """The model's predictions against the measured walls (issue 21): the load from its own trace, and
+    the fixed load against the same load with its data wait at the floor."""
+    print(f"\n{'pattern':<32} {'ms':>4} {'MiB':>4} {'wall s':>7} {'pred s':>7} {'err':>6}  {'at floor':>8} "
+          f"{'pred fixed':>10} {'err':>6}")
+    own, fixed = [], []
+    for c in cases:
+        e1 = c["predicted_s"] / c["wall_s"] - 1 if c.get("predicted_s") and c["wall_s"] else None
+        e2 = c["predicted_fixed_s"] / c["at_floor_s"] - 1 if c.get("predicted_fixed_s") and c.get("at_floor_s") \
+            else None
+        own += [e1] if e1 is not None else []
+        fixed += [e2] if e2 is not None else []
+        cell = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+        print(f"{c['pattern']:<32} {c['latency_ms']:>4g} {c['size_mib']:>4} {c['wall_s']:>7.2f} "
+              f"{cell(c.get('predicted_s'), '7.2f'):>7} {cell(e1, '+6.0%'):>6}  {cell(c.get('at_floor_s'), '8.2f'):>8} "
+              f"{cell(c.get('predicted_fixed_s'), '10.2f'):>10} {cell(e2, '+6.0%'):>6}")
+    for name, errors in (("load from its own trace", own), ("fixed vs the load at its floor", fixed)):
+        within = sum(abs(e) <= 0.3 for e in errors)
+        print(f"  {name}: {within} of {len(errors)} within 30 %" if errors else f"  {name}: none predicted")
 
 
 def main() -> int:
