@@ -64,12 +64,17 @@ def install(rerun: Rerun) -> None:
     atexit.register(_stop_helpers)  # registered last, so it runs first: the digests read the mapping after
 
 
+# The fix's own own-fd loader maps the checkpoint too: not the script's mapping (the examples of
+# readtrace.workloads are a user's script, and are noted).
+_OWN_MAPPERS = ("readtrace.loader.", "readtrace.inject.")
+
+
 class _Mapping(_ORIGINAL):
     """``mmap.mmap`` that fills and digests the checkpoint files it maps."""
 
     def __new__(cls, fileno, length, *args, **kwargs):
         self = super().__new__(cls, fileno, length, *args, **kwargs)
-        ours = sys._getframe(1).f_globals.get("__name__", "").startswith("readtrace.")  # the fix's own loader
+        ours = sys._getframe(1).f_globals.get("__name__", "").startswith(_OWN_MAPPERS)
         self._readtrace = None if ours else _checkpoint(fileno, args, kwargs)
         if self._readtrace is not None:
             _mapped(self)
