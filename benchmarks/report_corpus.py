@@ -58,9 +58,10 @@ COMPAT_CELLS = (
        ("juicefs", 20, "fork_pool"), ("juicefs", 20, "gguf_memmap"), ("juicefs", 20, "load_file"),
        ("juicefs", 20, "safe_open_threads"), ("squashfuse", 0, "safe_open_threads"), ("squashfuse", 0, "load_file"),
        ("squashfuse", 0, "fork_pool"), ("sshfs", 20, "fork_pool"), ("bindfs", 0, "load_file"), ("local", 0, "fork_pool"),
-       ("rclone", 20, "torch_load_mmap")])
+       ("rclone", 20, "torch_load_mmap")]
+    + [(client, 20, name) for client in ("lab-drop", "rclone") for name in ("gguf_memmap", "dcp_load", "raw_mmap_threads")])
 MMAP_LOADERS = ("load_file", "safe_open_threads", "transformers", "transformers_sharded", "diffusers",
-                "torch_load_mmap", "gguf_memmap")
+                "torch_load_mmap", "gguf_memmap", "raw_mmap_threads")
 
 
 def compat_causes(loader, penalty: float | None) -> list[str]:
