@@ -125,8 +125,7 @@ def case(trace: Path, pattern: str, latency: float, size: int, floor_s: float | 
     a = analyze(load_trace(trace, lean=True))
     wall, wait = a.summary["wall_s"], a.summary["data_wait_s"]
     slow = floor_s is not None and wait > floor_s * (1 + SLOW_FRACTION) + SLOW_S
-    mount = whatif.mount_profile(a)
-    own = whatif.what_if(a, [mount])[0] if mount is not None and wall is not None else None
+    own = next(iter(whatif.own_mount_predictions(a)), None)
     return {"pattern": pattern, "latency_ms": latency, "size_mib": size, "wall_s": wall, "data_wait_s": wait,
             "trace": str(trace), "floor_s": floor_s,
             # the report's model against what was measured: the load predicted from its own trace, and
