@@ -107,6 +107,9 @@ def _random(f: RandomOnFuseHandle) -> Prose:
     msg = (f"{f.stream} on {f.file} ({f.fstype}): {fmt_pct(f.seek_fraction)} of {fmt_bytes(f.bytes)} read after "
            f"a seek ({f.seeks} seeks); gcsfuse replay {turned}: {f.predicted_requests} backend requests vs "
            f"{f.sequential_requests} sequential" + _generic(f))
+    if f.jumps:
+        msg += (f"; {f.jumps} FUSE requests jumped away from where the handle's previous one ended and waited "
+                f"{fmt_seconds(f.jump_wait_s)} more than its continuing ones (measured)")
     evidence = [f"top strides: {fmt_top(f.top_strides, fmt_bytes)}", f"top sizes: {fmt_top(f.top_sizes, fmt_bytes)}"]
     return Prose(msg, evidence, "prefetch the file sequentially into the page cache before the load, or read it "
                                 f"in file order; {FIX_HINT}; {f.fs_levers}")

@@ -214,6 +214,36 @@ def test_random_on_fuse_handle():
     assert "RANDOM_ON_FUSE_HANDLE" not in codes(analyze(make_trace(**load_case("sequential"))))
 
 
+def _jumping_dcp_handle(jump_latency_ns: int) -> pd.DataFrame:
+    """A torch.distributed.checkpoint load seen by the daemon: 16 items of 4 MiB read in file order in
+    128 KiB requests of 1 ms, but before each item 8 KiB at its end (its zip directory), then back."""
+    k, item, rows = 128 * 1024, 4 * MiB, []
+    for i in range(16):
+        rows.append((i * item + item - 8192, 8192, jump_latency_ns))
+        rows += [(i * item + j * k, k, jump_latency_ns if j == 0 else 1_000_000) for j in range(item // k)]
+    offset, size, latency = np.array(rows).T
+    n = len(rows)
+    start = np.concatenate([[0], np.cumsum(latency)[:-1]])  # one request at a time
+    return pd.DataFrame({"ts_ns": start, "pid": 9, "tid": 9, "connection": FUSE_CONN,
+                         "unique": np.arange(n), "opcode": FUSE_READ, "nodeid": NODE, "fh": 3, "offset": offset,
+                         "size": size, "reply_bytes": size, "latency_ns": latency})
+
+
+def test_a_few_costly_jumps_on_a_handle_read_in_order_are_random():
+    """Under 1 % of the bytes after a jump, yet 31 jumps of 40 ms (the first read is no jump): judged
+    on the seconds the jumps measurably waited, not on their share of the bytes."""
+    path = "/mnt/g/__0_0.distcp"
+    a = analyze(make_trace(fuse=_jumping_dcp_handle(40_000_000), files=files_frame(path, 64 * MiB, "fuse.gcsfuse")))
+    handle = a.streams[a.streams["kind"] == "fuse_handle"].iloc[0]
+    assert handle["seek_fraction"] < Thresholds().random_handle_fraction
+    f = only(a, "RANDOM_ON_FUSE_HANDLE")
+    assert f.view == "fuse_handle" and f.jumps == 31 and f.jump_wait_s == pytest.approx(31 * 0.039)
+    assert f.severity == "high" and f.role == "cause" and f.cost_s >= 1  # of a 1.8 s wall
+    # the same jumps served from the daemon's buffer (1 ms, like its continuing requests): they cost nothing
+    cheap = analyze(make_trace(fuse=_jumping_dcp_handle(1_000_000), files=files_frame(path, 64 * MiB, "fuse.gcsfuse")))
+    assert "RANDOM_ON_FUSE_HANDLE" not in codes(cheap)
+
+
 def test_random_order_the_handle_hides_is_judged_on_the_open_file():
     """Whole-tensor preads out of file order: the FUSE handle sees long in-order runs (a jump every 32
     requests, under the seek rule), the open file sees a jump at nearly every read: the program's order

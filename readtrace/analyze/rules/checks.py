@@ -26,6 +26,7 @@ from readtrace.analyze.rules.types import (
 from readtrace.analyze.storage.measured import judged
 from readtrace.analyze.views import interleave
 from readtrace.analyze.views.accesses import SOURCE_READ
+from readtrace.analyze.views.jumps import handle_jumps
 from readtrace.fs.knowledge import FsProfile
 from readtrace.trace.completeness import lost_events
 
@@ -107,13 +108,22 @@ def shared_fd_interleave(a: Analysis) -> list[Finding]:
 
 def random_on_fuse_handle(a: Analysis) -> list[Finding]:
     th, s = a.thresholds, a.streams
-    def jumping(streams: pd.DataFrame) -> pd.DataFrame:
+    def jumping(streams: pd.DataFrame, measured: pd.Series | bool = False) -> pd.DataFrame:
         return streams[(streams["interleaved"] != True)  # noqa: E712  (interleave explains its own randomness)
                        & ~streams["file_id"].isin(s.loc[s["interleaved"] == True, "file_id"])  # noqa: E712
-                       & (streams["seek_fraction"] >= th.random_handle_fraction)
-                       & (streams["gcsfuse_requests"] >= th.random_handle_min_requests)]
+                       & (((streams["seek_fraction"] >= th.random_handle_fraction)
+                           & (streams["gcsfuse_requests"] >= th.random_handle_min_requests)) | measured)]
 
-    handles = jumping(s[s["kind"] == "fuse_handle"])
+    fuse = s[s["kind"] == "fuse_handle"]
+    # A handle read mostly in order can still lose seconds to a few jumps (each a new backend range):
+    # it qualifies on the seconds its jumps measurably waited, whatever share of its bytes they moved.
+    # Not a mapped file's: the order of its faults is how MMAP_FAULT_STORM shows.
+    jumps, jump_wait = handle_jumps(a.fuse, len(a.handles))
+    whole = s[s["kind"] == "file"]
+    mapped = whole.loc[whole["faults"] > whole["accesses"] / 2, "file_id"]
+    codes = fuse["code"].to_numpy(dtype=np.int64)
+    measured = (jump_wait[codes] >= th.warn_min_s) & ~fuse["file_id"].isin(mapped).to_numpy()
+    handles = jumping(fuse, pd.Series(measured, index=fuse.index))
     # The open file (the program's own order) where no FUSE handle of its file jumps: there is no FUSE
     # view, or the kernel's read-ahead merged the jumps into long requests that still start new backend
     # ranges (per-tensor preads out of file order on the lab mount: 46 % of the program's bytes after a
@@ -126,9 +136,12 @@ def random_on_fuse_handle(a: Analysis) -> list[Finding]:
         if not prof.per_handle_stream:
             continue
         is_handle = row["kind"] == "fuse_handle"
+        jumped, waited = (int(jumps[row["code"]]), float(jump_wait[row["code"]])) if is_handle else (0, 0.0)
+        costly = row["gcsfuse_read_type"] == "random" or waited >= th.high_min_s
         out.append(RandomOnFuseHandle(
-            _handle_severity(prof, "high" if row["gcsfuse_read_type"] == "random" else "warn"), file=row["path"], **_fs(row["fstype"], prof),
+            _handle_severity(prof, "high" if costly else "warn"), file=row["path"], **_fs(row["fstype"], prof),
             view=row["kind"], stream=row["stream"], handle=int(row["fh"]) if is_handle else None,
+            jumps=jumped, jump_wait_s=waited,
             seek_fraction=float(row["seek_fraction"]), bytes=int(row["bytes"]), seeks=int(row["gcsfuse_seeks"]),
             random_after=int(row["gcsfuse_random_after"]), read_type=str(row["gcsfuse_read_type"]),
             predicted_requests=int(row["gcsfuse_requests"]),

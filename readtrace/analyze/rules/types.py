@@ -93,6 +93,8 @@ class RandomOnFuseHandle(Finding):
     bytes: int = 0
     seeks: int = 0
     random_after: int = 0  # gcsfuse replay: the read that turned the reader random (0: never)
+    jumps: int = 0  # FUSE requests that did not continue the handle's previous one (views/jumps.py)
+    jump_wait_s: float = 0.0  # what they waited beyond the handle's median continuing request, measured
     read_type: str = ""  # gcsfuse replay's final reader type
     predicted_requests: int = 0
     sequential_requests: int = 0
