@@ -68,6 +68,7 @@ class Rerun:
     lever: str | None = None  # apply this loader lever (readtrace.fix.levers) instead of a strategy
     calls_log: str | None = None  # record loader entry-point calls here (readtrace record; inject/calls.py)
     early_read: bool = True  # own-fd files on mounts that drop the cache: read them at start-up (inject/early.py)
+    populate_inline: bool = True  # populate fills a file before its mapping returns (False: alongside, inject/mapfill.py)
 
     @property
     def active(self) -> bool:
@@ -156,6 +157,7 @@ _VARIABLES = {
     "lever": "READTRACE_LEVER",
     "calls_log": "READTRACE_CALLS",  # also read by inject/calls.py (standard library only)
     "early_read": "READTRACE_EARLY_READ",
+    "populate_inline": "READTRACE_POPULATE_INLINE",
 }
 _NAMES = frozenset(_VARIABLES.values())
 _NUMBERS = {"chunk_mib": float, "threads": int, "prefetch_threads": int, "prefetch_pin_s": float}

@@ -1,6 +1,6 @@
 """Populate through the loader's own open file (inject/mapfill.py): any loader that maps a checkpoint
 with Python's mmap (a raw mmap read by threads, numpy.memmap) gets the file read ahead, front to back,
-right after its open; every run digests the mapped bytes so that loaders without tensors compare too.
+before its mapping returns (or alongside it, in a helper process); every run digests the mapped bytes so that loaders without tensors compare too.
 Real processes on the lab mount without keep_cache (it drops the page cache on every open)."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from workloads import ebpf_ready
 from lab.loaders import SCRIPTS
 from readtrace.fix.compare import compare
 from readtrace.inject.manifest import compare_manifests, read_manifest
+from readtrace.inject.mapfill import INLINE
 from readtrace.pagecache.evict import evict
 from readtrace.rerun.environment import shim_environment
 from readtrace.rerun.protocol import POPULATE
@@ -61,11 +62,11 @@ def write_weights(src, mib: int) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def run(tmp_path, script: str, path, strategy: str, name: str):
+def run(tmp_path, script: str, path, strategy: str, name: str, inline: bool = True):
     manifest = tmp_path / f"{name}.jsonl"
     (tmp_path / f"{name}.py").write_text(script)
     evict([str(path)])
-    with shim_environment(strategy, manifest, files=(str(path),)) as env:
+    with shim_environment(strategy, manifest, files=(str(path),), populate_inline=inline) as env:
         out = subprocess.run([sys.executable, str(tmp_path / f"{name}.py"), str(path)], env=env,
                              capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -73,16 +74,19 @@ def run(tmp_path, script: str, path, strategy: str, name: str):
 
 
 @pytest.mark.fuse
-def test_populate_reads_the_file_once_ahead_and_every_run_digests_the_mapped_bytes(tmp_path):
+@pytest.mark.parametrize("inline", [True, False], ids=["inline", "helper-process"])
+def test_populate_reads_the_file_once_ahead_and_every_run_digests_the_mapped_bytes(tmp_path, inline):
     with lab_mount(tmp_path, lambda src: write_weights(src, 16), latency_ms=2, keep_cache=False) as (mnt, sha):
         path = mnt / "weights.raw"
         base = run(tmp_path, RAW_MMAP, path, "none", "base")
-        fixed = run(tmp_path, RAW_MMAP, path, POPULATE, "fixed")
+        fixed = run(tmp_path, RAW_MMAP, path, POPULATE, "fixed", inline)
     assert not any(c.get("call") == "populate" for c in base.calls)
     [pop] = [c for c in fixed.calls if c.get("call") == "populate"]
-    # the fill is a helper process, stopped when the load ends: at 2 ms the 4 threads may finish first (even
+    if inline:  # the whole file, on the loader's fd, before mmap.mmap returned
+        assert pop["how"] == INLINE and pop["bytes"] == 16 * MiB and "note" not in pop, pop
+    # alongside: a helper process, stopped when the load ends: at 2 ms the 4 threads may finish first (even
     # before the helper reopened the file), and then the helper says so instead of having read it all
-    if "note" in pop:
+    elif "note" in pop:
         assert pop["note"] == "stopped: the load ended first" and pop["bytes"] <= 16 * MiB, pop
     else:
         assert pop["how"] == "reopened" and pop["bytes"] == 16 * MiB, pop
@@ -94,18 +98,26 @@ def test_populate_reads_the_file_once_ahead_and_every_run_digests_the_mapped_byt
 
 
 @pytest.mark.fuse
-def test_a_populate_that_cannot_start_leaves_the_mapping_untouched(tmp_path):
+@pytest.mark.parametrize("inline", [True, False], ids=["inline", "helper-process"])
+def test_a_populate_that_cannot_start_leaves_the_mapping_untouched(tmp_path, inline):
+    """No fd left for the helper's duplicate: that populate fails closed, the mapping as made. The inline
+    fill needs no fd of its own: it reads the whole file."""
     manifest = tmp_path / "fixed.jsonl"
     (tmp_path / "load.py").write_text(NO_FDS_LEFT)
     with lab_mount(tmp_path, lambda src: write_weights(src, 4), latency_ms=1, keep_cache=False) as (mnt, sha):
         path = str(mnt / "weights.raw")
-        with shim_environment(POPULATE, manifest, files=(path,)) as env:
+        with shim_environment(POPULATE, manifest, files=(path,), populate_inline=inline) as env:
             out = subprocess.run([sys.executable, str(tmp_path / "load.py"), path], env=env, capture_output=True,
                                  text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip().isdigit(), out.stderr  # the script's mapping worked
-    assert "readtrace's populate failed" in out.stderr and "this run is unproven" in out.stderr
     fixed = read_manifest(manifest)
-    assert not any(c.get("call") == "populate" for c in fixed.calls)
+    populated = [c for c in fixed.calls if c.get("call") == "populate"]
+    if inline:
+        assert "readtrace" not in out.stderr, out.stderr
+        assert [(c["how"], c["bytes"]) for c in populated] == [(INLINE, 4 * MiB)]
+    else:
+        assert "readtrace's populate failed" in out.stderr and "this run is unproven" in out.stderr
+        assert not populated
     assert [t["sha256"] for t in fixed.tensors] == [sha]  # the script's mapping read the file's bytes
 
 
