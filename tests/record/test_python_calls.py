@@ -371,10 +371,14 @@ def test_diffusion_pipeline_and_single_file_are_attributed(tmp_path):
     assert calls.loc[calls["path"] == vae_file, "chain"].str.startswith("diffusers.from_single_file").all()
     assert _inside(_touches(trace, unet_file), pipe, same_thread=False) > 0.95
     assert _inside(_touches(trace, vae_file), single, same_thread=False) > 0.95
-    r = analyze(trace).summary["reads_from"]
+    a = analyze(trace)
+    r = a.summary["reads_from"]
     entries = {e["entry"]: e for e in r["entries"]}
     assert {"diffusers.DiffusionPipeline.from_pretrained", "diffusers.from_single_file"} <= set(entries)
-    assert r["entry"] in entries and r["attributed_fraction"] > 0.9
+    data = a.files.loc[a.files["role"] == "data", ["path", "bytes_read"]].to_dict("records")
+    # flaked once in CI at 0.77 (not reproduced since, alone or beside 3 busy loops): say what was outside
+    assert r["entry"] in entries and r["attributed_fraction"] > 0.9, (
+        {k: r[k] for k in ("data_bytes", "attributed_bytes", "by_process_bytes", "after_return_bytes")}, data)
     from diffusers import DiffusionPipeline
     from diffusers.loaders.single_file_model import FromOriginalModelMixin
 
