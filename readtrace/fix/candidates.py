@@ -50,9 +50,9 @@ OWN = {
     "both": "readtrace fix --strategy both -- CMD",
     OWN_FD_PER_FORK: "open the checkpoint in each worker, after the fork, not before "
                      "(or readtrace fix --strategy own-fd-per-fork -- CMD)",
-    POPULATE: "right after mmap() or open(), read the file front to back in another process (a thread waits for the GIL "
-              "behind the loader's page faults), in 2 MiB reads on open(f'/proc/{pid}/fd/{fd}') of the fd you "
-              "mapped (or readtrace fix --strategy populate -- CMD)",
+    POPULATE: "before mmap() (or the first read after open()), read the file front to back on the same fd, in 2 MiB "
+              "os.preadv calls into one reused buffer, so that the threads fault on a warm page cache "
+              "(or readtrace fix --strategy populate -- CMD)",
 }
 MAPPED = "mmap"  # the manifest's note of a checkpoint the script mapped with Python's mmap (inject/mapfill.py)
 READ_IN_PYTHON = "dcp.load"  # a loader that reads its checkpoint through Python's open (the shim records it)

@@ -108,22 +108,23 @@ def shared_fd_interleave(a: Analysis) -> list[Finding]:
 
 def random_on_fuse_handle(a: Analysis) -> list[Finding]:
     th, s = a.thresholds, a.streams
+    # Not a mapped file's streams: the order of its faults is how MMAP_FAULT_STORM (or the threads'
+    # interleave) shows; nor a stream interleave explains.
+    whole = s[s["kind"] == "file"]
+    mapped = whole.loc[whole["faults"] > whole["accesses"] / 2, "file_id"]
     def jumping(streams: pd.DataFrame, measured: pd.Series | bool = False) -> pd.DataFrame:
         return streams[(streams["interleaved"] != True)  # noqa: E712  (interleave explains its own randomness)
                        & ~streams["file_id"].isin(s.loc[s["interleaved"] == True, "file_id"])  # noqa: E712
+                       & ~streams["file_id"].isin(mapped)
                        & (((streams["seek_fraction"] >= th.random_handle_fraction)
                            & (streams["gcsfuse_requests"] >= th.random_handle_min_requests)) | measured)]
 
     fuse = s[s["kind"] == "fuse_handle"]
     # A handle read mostly in order can still lose seconds to a few jumps (each a new backend range):
     # it qualifies on the seconds its jumps measurably waited, whatever share of its bytes they moved.
-    # Not a mapped file's: the order of its faults is how MMAP_FAULT_STORM shows.
     jumps, jump_wait = handle_jumps(a.fuse, len(a.handles))
-    whole = s[s["kind"] == "file"]
-    mapped = whole.loc[whole["faults"] > whole["accesses"] / 2, "file_id"]
     codes = fuse["code"].to_numpy(dtype=np.int64)
-    measured = (jump_wait[codes] >= th.warn_min_s) & ~fuse["file_id"].isin(mapped).to_numpy()
-    handles = jumping(fuse, pd.Series(measured, index=fuse.index))
+    handles = jumping(fuse, pd.Series(jump_wait[codes] >= th.warn_min_s, index=fuse.index))
     # The open file (the program's own order) where no FUSE handle of its file jumps: there is no FUSE
     # view, or the kernel's read-ahead merged the jumps into long requests that still start new backend
     # ranges (per-tensor preads out of file order on the lab mount: 46 % of the program's bytes after a
