@@ -26,8 +26,8 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 
 # What runs in the user's process on a rerun, and what it must never import (the host side).
-CHILD = ("readtrace.inject", "readtrace.rerun.protocol", "readtrace.rerun.rankplan", "readtrace.loader",
-         "readtrace.pagecache")
+CHILD = ("readtrace.inject", "readtrace.rerun.protocol", "readtrace.rerun.records", "readtrace.rerun.rankplan",
+         "readtrace.loader", "readtrace.pagecache")
 HOST = ("readtrace.fix", "readtrace.commands", "readtrace.cli", "readtrace.demo", "readtrace.report",
         "readtrace.analyze", "readtrace.record", "readtrace.ptrace", "readtrace.fuselog", "readtrace.simfs",
         "readtrace.workloads", "readtrace.rerun.environment")

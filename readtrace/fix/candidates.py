@@ -17,9 +17,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from readtrace.fix.levers import FORKED_SHARED, NO_FORKED_SHARING, levers_for
+from readtrace.fix.levers import NO_FORKED_SHARING, levers_for
 from readtrace.loader.fileio import MiB, open_fd
 from readtrace.rerun.protocol import OWN_FD_PER_FORK, POPULATE
+from readtrace.rerun.records import FORKED_SHARED, MAPPED
 
 ROUTED_CALLS = ("load_file", "safe_open", "torch.load")
 SLOW_MARGIN = 1.10  # a load left alone within 10 % (and SLOW_ABS_S) of its floor is called "not slow"
@@ -54,7 +55,6 @@ OWN = {
               "os.preadv calls into one reused buffer, so that the threads fault on a warm page cache "
               "(or readtrace fix --strategy populate -- CMD)",
 }
-MAPPED = "mmap"  # the manifest's note of a checkpoint the script mapped with Python's mmap (inject/mapfill.py)
 READ_IN_PYTHON = "dcp.load"  # a loader that reads its checkpoint through Python's open (the shim records it)
 
 

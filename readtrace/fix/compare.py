@@ -209,8 +209,7 @@ def compare(
             discovery = _run(command, "discovery", 0, "none", work, device, cwd, recorder)
             _must_succeed(discovery)
             seen = seen_in(discovery.manifest.calls)
-            files = sorted({c["file"] for c in discovery.manifest.calls
-                            if c.get("file") and os.path.isfile(c["file"])})
+            files = sorted({c.file for c in discovery.manifest.calls if c.file and os.path.isfile(c.file)})
             if not files and discovery.trace_path:  # a loader the shim does not see: what the load read
                 files = command_from_trace(discovery.trace_path, command)[2]
         files = list(files)
@@ -324,7 +323,7 @@ class _Session:
     def _plan_from(self, baseline: Run) -> None:
         """Under torchrun: which bytes each rank prefetches in the fixed runs (rerun/rankplan.py), from
         the given trace, else the baseline's; without a trace, the files split over local ranks."""
-        if not self.files or not any("rank" in t for t in baseline.manifest.tensors + baseline.manifest.calls):
+        if not self.files or not baseline.manifest.ranked:
             return
         spans = self.spans_from or baseline.trace_path
         summary = trace_summary(spans) if spans and spans != baseline.trace_path else baseline.summary
@@ -469,8 +468,7 @@ def early_read_helps(baseline: Manifest) -> bool:
     """Read files early in fixed runs only where the baseline loaded through calls the own-fd loader
     routes (a raw mmap would only get a second read), and not in a distributed job: the first Python
     process there is the launcher (torchrun), which loads nothing."""
-    ranked = any("rank" in r for r in baseline.tensors + baseline.calls)
-    return not ranked and any(c in ROUTED_CALLS for c in seen_in(baseline.calls))
+    return not baseline.ranked and any(c in ROUTED_CALLS for c in seen_in(baseline.calls))
 
 
 def _cache_kept(path: str) -> bool:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from readtrace.rerun.protocol import LeverName
+from readtrace.rerun.records import Call
 
 
 @dataclass(frozen=True)
@@ -52,19 +53,17 @@ LEVERS = (
           env={"OMP_NUM_THREADS": "1"}, shim=False),
 )
 
-FORKED_SHARED = "fork:shared-fd"  # the manifest's note of a forked worker on its parent's open checkpoint
 NO_FORKED_SHARING = ("an fd per worker (readtrace own fd per forked worker) is tried only where forked workers "
                      "inherited the parent's open checkpoint file; none did here")
 
 
-def seen_in(calls: Iterable[dict]) -> set[str]:
+def seen_in(calls: Iterable[Call]) -> set[str]:
     """What the discovery run used: call names, imports, and torch.load(mmap=True)."""
     seen = set()
     for c in calls:
-        call = c.get("call")
-        if call:
-            seen.add(call)
-            if call == "torch.load" and c.get("mmap"):
+        if c.call:
+            seen.add(c.call)
+            if c.call == "torch.load" and c.mmap:
                 seen.add("torch.load:mmap")
     return seen
 

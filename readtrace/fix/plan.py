@@ -21,9 +21,9 @@ from typing import TextIO
 
 from readtrace.escape import printable
 from readtrace.fix.candidates import candidates
-from readtrace.fix.levers import FORKED_SHARED
 from readtrace.fix.schedule import STOP_RULE
 from readtrace.fix.verdict import CLEAR_GAIN
+from readtrace.rerun.records import FORKED_SHARED
 
 # Everything a discovery run can see: the candidates for it are every candidate auto can try.
 EVERY_CALL = {"load_file", "safe_open", "torch.load", "torch.load:mmap", "import:transformers", FORKED_SHARED}

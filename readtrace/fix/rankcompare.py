@@ -14,22 +14,21 @@ import hashlib
 import statistics
 
 from readtrace.inject.manifest import Manifest, compare_manifests
+from readtrace.rerun.records import PREFETCH
 
 TRACE_FIELDS = ("bytes_read", "span_bytes", "wait_s")
 
 
 def of_rank(manifest: Manifest, rank: int) -> Manifest:
-    return Manifest([t for t in manifest.tensors if t.get("rank") == rank],
-                    [c for c in manifest.calls if c.get("rank") == rank])
+    return Manifest([t for t in manifest.tensors if t.rank == rank], [c for c in manifest.calls if c.rank == rank])
 
 
 def ranks_in(runs) -> list[int]:
-    return sorted({t["rank"] for r in runs for t in r.manifest.tensors + r.manifest.calls
-                   if isinstance(t.get("rank"), int)})
+    return sorted({t.rank for r in runs for t in (*r.manifest.tensors, *r.manifest.calls) if isinstance(t.rank, int)})
 
 
 def digest(manifest: Manifest) -> str:
-    lines = sorted(f"{t['file']}\0{t['name']}\0{t['dtype']}\0{t['shape']}\0{t['sha256']}" for t in manifest.tensors)
+    lines = sorted(f"{t.file}\0{t.name}\0{t.dtype}\0{list(t.shape)}\0{t.sha256}" for t in manifest.tensors)  # shape as read
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
@@ -44,7 +43,7 @@ def _side(runs, rank: int) -> dict:
     out = {"loader_s": _median([m.loader_s for m in mine]),
            "tensors": len(mine[0].tensors) if mine else 0,
            "digest": digests[0] if len(digests) == 1 else digests,
-           "prefetched_bytes": _median([sum(c.get("bytes", 0) for c in m.calls if c.get("call") == "prefetch")
+           "prefetched_bytes": _median([sum(c.bytes or 0 for c in m.calls if c.call == PREFETCH)
                                         for m in mine])}
     rows = [next((row for row in (r.summary or {}).get("ranks", []) if row.get("rank") == rank), None) for r in runs]
     for key in TRACE_FIELDS:

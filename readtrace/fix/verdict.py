@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING
 
 from readtrace.errors import ExitStatus
 from readtrace.fix.candidates import NO_HARM, OWN, SLOW_ABS_S, SLOW_MARGIN, Floor, confirmed
-from readtrace.fix.levers import FORKED_SHARED, LEVERS, seen_in
+from readtrace.fix.levers import LEVERS, seen_in
+from readtrace.rerun.records import FORKED_SHARED
 
 if TYPE_CHECKING:
     from readtrace.fix.compare import Comparison

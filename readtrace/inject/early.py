@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from readtrace.loader.fileio import open_fd, read_into
+from readtrace.rerun.records import EarlyReadCall
 
 MEMORY_SHARE = 0.5  # early-read only what fits in this share of MemAvailable
 
@@ -89,39 +90,43 @@ def _read_all(entries: list[_Early], chunk_bytes: int) -> None:
             entry.done.set()
 
 
-def take(path: str) -> tuple[memoryview | None, dict | None]:
+def take(path: str, strategy: str) -> tuple[memoryview | None, EarlyReadCall | None]:
     """The whole bytes of ``path`` as read early (waiting for the read to finish), once; None where
-    there is no early read of it, it failed, or the file changed since. Also what to note of it."""
+    there is no early read of it, it failed, or the file changed since. Also its manifest record
+    (``strategy``: the rerun's)."""
     with _LOCK:
         entry = _EARLY.pop(os.path.abspath(path), None)
     if entry is None:
         return None, None
     waited = time.perf_counter()
     entry.done.wait()
-    note = {"call": "early read", "file": entry.path, "seconds": entry.seconds, "bytes": entry.got,
-            "waited_s": time.perf_counter() - waited}
+    waited_s = time.perf_counter() - waited
     try:
         current = identity(os.stat(entry.path))
     except OSError as e:
         current, entry.error = None, entry.error or str(e)
     whole = entry.got == len(entry.buffer) == entry.identity[2]  # the size it had when we read it
     if entry.error or current != entry.identity or not whole:
-        note["note"] = entry.error or "the file changed since it was read: read again by the loader"
         with contextlib.suppress(BufferError):
             entry.buffer.close()
-        return None, note
-    return memoryview(entry.buffer), note
+        return None, _record(entry, strategy, waited_s,
+                             entry.error or "the file changed since it was read: read again by the loader")
+    return memoryview(entry.buffer), _record(entry, strategy, waited_s)
 
 
-def never_taken() -> list[dict]:
-    """What to note of the early reads no load took (a loader the shim does not route read the file
+def never_taken(strategy: str) -> list[EarlyReadCall]:
+    """The records of the early reads no load took (a loader the shim does not route read the file
     its own way: these bytes were read for nothing); forgets them."""
     with _LOCK:
         left = list(_EARLY.values())
         _EARLY.clear()
-    return [{"call": "early read", "file": e.path, "seconds": e.seconds, "bytes": e.got,
-             "note": "never used: no load the shim routes asked for this file" if e.done.is_set()
-             else "never used, and still reading at exit"} for e in left]
+    return [_record(e, strategy, None, "never used: no load the shim routes asked for this file" if e.done.is_set()
+                    else "never used, and still reading at exit") for e in left]
+
+
+def _record(entry: _Early, strategy: str, waited_s: float | None, note: str | None = None) -> EarlyReadCall:
+    return EarlyReadCall(file=entry.path, seconds=entry.seconds, bytes=entry.got, waited_s=waited_s, note=note,
+                         strategy=strategy, pid=os.getpid())
 
 
 def _forget_in_child() -> None:

@@ -31,10 +31,11 @@ def failed(what: str, error: BaseException) -> None:
             sys.stderr.write(f"readtrace: {reason}; the program goes on without it, this run is unproven\n")
     with contextlib.suppress(Exception):  # the manifest is what failed: the host sees it gone or short
         from readtrace.rerun.protocol import Rerun, append_manifest
+        from readtrace.rerun.records import Unproven
 
         manifest = Rerun.from_env().manifest
         if manifest:
-            append_manifest(manifest, [{"event": "unproven", "reason": reason, "pid": os.getpid()}])
+            append_manifest(manifest, [Unproven(reason=reason, pid=os.getpid())])
 
 
 def guarded(what: str, default=None):

@@ -120,10 +120,10 @@ def install(rerun) -> None:
             return
         done = {fd for fd, path in found if reopen(fd, path)} if fix else set()
         if rerun.manifest:
-            append_manifest(rerun.manifest, [
-                {"event": "call", "call": "fork:shared-fd", "file": path, "fd": fd, "when": when,
-                 "reopened": fd in done, "seconds": 0.0, "nested": True, "pid": os.getpid()}
-                for fd, path in found])
+            from readtrace.rerun.records import ForkCall  # on the first note: the hook itself stays lean
+
+            append_manifest(rerun.manifest, [ForkCall(file=path, fd=fd, when=when, reopened=fd in done,
+                                                      pid=os.getpid()) for fd, path in found])
 
     os.register_at_fork(after_in_child=lambda: check("fork"))
     if files:

@@ -1,21 +1,21 @@
-"""The tensor manifest: one JSON line per loaded tensor (file, name, dtype, shape, sha256 of its bytes).
+"""The tensor manifest: one record per loaded tensor (file, name, dtype, shape, sha256 of its bytes).
 
 Both the baseline and the fixed rerun write one (through protocol.append_manifest, its one writer);
-identical manifests prove the fix loaded the same tensors. Loader-call timings go in the same file as
-``{"event": "call", ...}`` lines. The host reads it here and fills missing digests in memory.
+identical manifests prove the fix loaded the same tensors. Loader calls go in the same file as call
+records (rerun/records.py: every kind of line). The host reads it here and fills missing digests in memory.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from readtrace.errors import ReadtraceError
 from readtrace.loader.fileio import tensor_bytes
+from readtrace.rerun.records import Call, CorruptManifest, Tensor, Unproven, read_records
 
 if TYPE_CHECKING:  # the host reads and compares manifests without torch (1.5 s of imports)
     import torch
@@ -37,22 +37,21 @@ def tensor_digest(tensor: torch.Tensor) -> str:
     return hashlib.sha256(tensor_bytes(raw)).hexdigest()
 
 
-def tensor_record(file: str, name: str, tensor: torch.Tensor, *, index=None, digest: bool = True) -> dict:
-    """The manifest line for one tensor (or one slice of it: ``index`` as given to get_slice()[...]).
+def tensor_record(file: str, name: str, tensor: torch.Tensor, *, index=None, digest: bool = True) -> Tensor:
+    """The manifest record of one tensor (or one slice of it: ``index`` as given to get_slice()[...]).
 
     ``digest=False`` leaves ``sha256`` null, for ``fill_digests`` to compute from the file later
     (an index that cannot be written down is digested now instead).
     """
-    record = {"event": "tensor", "file": file, "name": name, "dtype": str(tensor.dtype).removeprefix("torch."),
-              "shape": list(tensor.shape)}
+    whole, encoded = None, None
     if index is not None and not selects_all(index):
-        record["name"] = f"{name}[{index_text(index)}]"
         try:
-            record["tensor"], record["index"] = name, encode_index(index)
+            whole, encoded = name, encode_index(index)
         except TypeError:
             digest = True
-    record["sha256"] = tensor_digest(tensor) if digest else None
-    return record
+        name = f"{name}[{index_text(index)}]"
+    return Tensor(file=file, name=name, dtype=str(tensor.dtype).removeprefix("torch."), shape=tuple(tensor.shape),
+                  tensor=whole, index=encoded, sha256=tensor_digest(tensor) if digest else None)
 
 
 def selects_all(index) -> bool:
@@ -100,17 +99,22 @@ def index_text(index) -> str:
 class Manifest:
     """What one run loaded: tensor records, and the loader calls with their time."""
 
-    tensors: list[dict]
-    calls: list[dict]
+    tensors: list[Tensor]
+    calls: list[Call]
     failures: list[str] = field(default_factory=list)  # readtrace's own work that failed in the run (failclosed)
 
     @property
     def loader_s(self) -> float:
-        return sum(c["seconds"] for c in self.calls if not c.get("nested"))
+        return sum(c.seconds for c in self.calls if not c.nested)
 
     @property
     def digest_s(self) -> float:
-        return sum(c.get("digest_seconds", 0.0) for c in self.calls)
+        return sum(c.digest_seconds or 0.0 for c in self.calls)
+
+    @property
+    def ranked(self) -> bool:
+        """Its records carry the writers' ranks (a torchrun job)."""
+        return any(r.rank is not None for r in (*self.tensors, *self.calls))
 
 
 def fill_digests(manifest: Manifest) -> int:
@@ -118,15 +122,16 @@ def fill_digests(manifest: Manifest) -> int:
     manifest file is the child's alone). Returns how many were filled. Call it right after the run."""
     from safetensors import safe_open
 
-    todo = [r for r in manifest.tensors if r.get("sha256") is None]
-    for file in sorted({r["file"] for r in todo}):
+    todo = [i for i, r in enumerate(manifest.tensors) if r.sha256 is None]
+    for file in sorted({manifest.tensors[i].file for i in todo}):
         with safe_open(file, framework="pt") as handle:
-            for r in (r for r in todo if r["file"] == file):
-                if "index" in r:
-                    tensor = handle.get_slice(r["tensor"])[decode_index(r["index"])]
+            for i in (i for i in todo if manifest.tensors[i].file == file):
+                r = manifest.tensors[i]
+                if r.index is not None:
+                    tensor = handle.get_slice(r.tensor)[decode_index(r.index)]
                 else:
-                    tensor = handle.get_tensor(r["name"])
-                r["sha256"] = tensor_digest(tensor)
+                    tensor = handle.get_tensor(r.name)
+                manifest.tensors[i] = replace(r, sha256=tensor_digest(tensor))
     return len(todo)
 
 
@@ -137,20 +142,15 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
     tensors, calls, failures = [], [], []
     try:
         with open(path, encoding="utf-8", opener=no_follow) as f:  # a link in a work dir is not followed
-            for lineno, line in enumerate(f, 1):
-                try:
-                    record = json.loads(line)
-                except (ValueError, RecursionError):  # RecursionError: nested too deeply
-                    if not line.endswith("\n"):  # the last line, cut off: a write failed (a full disk)
-                        failures.append(f"{path}:{lineno}: the manifest's last line is cut off (a write failed)")
-                        break
-                    raise ReadtraceError(f"{path}:{lineno}: corrupt manifest line") from None
-                if record.get("event") == "unproven":
-                    failures.append(str(record.get("reason")))
+            for record in read_records(f, str(path)):
+                if isinstance(record, Unproven):
+                    failures.append(record.reason)
                 else:
-                    (tensors if record.get("event") == "tensor" else calls).append(record)
+                    (tensors if isinstance(record, Tensor) else calls).append(record)
     except FileNotFoundError:
         pass
+    except CorruptManifest as e:
+        raise ReadtraceError(str(e)) from None
     return Manifest(tensors, calls, failures)
 
 
@@ -173,8 +173,7 @@ def compare_manifests(baseline: Manifest, fixed: Manifest) -> ManifestDiff:
     """Match tensors by (rank, file, name) and compare dtype, shape and digest (multiset: repeats
     count). The rank is the writer's under torchrun (protocol.append_manifest), else None."""
     def keyed(m: Manifest) -> Counter:
-        return Counter((t.get("rank"), t["file"], t["name"], t["dtype"], tuple(t["shape"]), t["sha256"])
-                       for t in m.tensors)
+        return Counter((t.rank, t.file, t.name, t.dtype, tuple(t.shape), t.sha256) for t in m.tensors)
 
     a, b = keyed(baseline), keyed(fixed)
     names_a = {k[:3] for k in a}

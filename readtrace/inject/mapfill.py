@@ -41,6 +41,7 @@ import weakref
 
 from readtrace.inject.failclosed import failed, guarded
 from readtrace.rerun.protocol import POPULATE, Rerun, append_manifest
+from readtrace.rerun.records import MappedBytesCall, MappedCall, PopulateCall, Record, Tensor
 
 STEP = 2 << 20  # one read's size, and the stretch whose residency decides whether a loader is there
 # A file up to this share of MemAvailable is filled before its mapping returns: a larger one would push
@@ -54,7 +55,7 @@ _STARTED: set[tuple[int, int]] = set()  # (st_dev, st_ino) of the files this pro
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # checkpoint mappings not digested yet
 _LOCK = threading.Lock()
 _CONFIG: dict = {}  # "rerun", "files": {(st_dev, st_ino): path}
-_UNWRITTEN: list[dict] = []  # manifest records not written yet (_note)
+_UNWRITTEN: list[Record] = []  # manifest records not written yet (_note)
 _HELPERS: list = []  # the fill processes this process started: (subprocess.Popen, path)
 
 
@@ -134,8 +135,7 @@ def _checkpoint(fileno: int, args, kwargs) -> dict | None:
 def _mapped(mapping) -> None:
     """Note the mapping, and keep it to digest (unless a loader call the shim records made it)."""
     info = mapping._readtrace
-    _note([{"event": "call", "call": "mmap", "file": info["path"], "seconds": 0.0, "strategy": _CONFIG["rerun"].strategy,
-            "tensors": 0, "nested": True, "pid": os.getpid()}])
+    _note([MappedCall(file=info["path"], strategy=_CONFIG["rerun"].strategy, pid=os.getpid())])
     if not _inside_recorded_call():
         info["pending"] = True
         _LIVE.add(mapping)
@@ -186,9 +186,8 @@ def _stop_helpers() -> None:
             helper.kill()
             helper.wait()
         if helper.returncode in (-signal.SIGTERM, -signal.SIGKILL):  # stopped before it could say so itself
-            _note([{"event": "call", "call": "populate", "file": path, "strategy": _CONFIG["rerun"].strategy,
-                    "how": "not started", "seconds": 0.0, "bytes": 0, "tensors": 0, "nested": True,
-                    "pid": helper.pid, "note": _Stopped.MESSAGE}])
+            _note([PopulateCall(file=path, strategy=_CONFIG["rerun"].strategy, how="not started", seconds=0.0,
+                                bytes=0, pid=helper.pid, note=_Stopped.MESSAGE)])
 
 
 def main() -> None:
@@ -238,13 +237,10 @@ def _fill_inline(fd: int, path: str, size: int, rerun: Rerun) -> None:
     _note([_populate_record(path, rerun, INLINE, started, progress[0], error)])
 
 
-def _populate_record(path: str, rerun: Rerun, how: str, started: float, nbytes: int, error: str | None) -> dict:
-    record = {"event": "call", "call": "populate", "file": path, "strategy": rerun.strategy, "how": how,
-              "seconds": time.perf_counter() - started, "bytes": nbytes, "tensors": 0, "nested": True,
-              "pid": os.getpid()}
-    if error:
-        record["note"] = error
-    return record
+def _populate_record(path: str, rerun: Rerun, how: str, started: float, nbytes: int,
+                     error: str | None) -> PopulateCall:
+    return PopulateCall(file=path, strategy=rerun.strategy, how=how, seconds=time.perf_counter() - started,
+                        bytes=nbytes, pid=os.getpid(), note=error or None)
 
 
 def _fill(loader_fd: int, path: str, rerun: Rerun) -> None:
@@ -319,11 +315,9 @@ def _digest(mapping) -> None:
             for pos in range(0, len(view), STEP):
                 digest.update(view[pos:pos + STEP])
         name = f"mapped bytes {info['offset']}+{len(mapping)}"
-        _note([{"event": "tensor", "file": info["path"], "name": name, "dtype": "uint8", "shape": [len(mapping)],
-                "sha256": digest.hexdigest()},
-               {"event": "call", "call": "mapped bytes", "file": info["path"], "strategy": _CONFIG["rerun"].strategy,
-                "seconds": 0.0, "tensors": 1, "digest_seconds": time.perf_counter() - started, "nested": True,
-                "pid": os.getpid()}])
+        _note([Tensor(file=info["path"], name=name, dtype="uint8", shape=(len(mapping),), sha256=digest.hexdigest()),
+               MappedBytesCall(file=info["path"], strategy=_CONFIG["rerun"].strategy,
+                               digest_seconds=time.perf_counter() - started, pid=os.getpid())])
     except Exception as e:  # noqa: BLE001 - a mapping we cannot read: no digest, so the run proves nothing
         failed("mapped-bytes digest", e)
 
@@ -333,7 +327,7 @@ def _digest_all() -> None:
         _digest(mapping)
 
 
-def _note(records: list[dict]) -> None:
+def _note(records: list[Record]) -> None:
     """Append to the manifest; records it could not write (no fd left) go with the next note or at exit."""
     manifest = _CONFIG["rerun"].manifest
     if manifest:

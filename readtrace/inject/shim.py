@@ -45,6 +45,7 @@ from readtrace.pagecache import prefetch as prefetcher
 from readtrace.pagecache.populate import populate
 from readtrace.pagecache.residency import cache_survives_open
 from readtrace.rerun.protocol import LeverName, Rerun, append_manifest, prefetches, process_rank, routes
+from readtrace.rerun.records import LoaderCall, PopulateCall, Record, Tensor
 
 # What our loader may raise for a file the original loader should then be given (it fails or
 # succeeds as it would have without the shim).
@@ -140,9 +141,8 @@ def _force_kwarg(cls, key: str, value) -> None:
 def _record_import(library: str) -> None:
     if _STATE.config.manifest:
         with _STATE.lock:
-            _STATE.pending.append({"event": "call", "call": f"import:{library}", "strategy": _STATE.config.strategy,
-                                   "seconds": 0.0, "tensors": 0,
-                                   "pid": os.getpid()})
+            _STATE.pending.append(LoaderCall(call=f"import:{library}", strategy=_STATE.config.strategy, seconds=0.0,
+                                             tensors=0, pid=os.getpid()))
         _flush()
 
 
@@ -262,7 +262,7 @@ def torch_load(f, *args, **kwargs):
         records = [(n, t, None) for n, t in loaded.flatten(call.result)] if call.result is not None else []
         _record("torch.load", path, call.mode, call.seconds, None, records, call.error,
                 parse=lambda data: loaded.first_tensor_names(loaded.flatten(loaded.torch_from_bytes(data, kwargs))),
-                extra={"mmap": asked_mmap})
+                mmap=asked_mmap)
 
     with _routed(path, kwargs.get("map_location") or (args[0] if args else "cpu"), record) as call:
         if routes(call.mode):
@@ -354,10 +354,9 @@ def _unshare(key: tuple[str, str], shared: _SharedLoad) -> None:
 @guarded("early read")
 def _early_bytes(path: str) -> memoryview | None:
     """``path``'s bytes as read at start-up (early.py), noted in the manifest; None: there are none."""
-    data, note = early.take(path)
+    data, note = early.take(path, _STATE.config.strategy)
     if note is not None:
-        _pending({"event": "call", **note, "strategy": _STATE.config.strategy, "tensors": 0, "nested": True,
-                  "pid": os.getpid()})
+        _pending(note)
     return data
 
 
@@ -558,15 +557,12 @@ def _prefetch_once(path: str) -> bool:
 def _populate_mapping(path: str) -> None:
     """Fault the loader's own mapping of ``path`` in, front to back (no open of ours: see populate)."""
     done, seconds, why = populate(loaded.mapped_ranges(path))
-    record = {"event": "call", "call": "populate", "file": path, "strategy": _STATE.config.strategy,
-              "seconds": seconds, "bytes": done, "tensors": 0, "nested": True, "pid": os.getpid()}
-    if why:
-        record["note"] = why
-    _pending(record)
+    _pending(PopulateCall(file=path, strategy=_STATE.config.strategy, seconds=seconds, bytes=done, pid=os.getpid(),
+                          note=why or None))
 
 
 @guarded("manifest record")
-def _pending(record: dict) -> None:
+def _pending(record: Record) -> None:
     """A manifest record written with the next flush."""
     if _STATE.config.manifest:
         with _STATE.lock:
@@ -576,14 +572,14 @@ def _pending(record: dict) -> None:
 @guarded("manifest record")
 def _record(call: str, path: str, mode: str, seconds: float, fallback: str | None, tensors,
             error: str | None, *, digest: bool | None = None, nested: bool = False, parse=None,
-            extra: dict | None = None) -> None:
+            mmap: bool | None = None) -> None:
     """Queue one call line and its tensors' lines (``tensors``: (name, tensor, slice index or None)).
 
     Every tensor is digested now, when the loader call has returned (after the clock stopped): in
     memory where the loader copied it, from the file's bytes as they are now (``readtrace.inject.loaded``,
     read past the page cache) where it is a lazy mapping of the file, so digesting reads nothing
     through the script's mapping. ``digest=False`` leaves the digests to ``manifest.fill_digests``.
-    ``parse``: bytes -> {name: tensor} for the file's format (default safetensors).
+    ``parse``: bytes -> {name: tensor} for the file's format (default safetensors); ``mmap``: torch.load's.
     """
     if not _STATE.config.manifest:
         return
@@ -592,22 +588,15 @@ def _record(call: str, path: str, mode: str, seconds: float, fallback: str | Non
         lines = [tensor_record(path, name, tensor, index=index, digest=False) for name, tensor, index in tensors]
     else:
         lines = _digested(path, tensors, parse or loaded.safetensors_from_bytes)
-    call_line = {"event": "call", "call": call, "file": path, "strategy": mode, "seconds": seconds,
-                 "tensors": len(lines), "digest_seconds": time.perf_counter() - started, "pid": os.getpid()}
-    if _STATE.config.lever:
-        call_line["lever"] = _STATE.config.lever
-    call_line.update(extra or {})
-    if fallback:
-        call_line["fallback"] = fallback
-    if error:
-        call_line["error"] = error
-    if nested:
-        call_line["nested"] = True  # inside a recorded call: its time is already counted there
+    call_line = LoaderCall(call=call, file=path, strategy=mode, seconds=seconds, tensors=len(lines),
+                           digest_seconds=time.perf_counter() - started, pid=os.getpid(),
+                           lever=_STATE.config.lever or None, mmap=mmap, fallback=fallback or None,
+                           error=error or None, nested=nested or None)  # nested: its time counts in its caller
     with _STATE.lock:
         _STATE.pending.extend([*lines, call_line])
 
 
-def _digested(path: str, tensors, parse) -> list[dict]:
+def _digested(path: str, tensors, parse) -> list[Tensor]:
     ranges = loaded.mapped_ranges(path) if os.path.exists(path) else []
     from_file = None
     lines = []

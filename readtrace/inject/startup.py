@@ -25,6 +25,7 @@ from readtrace.pagecache.pin import DEFAULT_HOLD_S, Pins
 from readtrace.pagecache.prefetch import DEFAULT_THREADS, local_rank_and_size, prefetch_pieces
 from readtrace.pagecache.residency import cache_survives_open
 from readtrace.rerun.protocol import Rerun, append_manifest, process_rank
+from readtrace.rerun.records import PrefetchCall, Record
 
 _HELD: list[Pins] = []  # prefetched pages locked in memory until their hold time ends or we exit
 _PENDING: dict[str, threading.Event] = {}  # files a background prefetch is still reading
@@ -112,16 +113,15 @@ def _prefetch_and_note(rerun: Rerun, pieces: list) -> None:
         result = prefetch_pieces(pieces, threads=rerun.prefetch_threads or DEFAULT_THREADS, progress=False,
                                  pin=hold_s > 0)
     except ReadtraceError as e:
-        _note(rerun, {"event": "call", "call": "prefetch", "strategy": rerun.strategy, "seconds": 0.0,
-                      "error": str(e), "pid": os.getpid()})
+        _note(rerun, PrefetchCall(strategy=rerun.strategy, seconds=0.0, error=str(e), pid=os.getpid()))
         return
     if result.pins is not None:
         result.pins.hold(hold_s)
         _HELD.append(result.pins)
-    _note(rerun, {"event": "call", "call": "prefetch", "file": os.pathsep.join(files), "strategy": rerun.strategy,
-                  "seconds": time.perf_counter() - started, "bytes": result.bytes_read, "tensors": 0,
-                  "background": rerun.prefetch_background, "nested": rerun.prefetch_background,
-                  "pinned_bytes": result.pinned_bytes, "pin_note": result.pin_note, "pid": os.getpid()})
+    _note(rerun, PrefetchCall(file=os.pathsep.join(files), strategy=rerun.strategy,
+                              seconds=time.perf_counter() - started, bytes=result.bytes_read, tensors=0,
+                              background=rerun.prefetch_background, nested=rerun.prefetch_background,
+                              pinned_bytes=result.pinned_bytes, pin_note=result.pin_note, pid=os.getpid()))
 
 
 @guarded("wait for the prefetch", default=0.0)
@@ -167,12 +167,11 @@ def _cache_kept(path: str) -> bool:
 
 def _note_never_taken(rerun: Rerun, pid: int) -> None:
     if os.getpid() == pid:  # a forked child runs its parent's atexit handlers too
-        for record in early.never_taken():
-            _note(rerun, {"event": "call", **record, "strategy": rerun.strategy, "tensors": 0, "nested": True,
-                          "pid": pid})
+        for record in early.never_taken(rerun.strategy):
+            _note(rerun, record)
 
 
 @guarded("manifest write")
-def _note(rerun: Rerun, record: dict) -> None:
+def _note(rerun: Rerun, record: Record) -> None:
     if rerun.manifest:
         append_manifest(rerun.manifest, [record])

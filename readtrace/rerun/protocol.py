@@ -3,7 +3,7 @@
 The host puts a ``Rerun`` into the child's environment (``to_env``); the sitecustomize hook, the
 start-up prefetch and the shim read it back (``from_env``). Nothing else reads or writes READTRACE_*
 variables. The child answers through the manifest, a JSON-lines file that ``append_manifest`` alone
-writes. Standard library only and import-free: the command line reads the strategy names before
+writes (its records: rerun/records.py). Standard library only and import-free: the command line reads the strategy names before
 loading torch, and the hook reads the rest before the user's script runs.
 
 To add a setting: a field with a default here, and its variable in ``_VARIABLES``.
@@ -11,12 +11,15 @@ To add a setting: a field with a default here, and its variable in ``_VARIABLES`
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, fields, replace
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the hook reads the Rerun alone: the records load with the first write
+    from readtrace.rerun.records import Record
 
 OWN_FD_PER_FORK = "own-fd-per-fork"  # each forked worker reopens the checkpoint fds it inherited (inject/forkfd.py)
 POPULATE = "populate"  # a checkpoint the script maps is read ahead through the loader's own fd (inject/mapfill.py)
@@ -119,13 +122,15 @@ class Rerun:
         env.update(self.to_env({}))
 
 
-def append_manifest(path: str | os.PathLike, records: list[dict]) -> None:
+def append_manifest(path: str | os.PathLike, records: list[Record]) -> None:
     """Append records as JSON lines in one write (O_APPEND: safe from several processes). Under
     torchrun each record carries the writer's ``rank`` (its RANK), so the host compares rank by rank."""
+    from readtrace.rerun.records import manifest_line
+
     rank = process_rank()
     if rank is not None:
-        records = [{**r, "rank": rank} for r in records]
-    data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()
+        records = [replace(r, rank=rank) for r in records]
+    data = "".join(manifest_line(r) for r in records).encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         os.write(fd, data)

@@ -52,7 +52,7 @@ def test_auto_leaves_a_fast_local_load_alone_and_says_why(tmp_path):
     assert result.choice.floor.bytes == path.stat().st_size
     assert result.diff.all_identical and result.diff.count == 8 and result.unproven == []
     fixed_calls = result.side("fixed")[0].manifest.calls
-    assert {c["strategy"] for c in fixed_calls} == {"none"}  # the load ran exactly as the user wrote it
+    assert {c.strategy for c in fixed_calls} == {"none"}  # the load ran exactly as the user wrote it
     assert result.left_alone and result.speedup is None and result.rerun_ratio > 0  # no gain claimed
     text = table(result)
     assert "auto chose: left alone" in text and "floor: sequential read of" in text

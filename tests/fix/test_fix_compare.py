@@ -63,13 +63,13 @@ def test_compare_interleaves_cold_runs_and_matches_tensors(tmp_path, checkpoint)
     assert result.diff.all_identical and result.diff.count == 8 + 2
     assert all(r.wall_s > 0 and r.loader_s > 0 for r in result.runs)
     fixed_calls = result.side("fixed")[0].manifest.calls
-    assert {(c["call"], c["strategy"]) for c in fixed_calls} == {("prefetch", "both"), ("load_file", "both"),
+    assert {(c.call, c.strategy) for c in fixed_calls} == {("prefetch", "both"), ("load_file", "both"),
                                                                   ("safe_open", "both")}
-    prefetched = next(c for c in fixed_calls if c["call"] == "prefetch")
-    assert prefetched["bytes"] == os.path.getsize(checkpoint)
+    prefetched = next(c for c in fixed_calls if c.call == "prefetch")
+    assert prefetched.bytes == os.path.getsize(checkpoint)
     if os.geteuid() == 0:  # not limited by RLIMIT_MEMLOCK: every prefetched page stays locked until used
-        assert prefetched["pinned_bytes"] >= os.path.getsize(checkpoint) and prefetched["pin_note"] == ""
-    assert {c["strategy"] for c in result.side("baseline")[0].manifest.calls} == {"none"}
+        assert prefetched.pinned_bytes >= os.path.getsize(checkpoint) and prefetched.pin_note == ""
+    assert {c.strategy for c in result.side("baseline")[0].manifest.calls} == {"none"}
     kept = sorted(p.name for p in (tmp_path / "work").iterdir())
     assert "01-baseline.jsonl" in kept and "03-fixed.log" in kept
 
@@ -177,7 +177,7 @@ def test_warm_auto_leaves_a_local_cpu_load_alone(tmp_path, checkpoint):
                      files=[str(checkpoint)], cold=False)
     assert result.cold is False and result.evictions == [] and result.diff.all_identical
     calls = result.side("fixed")[0].manifest.calls
-    assert {c["strategy"] for c in calls} == {"none"} and not any(c["call"] == "prefetch" for c in calls)
+    assert {c.strategy for c in calls} == {"none"} and not any(c.call == "prefetch" for c in calls)
     assert "warm run each" in _table(result)
 
 
@@ -191,9 +191,11 @@ def test_table_from_recorded_summaries():
     """Rendering only (synthetic runs): trace rows and findings appear when the runs were recorded."""
     from readtrace.fix.compare import Comparison, Run
     from readtrace.inject.manifest import Manifest, ManifestDiff
+    from readtrace.rerun.records import LoaderCall
 
     def run(side, wall, loader, summary):
-        return Run(side, 0, 0, wall, Manifest([], [{"seconds": loader}]), f"{side}.rtrace", summary)
+        call = LoaderCall(call="load_file", strategy="none", seconds=loader, tensors=0, pid=1)
+        return Run(side, 0, 0, wall, Manifest([], [call]), f"{side}.rtrace", summary)
 
     base = {"cache_miss_bytes": 1 << 30, "bytes_read": 1 << 30, "fuse_read_requests": 5512,
             "handle_consecutive_fraction": 0.12, "lost_events": 0, "findings": ["SHARED_FD_INTERLEAVE"]}

@@ -9,8 +9,9 @@ import json
 from lab.loaders import LOADERS
 from readtrace.fix.candidates import candidates
 from readtrace.fix.compare import compare
-from readtrace.fix.levers import FORKED_SHARED, NO_FORKED_SHARING
+from readtrace.fix.levers import NO_FORKED_SHARING
 from readtrace.rerun.protocol import OWN_FD_PER_FORK
+from readtrace.rerun.records import FORKED_SHARED
 from readtrace.workloads import make_checkpoint
 
 
@@ -42,9 +43,9 @@ def test_discovery_finds_the_file_a_raw_pread_fork_pool_shares(tmp_path):
     cmd = LOADERS["fork_pool"].command(tmp_path, digests)
     result = compare(cmd, strategy=OWN_FD_PER_FORK, workdir=tmp_path / "work")  # no files given
     assert result.files == [str(path)]
-    fixed = [c for c in result.side("fixed")[0].manifest.calls if c["call"] == FORKED_SHARED]
-    base = [c for c in result.side("baseline")[0].manifest.calls if c["call"] == FORKED_SHARED]
-    assert len({c["pid"] for c in fixed}) == 4 and all(c["reopened"] for c in fixed)
-    assert len({c["pid"] for c in base}) == 4 and not any(c["reopened"] for c in base)
+    fixed = [c for c in result.side("fixed")[0].manifest.calls if c.call == FORKED_SHARED]
+    base = [c for c in result.side("baseline")[0].manifest.calls if c.call == FORKED_SHARED]
+    assert len({c.pid for c in fixed}) == 4 and all(c.reopened for c in fixed)
+    assert len({c.pid for c in base}) == 4 and not any(c.reopened for c in base)
     runs = [json.loads(line) for line in digests.read_text().splitlines()]
     assert len(runs) == 3 and len({(r["tensors"], r["digest"]) for r in runs}) == 1  # discovery, baseline, fixed

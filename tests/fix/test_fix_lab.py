@@ -82,9 +82,9 @@ def test_compare_names_a_mount_that_drops_the_cache(tmp_path):
     assert result.diff.all_identical
     assert any("lose their page cache on every open()" in n for n in result.notes)
     fixed_calls = result.side("fixed")[0].manifest.calls
-    assert not any(c["call"] == "prefetch" for c in fixed_calls)  # skipped: it would be dropped anyway
+    assert not any(c.call == "prefetch" for c in fixed_calls)  # skipped: it would be dropped anyway
     # the pattern calls safetensors' load_file: the own-fd loader still serves it
-    assert any(c["call"] == "load_file" and c["strategy"] == "both" and c.get("nested") and "fallback" not in c
+    assert any(c.call == "load_file" and c.strategy == "both" and c.nested and c.fallback is None
                for c in fixed_calls)
 
 
@@ -130,8 +130,8 @@ def test_own_fd_per_fork_reads_one_handle_per_worker(lab):
     assert fixed.groupby("fh")["pid"].nunique().max() == 1, fixed.groupby("fh")["pid"].unique()
     assert fixed.groupby("pid")["fh"].nunique().max() == 1  # and each on exactly one handle
     assert fixed["fh"].nunique() >= 4
-    reopened = [c for c in result.side("fixed")[0].manifest.calls if c["call"] == "fork:shared-fd"]
-    assert len({c["pid"] for c in reopened}) == 4 and all(c["reopened"] for c in reopened)
+    reopened = [c for c in result.side("fixed")[0].manifest.calls if c.call == "fork:shared-fd"]
+    assert len({c.pid for c in reopened}) == 4 and all(c.reopened for c in reopened)
     base_sum, fixed_sum = result.side("baseline")[0].summary, result.side("fixed")[0].summary
     assert base_sum["lost_events"] == 0 and fixed_sum["lost_events"] == 0
     assert "SHARED_FD_INTERLEAVE" in base_sum["findings"]

@@ -80,20 +80,20 @@ def test_populate_reads_the_file_once_ahead_and_every_run_digests_the_mapped_byt
         path = mnt / "weights.raw"
         base = run(tmp_path, RAW_MMAP, path, "none", "base")
         fixed = run(tmp_path, RAW_MMAP, path, POPULATE, "fixed", inline)
-    assert not any(c.get("call") == "populate" for c in base.calls)
-    [pop] = [c for c in fixed.calls if c.get("call") == "populate"]
+    assert not any(c.call == "populate" for c in base.calls)
+    [pop] = [c for c in fixed.calls if c.call == "populate"]
     if inline:  # the whole file, on the loader's fd, before mmap.mmap returned
-        assert pop["how"] == INLINE and pop["bytes"] == 16 * MiB and "note" not in pop, pop
+        assert pop.how == INLINE and pop.bytes == 16 * MiB and pop.note is None, pop
     # alongside: a helper process, stopped when the load ends: at 2 ms the 4 threads may finish first (even
     # before the helper reopened the file), and then the helper says so instead of having read it all
-    elif "note" in pop:
-        assert pop["note"] == "stopped: the load ended first" and pop["bytes"] <= 16 * MiB, pop
+    elif pop.note is not None:
+        assert pop.note == "stopped: the load ended first" and pop.bytes <= 16 * MiB, pop
     else:
-        assert pop["how"] == "reopened" and pop["bytes"] == 16 * MiB, pop
+        assert pop.how == "reopened" and pop.bytes == 16 * MiB, pop
     for m in (base, fixed):
-        assert [c["call"] for c in m.calls if c.get("call") == "mmap"] == ["mmap"]
+        assert [c.call for c in m.calls if c.call == "mmap"] == ["mmap"]
         [digest] = m.tensors
-        assert digest["sha256"] == sha and digest["shape"] == [16 * MiB]
+        assert digest.sha256 == sha and digest.shape == (16 * MiB,)
     assert compare_manifests(base, fixed).all_identical
 
 
@@ -111,14 +111,14 @@ def test_a_populate_that_cannot_start_leaves_the_mapping_untouched(tmp_path, inl
                                  text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip().isdigit(), out.stderr  # the script's mapping worked
     fixed = read_manifest(manifest)
-    populated = [c for c in fixed.calls if c.get("call") == "populate"]
+    populated = [c for c in fixed.calls if c.call == "populate"]
     if inline:
         assert "readtrace" not in out.stderr, out.stderr
-        assert [(c["how"], c["bytes"]) for c in populated] == [(INLINE, 4 * MiB)]
+        assert [(c.how, c.bytes) for c in populated] == [(INLINE, 4 * MiB)]
     else:
         assert "readtrace's populate failed" in out.stderr and "this run is unproven" in out.stderr
         assert not populated
-    assert [t["sha256"] for t in fixed.tensors] == [sha]  # the script's mapping read the file's bytes
+    assert [t.sha256 for t in fixed.tensors] == [sha]  # the script's mapping read the file's bytes
 
 
 @pytest.mark.fuse
@@ -131,7 +131,7 @@ def test_auto_picks_populate_on_a_mount_that_drops_the_cache(tmp_path, script):
     assert result.choice.chosen.strategy == POPULATE, result.choice.why
     assert result.speedup is not None and result.speedup >= 1.3, result.choice.why
     assert result.diff.all_identical and result.diff.count == 1 and not result.unproven
-    assert {t["sha256"] for r in result.runs for t in r.manifest.tensors} == {sha}
+    assert {t.sha256 for r in result.runs for t in r.manifest.tensors} == {sha}
 
 
 GGUF_LOAD = """

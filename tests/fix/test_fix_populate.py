@@ -51,9 +51,9 @@ def test_background_prefetch_is_waited_for_and_loads_the_same(tmp_path):
     save_file(tensors(tmp_path, 8), path)
     base = run(tmp_path, LOAD, path, "none", "base")
     fixed = run(tmp_path, LOAD, path, "prefetch", "fixed", prefetch_background=True)
-    [pre] = [c for c in fixed.calls if c["call"] == "prefetch"]
-    assert pre["background"] is True and pre["bytes"] == path.stat().st_size
-    assert pre["nested"] is True  # overlapped with start-up: not counted as time inside loader calls
+    [pre] = [c for c in fixed.calls if c.call == "prefetch"]
+    assert pre.background is True and pre.bytes == path.stat().st_size
+    assert pre.nested is True  # overlapped with start-up: not counted as time inside loader calls
     assert compare_manifests(base, fixed).all_identical and len(fixed.tensors) == 8
 
 
@@ -74,9 +74,9 @@ def test_mount_that_drops_the_cache_gets_the_loaders_mapping_populated(tmp_path,
     path = mnt / name
     base = run(tmp_path, script, path, "none", "base")
     fixed = run(tmp_path, script, path, "prefetch", "fixed")
-    assert not any(c["call"] == "prefetch" for c in fixed.calls)  # before the open it would be dropped
-    [pop] = [c for c in fixed.calls if c["call"] == "populate"]
-    assert pop["bytes"] >= path.stat().st_size - 4096 and "note" not in pop
+    assert not any(c.call == "prefetch" for c in fixed.calls)  # before the open it would be dropped
+    [pop] = [c for c in fixed.calls if c.call == "populate"]
+    assert pop.bytes >= path.stat().st_size - 4096 and pop.note is None
     assert compare_manifests(base, fixed).all_identical and len(fixed.tensors) == 8
 
 
@@ -96,11 +96,11 @@ def test_mount_that_drops_the_cache_has_the_own_fd_files_read_at_start_up(tmp_pa
     path = dropping / name
     base = run(tmp_path, script, path, "none", "base")
     fixed = run(tmp_path, script, path, "own-fd", "fixed")
-    [read] = [c for c in fixed.calls if c["call"] == "early read"]
-    assert read["bytes"] == path.stat().st_size and "note" not in read and read["nested"] is True
+    [read] = [c for c in fixed.calls if c.call == "early read"]
+    assert read.bytes == path.stat().st_size and read.note is None and read.nested is True
     assert compare_manifests(base, fixed).all_identical and len(fixed.tensors) == 8
     off = run(tmp_path, script, path, "own-fd", "off", early_read=False)
-    assert not any(c["call"] == "early read" for c in off.calls)
+    assert not any(c.call == "early read" for c in off.calls)
     assert compare_manifests(base, off).all_identical
 
 
@@ -160,17 +160,18 @@ def test_fix_reads_early_only_for_loads_the_shim_routes(tmp_path, dropping, scri
     (tmp_path / "load.py").write_text(script)
     result = compare([sys.executable, str(tmp_path / "load.py"), str(path)], strategy="own-fd", files=[str(path)])
     [fixed] = result.side("fixed")
-    early = [c for c in fixed.manifest.calls if c["call"] == "early read"]  # taken, or noted at exit unused
+    early = [c for c in fixed.manifest.calls if c.call == "early read"]  # taken, or noted at exit unused
     assert fixed.exit_code == 0 and len(early) == (1 if routed else 0)
-    assert all("note" not in c for c in early)
+    assert all(c.note is None for c in early)
 
 
 def test_early_reads_only_where_a_routed_load_ran_outside_a_distributed_job():
     from readtrace.fix.compare import early_read_helps
     from readtrace.inject.manifest import Manifest
+    from readtrace.rerun.records import record_of
 
     def manifest(*calls):
-        return Manifest(tensors=[], calls=[{"event": "call", **c} for c in calls])
+        return Manifest(tensors=[], calls=[record_of({"event": "call", **c}) for c in calls])
 
     assert early_read_helps(manifest({"call": "load_file"}))
     assert early_read_helps(manifest({"call": "torch.load", "mmap": True}))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from workloads import free_port, torchrun_cmd
 from readtrace.inject.manifest import Manifest, compare_manifests, read_manifest
 from readtrace.rerun.protocol import append_manifest
 from readtrace.rerun.rankplan import SPANS, SPLIT, RankPlan, plan_from_spans
+from readtrace.rerun.records import Tensor
 
 MiB = 1 << 20
 WORKLOAD = Path(__file__).resolve().parents[1] / "workloads" / "rank_load.py"
@@ -57,13 +59,12 @@ def _saved(plan, tmp_path) -> Path:
 
 def test_manifest_records_carry_the_rank_and_ranks_are_compared_apart(tmp_path, monkeypatch):
     path = tmp_path / "m.jsonl"
-    tensor = {"event": "tensor", "file": "f", "dtype": "float32", "shape": [1]}
     for rank, digests in ((0, "a"), (1, "b")):
         monkeypatch.setenv("RANK", str(rank))
-        append_manifest(path, [{**tensor, "name": "w", "sha256": digests}])
+        append_manifest(path, [Tensor(file="f", name="w", dtype="float32", shape=(1,), sha256=digests)])
     baseline = read_manifest(path)
-    assert [t["rank"] for t in baseline.tensors] == [0, 1]
-    swapped = Manifest([{**t, "rank": 1 - t["rank"]} for t in baseline.tensors], [])
+    assert [t.rank for t in baseline.tensors] == [0, 1]
+    swapped = Manifest([replace(t, rank=1 - t.rank) for t in baseline.tensors], [])
     diff = compare_manifests(baseline, swapped)  # the same multiset of tensors, on the wrong ranks
     assert not diff.all_identical and diff.differing == ["w (f, rank 0)", "w (f, rank 1)"]
 

@@ -32,6 +32,7 @@ from readtrace.fix.verdict import (
 )
 from readtrace.inject.manifest import Manifest, ManifestDiff
 from readtrace.pagecache.evict import Eviction
+from readtrace.rerun.records import LoaderCall, Tensor
 from readtrace.workloads import make_checkpoint
 
 SCHEMA = json.loads((Path(__file__).parents[2] / "docs" / "fix-compare.schema.json").read_text())
@@ -111,8 +112,9 @@ def test_a_lever_the_installed_version_lacks_is_the_users_change(monkeypatch):
 
 
 def _run(side, wall, tensors=(), label="", summary=None):
-    manifest = Manifest([{"file": "/m/model.safetensors", "name": n, "dtype": "F32", "shape": [2], "sha256": h}
-                         for n, h in tensors], [{"call": "load_file", "seconds": wall / 2}])
+    manifest = Manifest([Tensor(file="/m/model.safetensors", name=n, dtype="F32", shape=(2,), sha256=h)
+                         for n, h in tensors],
+                        [LoaderCall(call="load_file", strategy="none", seconds=wall / 2, tensors=len(tensors), pid=1)])
     return Run(side, 0, 0, wall, manifest, summary=summary, label=label)
 
 

@@ -23,13 +23,13 @@ def test_taken_once_with_the_files_bytes_and_the_same_tensors(tmp_path):
     path = tmp_path / "model.safetensors"
     expected = checkpoint(path)
     assert early.start([str(path)], chunk_bytes=4096) == [str(path)]
-    data, note = early.take(str(path))
+    data, note = early.take(str(path), "both")
     assert bytes(data) == path.read_bytes()
-    assert note["bytes"] == path.stat().st_size and "note" not in note
+    assert note.bytes == path.stat().st_size and note.note is None
     loaded = tensors_from_memory(path, data)
     assert loaded.keys() == expected.keys() == load_file(path).keys()
     assert all(torch.equal(loaded[k], expected[k]) for k in expected)
-    assert early.take(str(path)) == (None, None)  # once: a second load reads the file itself
+    assert early.take(str(path), "both") == (None, None)  # once: a second load reads the file itself
 
 
 def test_a_file_changed_since_is_not_used(tmp_path):
@@ -39,8 +39,8 @@ def test_a_file_changed_since_is_not_used(tmp_path):
     early._EARLY[str(path)].done.wait()
     st = path.stat()
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # rewritten in place
-    data, note = early.take(str(path))
-    assert data is None and "changed" in note["note"]
+    data, note = early.take(str(path), "both")
+    assert data is None and "changed" in note.note
 
 
 def test_nothing_is_read_early_that_does_not_fit_in_memory(tmp_path, monkeypatch):
@@ -48,7 +48,7 @@ def test_nothing_is_read_early_that_does_not_fit_in_memory(tmp_path, monkeypatch
     checkpoint(path)
     monkeypatch.setattr(early, "MEMORY_SHARE", 0.0)
     assert early.start([str(path)], chunk_bytes=1 << 20) == []
-    assert early.take(str(path)) == (None, None)
+    assert early.take(str(path), "both") == (None, None)
 
 
 def test_a_file_that_cannot_be_read_is_left_to_the_loader(tmp_path):
@@ -68,9 +68,9 @@ def test_start_up_reads_early_on_dropping_mounts_and_still_prefetches_the_others
     monkeypatch.setattr(startup, "_cache_kept", lambda f: str(f) == str(keep))
     env = Rerun(strategy="both", prefetch_files=(str(drop), str(keep)), prefetch_pin_s=0).to_env({})
     startup.prefetch_at_start(env)
-    data, _ = early.take(str(drop))
+    data, _ = early.take(str(drop), "both")
     assert bytes(data) == drop.read_bytes()
-    assert early.take(str(keep)) == (None, None)
+    assert early.take(str(keep), "both") == (None, None)
     assert set(Rerun.from_env(env).prefetched) == {str(drop), str(keep)}
 
 

@@ -130,11 +130,11 @@ def test_pool_workers_get_their_own_description(ckpt, tmp_path, context):
     assert got["parent"] == 7  # the workers' seeks moved their own descriptions, not the parent's
     for _at, inheritable, data in got["workers"]:
         assert data == head and inheritable is False
-    notes = [c for c in read_manifest(manifest).calls if c["call"] == "fork:shared-fd"]
+    notes = [c for c in read_manifest(manifest).calls if c.call == "fork:shared-fd"]
     if context == "fork":
-        assert len({c["pid"] for c in notes}) == 3 and all(c["reopened"] for c in notes)
+        assert len({c.pid for c in notes}) == 3 and all(c.reopened for c in notes)
     else:
-        assert not any(c["file"] == ckpt for c in notes)  # nothing inherited: nothing to do
+        assert not any(c.file == ckpt for c in notes)  # nothing inherited: nothing to do
 
 
 def test_baseline_notes_shared_fds_without_touching_them(ckpt, tmp_path):
@@ -145,9 +145,9 @@ def test_baseline_notes_shared_fds_without_touching_them(ckpt, tmp_path):
         out = subprocess.run([sys.executable, str(script), ckpt, "fork"], env=env, capture_output=True,
                              text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    notes = [c for c in read_manifest(manifest).calls if c["call"] == "fork:shared-fd"]
-    assert len({c["pid"] for c in notes}) == 3 and not any(c["reopened"] for c in notes)
-    assert all(c["file"] == ckpt for c in notes)
+    notes = [c for c in read_manifest(manifest).calls if c.call == "fork:shared-fd"]
+    assert len({c.pid for c in notes}) == 3 and not any(c.reopened for c in notes)
+    assert all(c.file == ckpt for c in notes)
     assert json.loads(out.stdout)["parent"] != 7  # shared: a worker's seek moved the parent's offset
 
 
@@ -161,7 +161,7 @@ def test_discovery_names_the_shared_file(ckpt, tmp_path):
         out = subprocess.run([sys.executable, str(script), ckpt, "fork"], env=env, capture_output=True,
                              text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert ckpt in {c["file"] for c in read_manifest(manifest).calls if c["call"] == "fork:shared-fd"}
+    assert ckpt in {c.file for c in read_manifest(manifest).calls if c.call == "fork:shared-fd"}
 
 
 NESTED = textwrap.dedent("""
@@ -193,8 +193,8 @@ def test_exec_children_and_grandchildren_get_their_own_description(ckpt, tmp_pat
                              timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "True", "True"]
-    notes = [c for c in read_manifest(tmp_path / "m.jsonl").calls if c["call"] == "fork:shared-fd"]
-    assert {c["when"] for c in notes} == {"exec", "fork"} and all(c["reopened"] for c in notes)
+    notes = [c for c in read_manifest(tmp_path / "m.jsonl").calls if c.call == "fork:shared-fd"]
+    assert {c.when for c in notes} == {"exec", "fork"} and all(c.reopened for c in notes)
 
 
 def test_plain_fix_without_files_reopens_any_inherited_read_only_file(ckpt, tmp_path):

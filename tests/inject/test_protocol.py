@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 from readtrace.rerun.environment import shim_environment
 from readtrace.rerun.protocol import Rerun, append_manifest, prefetches, routes
+from readtrace.rerun.records import LoaderCall, Tensor
 
 
 def test_round_trip_through_the_environment():
@@ -53,8 +55,9 @@ def test_shim_environment_keeps_the_users_tuning(tmp_path):
 
 def test_append_manifest_is_one_line_per_record(tmp_path):
     path = tmp_path / "m.jsonl"
-    append_manifest(path, [{"event": "call", "n": 1}])
-    append_manifest(path, [{"event": "tensor", "name": "w"}, {"event": "call", "n": 2}])
+    call = LoaderCall(call="load_file", file="f", strategy="none", seconds=1.0, tensors=1, pid=1)
+    append_manifest(path, [call])
+    append_manifest(path, [Tensor(file="f", name="w", dtype="uint8", shape=(1,)), replace(call, seconds=2.0)])
     assert [json.loads(line)["event"] for line in path.read_text().splitlines()] == ["call", "tensor", "call"]
 
 
@@ -72,3 +75,50 @@ def test_the_fix_host_does_not_import_torch():
     code = "import sys, readtrace.commands.fix, readtrace.fix.compare, readtrace.inject.manifest; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# One line of each kind as the child writes it (and wrote it before the records were typed).
+LINES = [
+    '{"event":"tensor","file":"/m/a.safetensors","name":"w","dtype":"float32","shape":[2,3],"sha256":null}',
+    '{"event":"tensor","file":"/m/a.safetensors","name":"w[0:1]","dtype":"float32","shape":[1,3],"tensor":"w",'
+    '"index":[{"slice":[0,1,null]}],"sha256":"ab","rank":1}',
+    '{"event":"call","call":"torch.load","file":"/m/a.pt","strategy":"none","seconds":0.5,"tensors":2,'
+    '"digest_seconds":0.1,"pid":7,"lever":"torch-load-no-mmap","mmap":true,"fallback":"no GPU","error":"E: x",'
+    '"nested":true}',
+    '{"event":"call","call":"import:transformers","strategy":"none","seconds":0.0,"tensors":0,"pid":7}',
+    '{"event":"call","call":"prefetch","strategy":"both","seconds":0.0,"error":"no such file","pid":7}',
+    '{"event":"call","call":"prefetch","file":"/m/a:/m/b","strategy":"both","seconds":1.5,"bytes":10,"tensors":0,'
+    '"background":false,"nested":false,"pinned_bytes":0,"pin_note":"","pid":7,"rank":0}',
+    '{"event":"call","call":"populate","file":"/m/a","strategy":"populate","how":"reopened","seconds":1.0,'
+    '"bytes":5,"tensors":0,"nested":true,"pid":8,"note":"stopped: the load ended first"}',
+    '{"event":"call","call":"early read","file":"/m/a","seconds":1.0,"bytes":5,"waited_s":0.5,"strategy":"own-fd",'
+    '"tensors":0,"nested":true,"pid":7}',
+    '{"event":"call","call":"mmap","file":"/m/a","seconds":0.0,"strategy":"none","tensors":0,"nested":true,"pid":7}',
+    '{"event":"call","call":"mapped bytes","file":"/m/a","strategy":"none","seconds":0.0,"tensors":1,'
+    '"digest_seconds":0.2,"nested":true,"pid":7}',
+    '{"event":"call","call":"fork:shared-fd","file":"/m/a","fd":3,"when":"fork","reopened":false,"seconds":0.0,'
+    '"nested":true,"pid":9}',
+    '{"event":"unproven","reason":"readtrace\'s populate failed","pid":7}',
+]
+
+
+def test_manifest_lines_read_back_to_records_that_write_the_same_lines():
+    from readtrace.rerun.records import Call, Tensor, Unproven, manifest_line, read_records
+
+    records = list(read_records([line + "\n" for line in LINES], "m.jsonl"))
+    assert [manifest_line(r) for r in records] == [line + "\n" for line in LINES]
+    assert [type(r) for r in records[:2]] == [Tensor, Tensor] and isinstance(records[-1], Unproven)
+    assert all(isinstance(r, Call) for r in records[2:-1])
+    mmap = records[8]
+    assert (mmap.call, mmap.file, mmap.bytes, mmap.fallback) == ("mmap", "/m/a", None, None)  # a kind's missing field
+
+
+def test_a_cut_off_last_line_ends_the_records_unproven_and_a_corrupt_one_is_an_error():
+    import pytest
+
+    from readtrace.rerun.records import CorruptManifest, Unproven, read_records
+
+    *_, last = read_records([LINES[0] + "\n", '{"event":"ten'], "m.jsonl")
+    assert isinstance(last, Unproven) and last.reason == "m.jsonl:2: the manifest's last line is cut off (a write failed)"
+    with pytest.raises(CorruptManifest, match="m.jsonl:1: corrupt manifest line"):
+        list(read_records(["{\n", LINES[0] + "\n"], "m.jsonl"))

@@ -73,14 +73,14 @@ def test_own_fd_run_loads_identical_tensors_through_the_loader(workload):
     assert "bad=SafetensorError" in fixed_out  # a broken file fails exactly as without the shim
     diff = compare_manifests(base, fixed)
     assert diff.all_identical and diff.count == 5 + 1 + 1 == diff.identical
-    names = sorted(t["name"] for t in fixed.tensors)
+    names = sorted(t.name for t in fixed.tensors)
     assert names == ["b1", "emb", "empty", "head[1:3]", "mask", "s", "w1"]
-    calls = {(os.path.basename(c["file"]), c["call"]): c for c in fixed.calls}
-    assert calls["a.safetensors", "load_file"]["strategy"] == "both"
-    assert "fallback" not in calls["a.safetensors", "load_file"]
-    assert "not a valid safetensors file" in calls["bad.safetensors", "load_file"]["fallback"]
-    assert all(c["seconds"] > 0 for c in fixed.calls)
-    assert {c["strategy"] for c in base.calls} == {"none"}
+    calls = {(os.path.basename(c.file), c.call): c for c in fixed.calls}
+    assert calls["a.safetensors", "load_file"].strategy == "both"
+    assert calls["a.safetensors", "load_file"].fallback is None
+    assert "not a valid safetensors file" in calls["bad.safetensors", "load_file"].fallback
+    assert all(c.seconds > 0 for c in fixed.calls)
+    assert {c.strategy for c in base.calls} == {"none"}
 
 
 def test_baseline_recording_reads_nothing_the_script_does_not(workload):
@@ -112,10 +112,10 @@ def test_baseline_recording_reads_nothing_the_script_does_not(workload):
     # digested when the call returned, from the file read past the page cache: residency unchanged
     loaded = read_manifest(manifest)
     [record] = loaded.tensors
-    assert (record["name"], record["shape"]) == ("w3[:2]", [2, 1024])
+    assert (record.name, record.shape) == ("w3[:2]", (2, 1024))
     assert fill_digests(loaded) == 0
     with safe_open(big, "pt") as f:
-        assert record["sha256"] == tensor_digest(f.get_tensor("w3")[:2])
+        assert record.sha256 == tensor_digest(f.get_tensor("w3")[:2])
 
 
 def test_a_whole_slice_is_the_tensor_loaded_whole(workload):
@@ -140,7 +140,7 @@ def test_a_whole_slice_is_the_tensor_loaded_whole(workload):
         assert out.returncode == 0, out.stderr
         manifests[label] = read_manifest(manifest)
         fill_digests(manifests[label])
-    names = sorted(t["name"] for t in manifests["sliced"].tensors)
+    names = sorted(t.name for t in manifests["sliced"].tensors)
     assert names == ["b1", "b1[1:3]", "empty", "mask", "s", "w1"]  # a part keeps its index
     diff = compare_manifests(manifests["sliced"], manifests["whole"])
     assert diff.all_identical and diff.count == 6, diff
@@ -204,7 +204,7 @@ def test_device_override_loads_straight_to_cuda(workload):
     assert out.stdout.strip() == "{'cuda'}", out.stderr
     _, base = run_script(workload, "none")
     fixed = read_manifest(manifest)
-    assert {(t["name"], t["sha256"]) for t in fixed.tensors} <= {(t["name"], t["sha256"]) for t in base.tensors}
+    assert {(t.name, t.sha256) for t in fixed.tensors} <= {(t.name, t.sha256) for t in base.tensors}
 
 
 TRANSFORMERS_SCRIPT = """
@@ -239,8 +239,8 @@ def test_unchanged_transformers_from_pretrained(tmp_path):
     assert results["none"][0] == results["both"][0]
     diff = compare_manifests(results["none"][1], results["both"][1])
     assert diff.all_identical and diff.count > 10
-    assert {c["strategy"] for c in results["both"][1].calls} == {"both"}
-    assert not any("fallback" in c for c in results["both"][1].calls)
+    assert {c.strategy for c in results["both"][1].calls} == {"both"}
+    assert not any(c.fallback for c in results["both"][1].calls)
 
 
 def test_missing_file_fails_as_without_the_shim(tmp_path):
