@@ -47,7 +47,7 @@ STEP = 2 << 20  # one read's size, and the stretch whose residency decides wheth
 # A file up to this share of MemAvailable is filled before its mapping returns: a larger one would push
 # its own first pages out of the page cache before the loader touched them, and is filled alongside.
 INLINE_FRACTION = 0.5
-INLINE = "before the mapping, on the loader's fd"  # the populate record's "how" for an inline fill
+INLINE = "inline, on the loader's fd"  # the populate record's "how": filled before the mapping (or open) returned
 
 _ORIGINAL = mmap.mmap
 _ORIGINAL_OPEN = io.open
