@@ -130,14 +130,15 @@ def case(trace: Path, pattern: str, latency: float, size: int, floor_s: float | 
     from readtrace.trace import load_trace
 
     a = analyze(load_trace(trace, lean=True))
-    wall, wait = a.summary["wall_s"], a.summary["data_wait_s"]
+    wall, wait = a.summary.wall_s, a.summary.time.data_wait_s
     slow = floor_s is not None and wait > floor_s * (1 + SLOW_FRACTION) + SLOW_S
     own = next(iter(whatif.own_mount_predictions(a)), None)
     return {"pattern": pattern, "latency_ms": latency, "size_mib": size, "wall_s": wall, "data_wait_s": wait,
             "trace": str(trace), "floor_s": floor_s,
             # the report's model against what was measured: the load predicted from its own trace, and
             # the fixed load against the load with its data wait at the floor (what one reader achieved)
-            "predicted_s": own.predicted_s if own else None, "predicted_fixed_s": a.summary.get("predicted_fixed_s"),
+            "predicted_s": own.predicted_s if own else None, "predicted_fixed_s":
+                a.summary.prediction.predicted_fixed_s if a.summary.prediction else None,
             "at_floor_s": wall - wait + floor_s if floor_s is not None and wall is not None else None,
             "slow": slow, "cause": CAUSE.get(pattern) if slow else None,
             "findings": [{"code": f.code, "severity": f.severity, "role": f.role, "cause": f.cause,

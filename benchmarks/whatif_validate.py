@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 PATTERNS = ("mmap-threads", "fork-shared-fd", "fork-own-fd", "per-tensor-pread", "safetensors-default",
@@ -56,7 +57,7 @@ def model(trace: Path, latency_ms: float) -> dict:
     a = analyze(load_trace(trace, lean=True))
     mount = mount_profile(a)
     p = what_if(a, [profile("gcsfuse", latency_ms, request_ms=mount.request_ms if mount else 0.0)])[0]
-    return {"data_wait_s": a.summary["data_wait_s"], "predicted_io_s": p.predicted_io_s,
+    return {"data_wait_s": a.summary.time.data_wait_s, "predicted_io_s": p.predicted_io_s,
             "predicted_fixed_io_s": p.predicted_fixed_io_s, "request_ms": mount.request_ms if mount else 0.0,
             "measured_latency_ms": mount.latency_ms if mount else None}
 
@@ -80,13 +81,14 @@ def report_summary(trace: Path) -> dict:
     a = analyze(load_trace(trace, lean=True))
     mount = mount_profile(a)
     p = what_if(a, [mount])[0] if mount else None
-    return {"wall_s": a.summary.get("wall_s"), "data_wait_s": a.summary.get("data_wait_s"),
-            "predicted_fixed_s": a.summary.get("predicted_fixed_s"),
-            "fixed_strategy": a.summary.get("fixed_strategy"),
-            "predicted_s": p.predicted_s if p else None, "runq_s": a.summary.get("runq_s"),
+    here = asdict(a.summary.prediction) if a.summary.prediction else {}  # the fixed prediction on this mount
+    return {"wall_s": a.summary.wall_s, "data_wait_s": a.summary.time.data_wait_s,
+            "predicted_fixed_s": here.get("predicted_fixed_s"),
+            "fixed_strategy": here.get("fixed_strategy"),
+            "predicted_s": p.predicted_s if p else None, "runq_s": a.summary.time.runq_s,
             "predicted_fixed_io_s": p.predicted_fixed_io_s if p else None,
-            "startup_s": p.startup_s if p else None, "mount_latency_ms": a.summary.get("mount_latency_ms"),
-            "mount_request_ms": a.summary.get("mount_request_ms")}
+            "startup_s": p.startup_s if p else None, "mount_latency_ms": here.get("mount_latency_ms"),
+            "mount_request_ms": here.get("mount_request_ms")}
 
 
 def fix_rows(keep: Path) -> list[dict]:

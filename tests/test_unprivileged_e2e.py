@@ -80,7 +80,7 @@ def test_shared_fd_and_per_tensor_pread_from_ptrace_alone(unprivileged_user, lab
     f = next(f for f in a.findings if f.code == code)
     assert f.file == str(lab) and f.view == "ofd" and f.role == "cause"
     # how severe follows the seconds it cost (strace's syscall latency stands in for the waits)
-    assert f.cost_s is not None and f.severity == by_seconds(f.cost_s, a.summary["wall_s"], a.thresholds)
+    assert f.cost_s is not None and f.severity == by_seconds(f.cost_s, a.summary.wall_s, a.thresholds)
     assert not f.inferred and f.basis == "syscalls (strace)"  # seen, not inferred
     if code == "SHARED_FD_INTERLEAVE":
         assert f.tasks == WORKERS and f.min_task_consecutive_fraction >= 0.9
@@ -126,7 +126,7 @@ def test_a_file_the_user_does_not_own_is_not_measured(unprivileged_user, lab):
     sampler = load_trace(out).meta["sampler"]
     assert sampler["unmeasurable"] >= 1 and str(lab) in sampler["unmeasurable_paths"]
     assert not any(f.file == str(lab) and f.inferred for f in a.findings)
-    assert any("not measurable" in line for line in a.summary["not_seen"])
+    assert any("not measurable" in line for line in a.summary.not_seen)
 
 
 @pytest.mark.parametrize("pattern", ["sequential", "fork-own-fd"])

@@ -14,6 +14,7 @@ from readtrace.analyze.rules.thresholds import Thresholds
 from readtrace.analyze.rules.types import Finding
 from readtrace.analyze.storage import measured as measured_mounts
 from readtrace.analyze.storage import whatif
+from readtrace.analyze.summary import MountPrediction, Summary
 from readtrace.analyze.views import attribution, cachemisses, fronts, interleave, timesplit
 from readtrace.analyze.views.accesses import (
     SOURCE_READ,
@@ -39,7 +40,7 @@ class Analysis:
     files: pd.DataFrame
     streams: pd.DataFrame
     findings: list[Finding]
-    summary: dict
+    summary: Summary  # the totals, the time split, the fixed prediction (analyze/summary.py)
     meta: dict
     thresholds: Thresholds
     app: Accesses
@@ -248,44 +249,47 @@ def _wall_s(trace: Trace, app: Accesses, fuse: Accesses) -> float | None:
     return (max(int(s.max()) for s in stamps + ends) - min(int(s.min()) for s in stamps)) / 1e9
 
 
-def _summary(trace: Trace, files: pd.DataFrame, streams: pd.DataFrame, app: Accesses, fuse: Accesses,
-             pages: pd.DataFrame, done: Completeness) -> dict:
+def _summary(trace: Trace, files: pd.DataFrame, streams: pd.DataFrame, app: Accesses, done: Completeness,
+             wall: float | None, **parts) -> Summary:
+    """The load's totals; ``parts``: the Summary's fields the other views compute (reads_from, time,
+    measured_mount, replicated_rank_bytes)."""
     handles = streams[streams["kind"] == "fuse_handle"]
     hb = handles["bytes"].sum()
     page_view = len(trace.pages) > 0
-    return {
-        "complete": done.complete,
-        "incomplete_reasons": list(done.reasons),
-        "bytes_read": int(files["bytes_read"].sum()),
-        "read_bytes": int(files["read_bytes"].sum()),
-        "mmap_bytes": int(files["mmap_bytes"].sum()),
-        "reads": int((app.source == SOURCE_READ).sum()),
-        "page_faults": int(files["page_faults"].sum()),
-        "files": len(files),
-        "readtrace_files_dropped": int(files.attrs.get("own_files", 0)),  # its own logs and state, not the load's
-        "tasks": len(pd.unique(app.tid)),  # hashing: no sort of every access
-        "processes": len(pd.unique(app.pid)),
-        "cache_miss_bytes": int(files["cache_miss_bytes"].sum()) if page_view else None,
-        "cache_refetched_bytes": int(files["cache_refetched_bytes"].sum()) if page_view else None,
-        "cache_miss_fraction": (min(1.0, files["cache_miss_bytes"].sum() / files["bytes_read"].sum())
-                                if page_view and files["bytes_read"].sum() > 0 else None),
-        "fuse_requests": len(trace.fuse),
-        "fuse_read_requests": int((trace.fuse["opcode"] == FUSE_READ).sum()),
-        "fuse_read_bytes": int(hb),
-        "handle_consecutive_fraction": (float((handles["consecutive_fraction"] * handles["bytes"]).sum() / hb)
-                                        if hb > 0 else None),
-        "handle_sequential_fraction": (float((handles["sequential_fraction"] * handles["bytes"]).sum() / hb)
-                                       if hb > 0 else None),
-        "gcsfuse_predicted_requests": int(handles["gcsfuse_requests"].sum()) if hb > 0 else None,
-        "lost_events": lost_events(trace.meta),
-        "wall_s": _wall_s(trace, app, fuse),
-        "command": trace.meta.get("command"),
-        "exit_code": trace.meta.get("exit_code"),
-        "backend": views.backend(trace.meta),
-        "missing_views": views.missing_views(trace.meta),
-        "not_seen": views.limitations(trace.meta),  # what could not be seen, and what that means
-        "container": container_view(trace),  # ids and paths of another PID / mount namespace
-    }
+    return Summary(
+        complete=done.complete,
+        incomplete_reasons=list(done.reasons),
+        bytes_read=int(files["bytes_read"].sum()),
+        read_bytes=int(files["read_bytes"].sum()),
+        mmap_bytes=int(files["mmap_bytes"].sum()),
+        reads=int((app.source == SOURCE_READ).sum()),
+        page_faults=int(files["page_faults"].sum()),
+        files=len(files),
+        readtrace_files_dropped=int(files.attrs.get("own_files", 0)),
+        tasks=len(pd.unique(app.tid)),  # hashing: no sort of every access
+        processes=len(pd.unique(app.pid)),
+        cache_miss_bytes=int(files["cache_miss_bytes"].sum()) if page_view else None,
+        cache_refetched_bytes=int(files["cache_refetched_bytes"].sum()) if page_view else None,
+        cache_miss_fraction=(min(1.0, files["cache_miss_bytes"].sum() / files["bytes_read"].sum())
+                             if page_view and files["bytes_read"].sum() > 0 else None),
+        fuse_requests=len(trace.fuse),
+        fuse_read_requests=int((trace.fuse["opcode"] == FUSE_READ).sum()),
+        fuse_read_bytes=int(hb),
+        handle_consecutive_fraction=(float((handles["consecutive_fraction"] * handles["bytes"]).sum() / hb)
+                                     if hb > 0 else None),
+        handle_sequential_fraction=(float((handles["sequential_fraction"] * handles["bytes"]).sum() / hb)
+                                    if hb > 0 else None),
+        gcsfuse_predicted_requests=int(handles["gcsfuse_requests"].sum()) if hb > 0 else None,
+        lost_events=lost_events(trace.meta),
+        wall_s=wall,
+        command=trace.meta.get("command"),
+        exit_code=trace.meta.get("exit_code"),
+        backend=views.backend(trace.meta),
+        missing_views=views.missing_views(trace.meta),
+        not_seen=views.limitations(trace.meta),
+        container=container_view(trace),
+        **parts,
+    )
 
 
 def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
@@ -312,29 +316,30 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     file_table = _files_table(files, streams, cachemisses.per_file(pages, len(files)), idle, app,
                               page_view=len(trace.pages) > 0, sampled=sampled)
     done = completeness(trace.meta, per_row)
-    summary = _summary(trace, file_table, streams, app, fuse, pages, done)
-    summary["reads_from"] = attribution.reads_from(trace.python_calls, app, pages, file_table, trace.meta)
-    split, tasks, file_wait, file_share = timesplit.time_split(trace.others, waits, files, {**trace.meta, **summary})
-    summary.update(split)
+    wall = _wall_s(trace, app, fuse)
+    split, tasks, file_wait, file_share = timesplit.time_split(trace.others, waits, files, wall,
+                                                               trace.meta.get("sched"))
+    job_ranks = ranks.process_ranks(trace.meta, trace.others)  # forks are among the others
+    data_files = file_table.index[file_table["role"] == "data"].to_numpy()
+    touches = ranks.Touches.of(app, pages) if job_ranks else None
+    rank_table = ranks.per_rank(touches, job_ranks, int(trace.meta.get("t0_ns") or (app.ts.min() if len(app) else 0)),
+                                data_files, waits) if job_ranks else ranks.per_rank(None, {}, 0, data_files)
+    summary = _summary(
+        trace, file_table, streams, app, done, wall,
+        reads_from=attribution.reads_from(trace.python_calls, app, pages, file_table, trace.meta), time=split,
+        measured_mount=main.data() if main is not None else None,
+        replicated_rank_bytes=ranks.replicated_bytes(touches, job_ranks, rank_table, data_files) if job_ranks else 0)
     a = Analysis(files=file_table, streams=streams, findings=[], summary=summary, meta=trace.meta,
                  thresholds=th, app=app, fuse=fuse, handles=handles, pages=pages, stream_tasks=stream_tasks,
                  tasks=tasks, trace_path=str(trace.path) if trace.path else None, completeness=done,
                  residency=fronts.mapped_files(events, pages, index) if sampled else {},
-                 mount_profiles=profiles, measured=main)
-    a.summary["measured_mount"] = main.data() if main is not None else None
-    job_ranks = ranks.process_ranks(trace.meta, trace.others)  # forks are among the others
-    data_files = file_table.index[file_table["role"] == "data"].to_numpy()
-    touches = ranks.Touches.of(app, pages) if job_ranks else None
-    a.ranks = ranks.per_rank(touches, job_ranks, int(trace.meta.get("t0_ns") or (app.ts.min() if len(app) else 0)),
-                             data_files, waits) if job_ranks else ranks.per_rank(None, {}, 0, data_files)
-    a.summary["replicated_rank_bytes"] = ranks.replicated_bytes(touches, job_ranks, a.ranks, data_files) \
-        if job_ranks else 0
+                 mount_profiles=profiles, measured=main, ranks=rank_table)
     a.rank_spans = ranks.byte_spans(touches, job_ranks, data_files)
     a.findings = find_all(a)
     measured_mounts.rule_out_levers(a.findings, profiles, files)
     paths = files["path"]
     cost.assign(a, *(pd.Series(s.to_numpy(), index=paths.reindex(s.index).to_numpy()) for s in (file_wait, file_share)))
-    file_levers = (summary["reads_from"] or {}).get("file_levers", {})
+    file_levers = (summary.reads_from or {}).get("file_levers", {})
     for f in a.findings:
         f.library_levers = file_levers.get(f.file, []) if f.severity != "info" else []
     _predict_fixed_here(a)
@@ -344,11 +349,11 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
 def _predict_fixed_here(a: Analysis) -> None:
     """The what-if model for this mount, fixed pattern only (cheap): summary and remote findings."""
     mount = whatif.mount_profile(a)
-    if mount is None or a.summary.get("wall_s") is None:
+    if mount is None or a.summary.wall_s is None:
         return
     fixed = whatif.what_if(a, [mount], recorded=False)[0]
-    a.summary.update(mount_profile=mount.name, mount_latency_ms=mount.latency_ms, mount_request_ms=mount.request_ms,
-                     predicted_fixed_s=fixed.predicted_fixed_s, fixed_strategy=fixed.fixed_strategy)
+    a.summary.prediction = MountPrediction(mount.name, mount.latency_ms, mount.request_ms, fixed.predicted_fixed_s,
+                                           fixed.fixed_strategy)
     remote = set(a.files.loc[a.files["remote"], "path"])
     for f in a.findings:
         if f.file in remote:

@@ -568,7 +568,7 @@ def trace_summary(trace_path) -> dict | None:
     from readtrace.trace import load_trace
 
     analysis = analyze(load_trace(trace_path))
-    summary = plain(analysis.summary)
+    summary = plain(analysis.summary.data())
     findings = [plain(f.data()) for f in analysis.findings]
     summary["findings"] = [f["code"] for f in findings]
     # what fix/verdict.py's own_change needs to name the user's own lever

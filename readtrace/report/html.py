@@ -174,7 +174,7 @@ def render_html(a: Analysis, own: list, predictions: list | None = None) -> str:
     # leads like the terminal: the time split, the fixed prediction, then predicted vs measured
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>readtrace report</title>"
             f"<style>{CSS}</style></head><body>{_partial_html(a)}<h1>readtrace report</h1><pre>{header}</pre>{figs[0]}{_caveat(a, own)}"
-            f"<h2>Findings</h2><p>{_esc(findings_line(a.findings, a.summary.get('wall_s'), a.thresholds))}</p>{_findings_html(a)}<p><code>{_esc(next_cmd)}</code></p>"
+            f"<h2>Findings</h2><p>{_esc(findings_line(a.findings, a.summary.wall_s, a.thresholds))}</p>{_findings_html(a)}<p><code>{_esc(next_cmd)}</code></p>"
             f"<h2>Files</h2>{_files_html(a)}<h2>Streams</h2>{_streams_html(a)}{''.join(figs[1:])}</body></html>")
 
 

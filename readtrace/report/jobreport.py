@@ -32,7 +32,7 @@ def job_json(job: JobAnalysis) -> dict:
         "nodes": [plain(r) for r in job.node_rows[list(NODE_COLUMNS)].to_dict("records")],
         "ranks": [plain(r) for r in ranks.to_dict("records")],
         "findings": [_finding(f) for f in job.findings],
-        "node_summaries": [plain(n.summary) for n in job.nodes],
+        "node_summaries": [plain(n.summary.data()) for n in job.nodes],
         "partial": bool(job.missing),
         "missing": [{"trace": m.trace, "error": m.error} for m in job.missing],
     }

@@ -136,7 +136,7 @@ def report_json(a: Analysis, predictions: list | None = None, everything: bool =
         "completeness": a.completeness.as_dict(),
         **extra,
         "trace": a.trace_path,
-        "summary": plain(a.summary),
+        "summary": plain(a.summary.data()),
         "listing": {"all": everything, "files": len(a.files), "files_listed": len(files),
                     "streams": len(a.streams), "streams_listed": len(streams),
                     **({} if everything else {"everything": "readtrace report --json --all"})},

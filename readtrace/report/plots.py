@@ -137,10 +137,10 @@ def get_prediction_df(a: Analysis, predictions: list) -> pd.DataFrame:
     rest, and per storage profile the prediction as recorded and fixed, split the same way (computed by
     analyze/storage/whatif.py: the --what-if profiles, or own_mount_predictions)."""
 
-    wall = a.summary.get("wall_s")
+    wall = a.summary.wall_s
     if wall is None:
         return pd.DataFrame(columns=["run", "rest_s", "io_s"])
-    wait = a.summary.get("data_wait_s") or 0.0
+    wait = a.summary.time.data_wait_s or 0.0
     rows = [("measured", wall - wait, wait)]
     for p in predictions:
         rows += [(f"{p.profile} {p.latency_ms:.3g} ms", wall - wait, p.predicted_io_s),
@@ -151,7 +151,7 @@ def get_prediction_df(a: Analysis, predictions: list) -> pd.DataFrame:
 def prediction_caveat(a: Analysis, own: list) -> str | None:
     """A warning to print by the chart when the model's prediction of this very recording on its own
     mount is off the measured wall by more than ``thresholds.prediction_caveat_fraction``."""
-    wall = a.summary.get("wall_s")
+    wall = a.summary.wall_s
     if not own or not wall or own[0].predicted_s is None:
         return None
     p = own[0]
@@ -182,7 +182,7 @@ def plot_prediction(df: pd.DataFrame, ax=None, title: str = "Measured vs predict
 
 def missing_reason(a: Analysis, figure: str) -> str | None:
     """Why a figure has nothing to draw, or None when it has."""
-    if figure == "prediction" and a.summary.get("wall_s") is None:
+    if figure == "prediction" and a.summary.wall_s is None:
         return "no wall time in this trace"
     if figure == "offset_time_task" and len(a.app) == 0:
         return "no read() calls or mmap faults with a known offset in this trace"

@@ -23,6 +23,7 @@ from readtrace.analyze.rules.types import (
     SmallFuseReadahead,
     SmallRequests,
 )
+from readtrace.analyze.summary import Summary
 from readtrace.analyze.views.attribution import SEP
 from readtrace.report.units import fmt_bytes, fmt_count, fmt_pct, fmt_seconds, fmt_top
 
@@ -274,40 +275,40 @@ def findings_line(findings: list[Finding], wall_s: float | None, th) -> str:
             f">= {fmt_pct(th.high_min_wall_fraction)} of the wall")
 
 
-def time_lines(summary: dict) -> list[str]:
+def time_lines(summary: Summary) -> list[str]:
     """The report's first line: "44.9 s wall; 41.8 s (93 %) waiting on FUSE reads of model.safetensors
     by 4 threads", and a second with CPU and run-queue time where the scheduler view was recorded."""
-    wall, io = summary.get("wall_s"), summary.get("io_wait_s")
+    wall, t = summary.wall_s, summary.time
+    io = t.io_wait_s
     head = f"{fmt_seconds(wall)} wall" if wall else "wall time unknown"
-    if io is None:
-        return [head]
-    if not io or not summary.get("wait_file"):
+    if not io or not t.wait_file:
         line = f"{head}; no wait on file reads recorded"
     else:
-        what = "page faults" if summary.get("wait_file_faults") else "reads"
-        fuse = "FUSE " if summary.get("wait_file_fuse") else ""
+        what = "page faults" if t.wait_file_faults else "reads"
+        fuse = "FUSE " if t.wait_file_fuse else ""
         share = f" ({fmt_pct(io / wall)})" if wall else ""
-        name = summary["wait_file"].rsplit("/", 1)[-1]
-        others = "" if summary["wait_file_s"] >= io * 0.99 else " and other files"
-        n = summary.get("wait_tasks", 0)
+        name = t.wait_file.rsplit("/", 1)[-1]
+        others = "" if t.wait_file_s >= io * 0.99 else " and other files"
+        n = t.wait_tasks
         line = (f"{head}; {fmt_seconds(io)}{share} waiting on {fuse}{what} of {name}{others} by {n} "
                 f"thread{'s' if n != 1 else ''}")
-    if summary.get("cpu_s") is not None:
-        return [line, f"on CPU {fmt_seconds(summary['cpu_s'])}, waiting for a CPU {fmt_seconds(summary['runq_s'])} "
+    if t.cpu_s is not None:
+        return [line, f"on CPU {fmt_seconds(t.cpu_s)}, waiting for a CPU {fmt_seconds(t.runq_s)} "
                 "(thread-seconds, all tasks)"]
-    if summary.get("time_split_source") == "syscalls":
+    if t.time_split_source == "syscalls":
         line += " (from syscall and FUSE latency: no scheduler view recorded)"
     return [line]
 
 
-def fixed_line(summary: dict) -> str | None:
+def fixed_line(summary: Summary) -> str | None:
     """The third line for a slow load: what the model predicts for it fixed, on this mount."""
-    wall, fixed = summary.get("wall_s"), summary.get("predicted_fixed_s")
-    if not wall or fixed is None or fixed > 0.8 * wall:
+    wall, p = summary.wall_s, summary.prediction
+    if not wall or p is None or p.predicted_fixed_s is None or p.predicted_fixed_s > 0.8 * wall:
         return None
-    measured = " measured" if summary.get("measured_mount") else ""
-    return (f"fixed: ~{fmt_seconds(fixed)} predicted on this mount ({summary['mount_profile']} model, "
-            f"{summary['mount_latency_ms']:.3g} ms first byte{measured}; {FIXED_HOW.get(summary.get('fixed_strategy'), FIXED_HOW['prefetch'])})")
+    measured = " measured" if summary.measured_mount else ""
+    return (f"fixed: ~{fmt_seconds(p.predicted_fixed_s)} predicted on this mount ({p.mount_profile} model, "
+            f"{p.mount_latency_ms:.3g} ms first byte{measured}; "
+            f"{FIXED_HOW.get(p.fixed_strategy, FIXED_HOW['prefetch'])})")
 
 
 def what_if_lines(predictions: list) -> list[str]:
@@ -318,12 +319,12 @@ def what_if_lines(predictions: list) -> list[str]:
             for p in predictions]
 
 
-def reads_from_lines(summary: dict) -> list[str]:
+def reads_from_lines(r: dict | None) -> list[str]:
     """Which Python loader calls issued the reads, and their library's own lever (python_calls view):
     "reads came from diffusers... -> safetensors.torch.load_file, 4 threads: 64 MiB (98% of data-file reads)";
     an entry point that read through several chains: "reads came from transformers.AutoModel.from_pretrained
-    (3 chains, through safetensors.safe_open, ...), 5 threads: ..." (the innermost call of each)."""
-    r = summary.get("reads_from")
+    (3 chains, through safetensors.safe_open, ...), 5 threads: ..." (the innermost call of each).
+    ``r``: ``Summary.reads_from``."""
     if not r:
         return []
     if not r["chain"]:
@@ -348,11 +349,11 @@ def reads_from_lines(summary: dict) -> list[str]:
 MAX_CONTAINER_LINES = 4  # processes / files named per kind; the rest counted
 
 
-def container_lines(summary: dict) -> list[str]:
+def container_lines(summary: Summary) -> list[str]:
     """Recorded processes of another PID namespace and files named in another mount namespace, as the
     container sees them next to the host's: "pid 4242 (host) is pid 1 in its PID namespace, threads
     4243 -> 7"; "/ckpt/model.safetensors in the container is /srv/models/model.safetensors on the host"."""
-    c = summary.get("container") or {}
+    c = summary.container or {}
     lines = []
     procs, files = c.get("processes") or [], c.get("files") or []
     for p in procs[:MAX_CONTAINER_LINES]:

@@ -91,32 +91,32 @@ class TerminalReport:
 
     def header(self) -> RenderableType:
         s = self.a.summary
-        cmd = " ".join(shlex.quote(str(c)) for c in s["command"]) if isinstance(s.get("command"), list) else "-"
+        cmd = " ".join(shlex.quote(str(c)) for c in s.command) if isinstance(s.command, list) else "-"
         t = Text()
         for line in time_lines(s):  # each escaped on its own: a file name may hold a newline
             t.append(printable(line) + "\n", style="bold")
         fixed = fixed_line(s)
         if fixed:
             t.append(fixed + "\n", style="bold green")
-        for line in reads_from_lines(s):
+        for line in reads_from_lines(s.reads_from):
             t.append(printable(line) + "\n", style="bold")
         t.append("readtrace report", style="bold")
         t.append(f"  {printable(self.a.trace_path or '(in memory)')}\n")
-        wall = "-" if s["wall_s"] is None else f"{s['wall_s']:.3g} s"
-        t.append(f"command: {printable(cmd)}   exit {s.get('exit_code', '-')}   wall {wall}\n")
+        wall = "-" if s.wall_s is None else f"{s.wall_s:.3g} s"
+        t.append(f"command: {printable(cmd)}   exit {s.exit_code}   wall {wall}\n")
         for line in container_lines(s):  # ids and paths as a container sees them
             t.append(printable(line) + "\n")
-        t.append(f"read {fmt_bytes(s['bytes_read'])} from {s['files']} file(s) by {s['tasks']} task(s) in "
-                 f"{s['processes']} process(es): {s['reads']} reads, {s['page_faults']} mmap faults")
-        if s["fuse_read_requests"]:
-            t.append(f", {s['fuse_read_requests']} FUSE reads "
-                     f"({fmt_pct(s['handle_consecutive_fraction'])} consecutive on the handles)")
-        if s["cache_miss_bytes"] is not None:
-            t.append(f"; page-cache misses {fmt_bytes(s['cache_miss_bytes'])}")
+        t.append(f"read {fmt_bytes(s.bytes_read)} from {s.files} file(s) by {s.tasks} task(s) in "
+                 f"{s.processes} process(es): {s.reads} reads, {s.page_faults} mmap faults")
+        if s.fuse_read_requests:
+            t.append(f", {s.fuse_read_requests} FUSE reads "
+                     f"({fmt_pct(s.handle_consecutive_fraction)} consecutive on the handles)")
+        if s.cache_miss_bytes is not None:
+            t.append(f"; page-cache misses {fmt_bytes(s.cache_miss_bytes)}")
         t.append(f"\n{printable(basis_line(self.a.measured, self._data_mount()))}", style="dim")
-        if s.get("not_seen"):
-            t.append(f"\nrecorded with {s['backend']}; not seen:", style="yellow")
-            for line in s["not_seen"]:
+        if s.not_seen:
+            t.append(f"\nrecorded with {s.backend}; not seen:", style="yellow")
+            for line in s.not_seen:
                 t.append(f"\n  - {printable(line)}", style="yellow")
         return t
 
@@ -179,7 +179,7 @@ class TerminalReport:
     def findings(self) -> RenderableType:
         if not self.a.findings:
             return Text("No findings: nothing in this trace looks slow for its file system.", style="green")
-        parts: list[RenderableType] = [Text(findings_line(self.a.findings, self.a.summary.get("wall_s"), self.a.thresholds), style="bold")]
+        parts: list[RenderableType] = [Text(findings_line(self.a.findings, self.a.summary.wall_s, self.a.thresholds), style="bold")]
         for f in self.a.findings:
             p = render(f)
             t = Text()

@@ -40,4 +40,4 @@ def test_a_merged_4k_storm_is_still_small_requests():
     assert "SMALL_REQUESTS" in codes(a)
     f = only(a, "SMALL_REQUESTS")
     assert (f.small, f.reads, f.median_bytes) == (40, 40, 4 * KiB)
-    assert a.summary["bytes_read"] == 40 * 4 * KiB
+    assert a.summary.bytes_read == 40 * 4 * KiB

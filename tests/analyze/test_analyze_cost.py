@@ -45,7 +45,7 @@ def _two_files(read_ms: float = 20) -> dict:
 
 def test_seconds_of_all_findings_add_up_to_no_more_than_the_wall():
     a = analyze(make_trace(**_two_files()))
-    wall = a.summary["wall_s"]
+    wall = a.summary.wall_s
     shared = [f for f in a.findings if f.code == "SHARED_FD_INTERLEAVE"]
     assert len(shared) == 2 and all(f.wait_s == pytest.approx(wall, rel=0.01) for f in shared)  # 2x the wall
     assert sum(f.cost_s for f in a.findings if f.cost_s) <= wall
@@ -59,13 +59,13 @@ def test_one_cause_per_file_the_others_say_how_it_shows():
     by_code = {f.code: f for f in a.findings}
     cause = by_code["SHARED_FD_INTERLEAVE"]
     assert cause.role == "cause" and cause.severity == "high" and cause.cost_s > 5
-    assert cause.cost_fraction == pytest.approx(cause.cost_s / a.summary["wall_s"])
+    assert cause.cost_fraction == pytest.approx(cause.cost_s / a.summary.wall_s)
     assert (by_code["COLD_CACHE"].role, by_code["COLD_CACHE"].cause) == ("precondition", "SHARED_FD_INTERLEAVE")
     assert (by_code["SMALL_REQUESTS"].role, by_code["SMALL_REQUESTS"].cause) == ("mechanism", "SHARED_FD_INTERLEAVE")
     assert {f.severity for f in a.findings if f.cause} == {"info"} and all(f.cost_s == 0 for f in a.findings if f.cause)
     # the cause leads, how it shows follows it
     assert [f.code for f in a.findings][0] == "SHARED_FD_INTERLEAVE"
-    assert sum(f.cost_s for f in a.findings if f.cost_s) <= a.summary["wall_s"]
+    assert sum(f.cost_s for f in a.findings if f.cost_s) <= a.summary.wall_s
 
 
 def test_high_needs_seconds():
@@ -94,7 +94,7 @@ def test_the_findings_heading_says_what_the_causes_explain():
     from readtrace.report.prose import findings_line
 
     a = analyze(make_trace(**_two_files()))
-    wall = a.summary["wall_s"]
+    wall = a.summary.wall_s
     assert findings_line(a.findings, wall, a.thresholds) == (
         f"Findings: 2 cause(s) cost {wall:.3g} s of the {wall:.3g} s wall (100%) over their floor; HIGH needs "
         ">= 1 s and >= 20% of the wall")

@@ -47,14 +47,14 @@ def test_seed_case_shared_fd_interleave(with_fuse):
         [(2, 101, 0, 256 * 1024), (2, 102, 16 * MiB, 256 * 1024)]
     if with_fuse:
         assert f.evidence[0]["handle"] == 1
-        assert a.summary["handle_consecutive_fraction"] <= 0.3
+        assert a.summary.handle_consecutive_fraction <= 0.3
 
 
 @pytest.mark.parametrize("kind", ["own", "sequential"])
 def test_own_fd_and_sequential_give_no_interleave(kind):
     a = analyze(make_trace(**load_case(kind)))
     assert "SHARED_FD_INTERLEAVE" not in codes(a) and "RANDOM_ON_FUSE_HANDLE" not in codes(a)
-    assert a.summary["handle_consecutive_fraction"] == 1.0
+    assert a.summary.handle_consecutive_fraction == 1.0
     assert a.files["consecutive_fraction"].iloc[0] == 1.0
 
 
@@ -109,7 +109,7 @@ def test_mmap_mapping_faulted_by_several_tasks():
     assert (storm.cause, storm.role, storm.severity, storm.cost_s) == ("SHARED_FD_INTERLEAVE", "mechanism", "info", None)
     assert f.severity == "warn" and f.cost_s is None and f.role == "cause"
     assert storm.mmap_bytes == 12288 * 4096 and storm.read_bytes == 0
-    assert a.summary["page_faults"] == 12288 and a.summary["mmap_bytes"] == 12288 * 4096
+    assert a.summary.page_faults == 12288 and a.summary.mmap_bytes == 12288 * 4096
 
 
 def test_parts_inside_gcsfuse_window_still_interleave_but_tiny_parts_do_not():
@@ -150,13 +150,13 @@ def test_cold_cache_and_warm_cache():
     cold = analyze(_cached_read([(0, 4 * MiB)]))
     f = only(cold, "COLD_CACHE")
     assert (f.miss_bytes, f.bytes_read, f.files, f.miss_fraction) == (4 * MiB, 4 * MiB, 1, 1.0)
-    assert cold.summary["cache_miss_bytes"] == 4 * MiB
+    assert cold.summary.cache_miss_bytes == 4 * MiB
     warm = analyze(_cached_read([]))
-    assert "COLD_CACHE" not in codes(warm) and warm.summary["cache_miss_bytes"] == 0
+    assert "COLD_CACHE" not in codes(warm) and warm.summary.cache_miss_bytes == 0
     half = analyze(_cached_read([(0, 1 * MiB)]))  # 25 % missed: not cold
     assert "COLD_CACHE" not in codes(half)
     none = analyze(_cached_read([], page_view=False))  # no page-cache view recorded: unknown, not zero
-    assert none.summary["cache_miss_bytes"] is None
+    assert none.summary.cache_miss_bytes is None
 
 
 def test_cold_model_file_is_not_diluted_by_warm_libraries():
@@ -167,7 +167,7 @@ def test_cold_model_file_is_not_diluted_by_warm_libraries():
                        files=pd.concat([cold.files, files_frame("/usr/lib/libbig.so", 64 * MiB, "ext4",
                                                                 dev=8 << 20, ino=6)]))
     a = analyze(trace)
-    assert a.summary["cache_miss_bytes"] / a.summary["bytes_read"] < 0.1
+    assert a.summary.cache_miss_bytes / a.summary.bytes_read < 0.1
     f = only(a, "COLD_CACHE")
     assert f.file == "/d/f" and f.evidence == [{"path": "/d/f", "miss_bytes": 4 * MiB, "bytes_read": 4 * MiB}]
 
@@ -289,7 +289,7 @@ def test_lost_events():
     a = analyze(make_trace(**{**load_case("sequential"), "meta": {"lost_events": {"events": 3, "pages": 2}}}))
     f = a.findings[0]
     assert f.code == "LOST_EVENTS" and f.severity == "high" and f.lost == 5
-    assert a.summary["lost_events"] == 5
+    assert a.summary.lost_events == 5
     # the recorder's shape: a total plus the detail per source
     b = analyze(make_trace(**{**load_case("sequential"), "meta": {"lost_events": 7, "lost_detail": {"app": 7}}}))
     assert b.findings[0].lost == 7 and b.findings[0].detail == {"app": 7}

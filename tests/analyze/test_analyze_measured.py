@@ -67,7 +67,7 @@ def test_the_interleave_rule_follows_the_measured_per_handle_penalty():
     [f] = _interleave(a)
     assert f.severity != "info" and f.per_handle and f.fs_known
     assert a.measured is not None and basis_line(a.measured).startswith("mount profile: measured 2026-12-02")
-    assert a.summary["measured_mount"]["handle_penalty"] == 1.5
+    assert a.summary.measured_mount["handle_penalty"] == 1.5
     # measured: no per-handle penalty: even a clear interleave (turns of 1 read, score ~1) is harmless here
     a = _analyze(1, [_profile(1.05)])
     [f] = _interleave(a)
@@ -107,7 +107,7 @@ def test_the_storage_model_takes_the_measured_first_byte_and_bandwidth():
     # 32 MiB in 33.6e6 / 300e6 s = 0.112 s, less one first byte (21 ms): ~369 MB/s of link
     assert p.bandwidth_mbps == pytest.approx(32 * MiB / (32 * MiB / 300e6 - 0.021) / 1e6, rel=1e-3)
     assert mount_profile(_analyze(4, [_profile(1.05)])).name == "nfs"  # no per-handle penalty: stateless
-    assert a.summary["mount_latency_ms"] == 21.0
+    assert a.summary.prediction.mount_latency_ms == 21.0
 
 
 @pytest.mark.parametrize(("sequential_mbps", "severity"), [(150.0, "high"), (10.0, "info")])

@@ -74,7 +74,7 @@ def test_edge_cases_zero_length_eof_short_failed_and_unknown_offset():
     assert s["consecutive_fraction"] == 1.0
     f = a.files.iloc[0]
     assert f["empty_reads"] == 1 and f["failed_reads"] == 1
-    assert a.summary["bytes_read"] == 4196
+    assert a.summary.bytes_read == 4196
 
 
 def test_single_event_and_empty_trace():
@@ -84,8 +84,8 @@ def test_single_event_and_empty_trace():
     assert a.findings == []
     empty = analyze(make_trace())
     assert len(empty.files) == 0 and len(empty.streams) == 0 and empty.findings == []
-    assert empty.summary["bytes_read"] == 0 and empty.summary["handle_consecutive_fraction"] is None
-    assert empty.summary["wall_s"] is None
+    assert empty.summary.bytes_read == 0 and empty.summary.handle_consecutive_fraction is None
+    assert empty.summary.wall_s is None
 
 
 def test_overlapping_reads_count_as_random_and_amplify():
@@ -171,7 +171,7 @@ def test_fuse_requests_map_to_the_only_file_on_their_connection():
     a = analyze(_fuse_only([(0, MiB)]))
     assert a.files["path"].tolist() == ["/mnt/g/m"]
     assert a.files["fuse_read_requests"].iloc[0] == 1
-    assert a.summary["fuse_read_requests"] == 1 and a.summary["handle_consecutive_fraction"] == 1.0
+    assert a.summary.fuse_read_requests == 1 and a.summary.handle_consecutive_fraction == 1.0
 
 
 def test_thresholds_override_and_errors():
@@ -189,7 +189,7 @@ def test_round_trip_through_disk(tmp_path):
     path = write_trace(tmp_path / "t.rtrace", events=reads([(0, 100), (100, 100)]), files=FILES,
                        meta={"lost_events": 0})
     a = analyze(load_trace(path))
-    assert a.summary["bytes_read"] == 200 and not math.isnan(a.files["consecutive_fraction"].iloc[0])
+    assert a.summary.bytes_read == 200 and not math.isnan(a.files["consecutive_fraction"].iloc[0])
 
 
 def test_recycled_open_file_ids_are_different_open_files():

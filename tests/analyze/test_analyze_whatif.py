@@ -76,13 +76,13 @@ def test_mount_costs_measured_from_the_handles_service_times():
     a = analyze(make_trace(fuse=fuse, files=files_frame("/mnt/g/m", 1 << 30, "fuse.gcsfuse")))
     p = mount_profile(a)
     assert p.name == "gcsfuse" and p.request_ms == pytest.approx(1.0) and p.latency_ms == pytest.approx(20.0)
-    assert a.summary["predicted_fixed_s"] is not None and a.summary["mount_profile"] == "gcsfuse"
+    assert a.summary.prediction.predicted_fixed_s is not None and a.summary.prediction.mount_profile == "gcsfuse"
 
 
 def test_findings_carry_the_fixed_prediction():
     a = analyze(make_trace(**load_case("shared")))
     f = next(f for f in a.findings if f.code == "SHARED_FD_INTERLEAVE")
-    assert f.predicted_fixed_s == pytest.approx(a.summary["predicted_fixed_s"]) and f.wait_s > 0
+    assert f.predicted_fixed_s == pytest.approx(a.summary.prediction.predicted_fixed_s) and f.wait_s > 0
 
 
 def test_unions():

@@ -55,7 +55,7 @@ def test_two_synthetic_nodes_replicated_reads_and_a_straggler():
     assert job.node_rows["start_offset_s"].tolist() == [0.0, 2.5]
     assert sorted(job.ranks["rank"]) == [0, 1, 2, 3]
     assert (job.ranks["span_bytes"] == size).all() and (job.ranks["bytes_read"] == size).all()
-    assert all(n.summary["replicated_rank_bytes"] == size for n in job.nodes)  # 2 ranks read each byte
+    assert all(n.summary.replicated_rank_bytes == size for n in job.nodes)  # 2 ranks read each byte
     rep = [f for f in job.findings if f.code == "REPLICATED_READS"]
     assert len(rep) == 1 and rep[0].nodes == 2 and rep[0].file_bytes == size
     assert rep[0].aggregate_bytes == 4 * size  # 4 ranks each fetched it (no shared cache on the mount)

@@ -65,7 +65,7 @@ def test_a_trace_from_before_the_container_view_loads_without_it(tmp_path):
         trace = load_trace(path, lean=lean)
         assert len(trace.tasks) == 0 and list(trace.tasks.columns)[:4] == ["pid", "tid", "ns_pid", "ns_tid"]
         assert trace.files["host_path"].isna().all() and trace.files["path"].tolist() == ["/m.bin"]
-    assert analyze(load_trace(path)).summary["container"] == {"processes": [], "files": []}
+    assert analyze(load_trace(path)).summary.container == {"processes": [], "files": []}
 
 
 def test_the_report_names_container_ids_and_paths_next_to_the_hosts():
@@ -77,7 +77,7 @@ def test_the_report_names_container_ids_and_paths_next_to_the_hosts():
         tasks={"pid": [4242, 4242, 4300], "tid": [4242, 4250, 4300], "ns_pid": [1, 1, 4300],
                "ns_tid": [1, 7, 4300], "pid_ns": [9, 9, 8], "mnt_ns": [5, 5, 6]})
     summary = analyze(trace).summary
-    assert summary["container"] == {"processes": [{"pid": 4242, "ns_pid": 1, "threads": {4242: 1, 4250: 7}}],
+    assert summary.container == {"processes": [{"pid": 4242, "ns_pid": 1, "threads": {4242: 1, 4250: 7}}],
                                     "files": [{"path": "/ckpt/m.bin", "host_path": "/srv/m.bin"}]}
     assert container_lines(summary) == ["pid 4242 (host) is pid 1 in its PID namespace, threads 4250 -> 7",
                                         "/ckpt/m.bin in the container is /srv/m.bin on the host"]

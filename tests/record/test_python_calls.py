@@ -131,7 +131,7 @@ def test_real_loaders_are_attributed_to_their_entry_points(tmp_path, checkpoints
 
     # the report: the chain that read most, and its library's lever checked against the installed version
     summary = analyze(trace).summary
-    r = summary["reads_from"]
+    r = summary.reads_from
     assert r["attributed_fraction"] > 0.9 and r["bytes"] > 4 << 20
     top = r["chain"].split(".")[0]
     assert top in ("transformers", "diffusers"), r["chains"]
@@ -145,12 +145,12 @@ def test_real_loaders_are_attributed_to_their_entry_points(tmp_path, checkpoints
     mine = [lv for lv in r["levers"] if lv["library"] == top]
     assert any(lv["change"].endswith("from_pretrained(..., disable_mmap=True)") for lv in mine) is accepts
     assert all(lv["version"] == library.__version__ for lv in mine)
-    line = reads_from_lines(summary)[0]
+    line = reads_from_lines(summary.reads_from)[0]
     assert r["chain"].startswith(r["entry"]) and r["chain"] == r["entry_chains"][0]
     where = r["chain"] if len(r["entry_chains"]) == 1 else f"{r['entry']} ({len(r['entry_chains'])} chains, through "
     assert line.startswith(f"reads came from {where}") and "of data-file reads" in line
     if accepts:
-        assert "disable_mmap=True" in reads_from_lines(summary)[1]
+        assert "disable_mmap=True" in reads_from_lines(summary.reads_from)[1]
 
 @pytest.mark.ebpf
 def test_threads_on_the_lab_mount_and_the_report_line(tmp_path):
@@ -164,7 +164,7 @@ def test_threads_on_the_lab_mount_and_the_report_line(tmp_path):
     # get_tensor maps lazily: part of the file is read inside it, the rest when .clone() uses the tensor
     assert _inside(_touches(trace, "model.safetensors"), gets, same_thread=False) > 0.25
     summary = analyze(trace).summary
-    r = summary["reads_from"]
+    r = summary.reads_from
     assert r["chain"] == "safetensors.safe_open.get_tensor" and r["threads"] >= 4
     assert r["attributed_fraction"] > 0.9 and 0 < r["chain_after_return_bytes"] < r["bytes"]
     assert isinstance(r["bytes"], int) and 0.5 < r["fraction"] <= 1.0
@@ -202,7 +202,7 @@ def test_opt_out_records_no_view(tmp_path):
                     PY, "-c", TORCH_LOAD, str(path)], check=True)
     trace = load_trace(out)
     assert "python_calls" not in trace.meta and len(trace.python_calls) == 0
-    assert analyze(trace).summary["reads_from"] is None
+    assert analyze(trace).summary.reads_from is None
     assert not any("readtrace-shim" in str(p) for p in trace.files["path"])  # no hook injected
 
 
@@ -223,7 +223,7 @@ def test_ptrace_backend_records_the_same_view(tmp_path):
     assert touches["bytes"].sum() >= 4 << 20
     assert set(touches["tid"]) == set(loads["tid"])  # strace's tids are the kernel's too
     assert _inside(touches, loads, same_thread=True) > 0.95
-    assert analyze(trace).summary["reads_from"]["chain"] == "torch.load"
+    assert analyze(trace).summary.reads_from["chain"] == "torch.load"
 
 
 def test_a_log_that_cannot_be_written_never_breaks_the_program(tmp_path):
@@ -295,12 +295,12 @@ def test_the_headline_names_an_entry_point_and_its_chains():
                "entry_chains": ["transformers.AutoModel.from_pretrained -> transformers.PreTrainedModel.from_pretrained",
                                 "transformers.AutoModel.from_pretrained -> transformers.PreTrainedModel.from_pretrained"
                                 " -> safetensors.safe_open", "transformers.AutoModel.from_pretrained"]}
-    assert reads_from_lines({"reads_from": grouped})[0] == (
+    assert reads_from_lines(grouped)[0] == (
         "reads came from transformers.AutoModel.from_pretrained (3 chains, through transformers.PreTrainedModel"
         ".from_pretrained, safetensors.safe_open, transformers.AutoModel.from_pretrained), 5 threads: 48 MiB "
         "(96% of data-file reads; 97% attributed to loader calls in all)")
     one = {**base, "entry": "torch.load", "chain": "torch.load", "entry_chains": ["torch.load"], "threads": 1}
-    assert reads_from_lines({"reads_from": one})[0].startswith("reads came from torch.load, 1 thread: 48 MiB (96%")
+    assert reads_from_lines(one)[0].startswith("reads came from torch.load, 1 thread: 48 MiB (96%")
 
 
 def test_innermost_call_of_nested_and_threaded_spans():
@@ -320,7 +320,7 @@ def test_a_trace_from_before_the_view_loads_without_it(tmp_path):
     (path / META_FILE).write_text(json.dumps(meta))
     trace = load_trace(path)
     assert len(trace.python_calls) == 0 and list(trace.python_calls.columns)[:2] == ["ts_ns", "end_ns"]
-    assert analyze(trace).summary["reads_from"] is None
+    assert analyze(trace).summary.reads_from is None
 
 
 PIPELINE = textwrap.dedent("""
@@ -372,7 +372,7 @@ def test_diffusion_pipeline_and_single_file_are_attributed(tmp_path):
     assert _inside(_touches(trace, unet_file), pipe, same_thread=False) > 0.95
     assert _inside(_touches(trace, vae_file), single, same_thread=False) > 0.95
     a = analyze(trace)
-    r = a.summary["reads_from"]
+    r = a.summary.reads_from
     entries = {e["entry"]: e for e in r["entries"]}
     assert {"diffusers.DiffusionPipeline.from_pretrained", "diffusers.from_single_file"} <= set(entries)
     data = a.files.loc[a.files["role"] == "data", ["path", "bytes_read"]].to_dict("records")
@@ -444,7 +444,7 @@ def test_loading_pools_carry_the_submitting_call(tmp_path):
     assert not calls["chain"].str.startswith("diffusers.load_state_dict").any()  # no orphaned chain
 
     # the headline: the entry point with most bytes, all its chains together
-    r = analyze(trace).summary["reads_from"]
+    r = analyze(trace).summary.reads_from
     assert r["entry"] in ("transformers.AutoModel.from_pretrained", "diffusers.ModelMixin.from_pretrained")
     e = r["entries"]
     assert {x["entry"] for x in e} >= {"transformers.AutoModel.from_pretrained", "diffusers.ModelMixin.from_pretrained"}
@@ -453,7 +453,7 @@ def test_loading_pools_carry_the_submitting_call(tmp_path):
     assert sum(listed) <= r["bytes"] and (len(r["entry_chains"]) < 2 or max(listed) < r["bytes"])
     assert len(r["entry_chains"]) >= 2 and all(c.startswith(r["entry"]) for c in r["entry_chains"])
     assert r["threads"] >= 3  # the loader's thread and its pool's
-    line = reads_from_lines(analyze(trace).summary)[0]
+    line = reads_from_lines(analyze(trace).summary.reads_from)[0]
     assert line.startswith(f"reads came from {r['entry']} ({len(r['entry_chains'])} chains, through "), line
     assert f", {r['threads']} threads: " in line
 

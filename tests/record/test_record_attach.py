@@ -106,7 +106,7 @@ def test_attach_mid_load_names_the_shared_fd_opened_before(tmp_path):
         a = analyze(trace)
         f = next(f for f in a.findings if f.code == "SHARED_FD_INTERLEAVE")
         assert f.file == str(mnt / "model.bin") and f.tasks == 4
-        assert any("not in the trace" in line for line in a.summary["not_seen"])
+        assert any("not in the trace" in line for line in a.summary.not_seen)
 
 
 def test_duration_stops_the_recording_and_the_process_keeps_running(tmp_path):

@@ -183,7 +183,7 @@ def test_html_caveats_a_prediction_off_its_own_recording():
 
     a = analyze(make_trace(**load_case("shared", read_ms=20)))
     own = own_mount_predictions(a)
-    assert own and own[0].predicted_s < 0.75 * a.summary["wall_s"]
+    assert own and own[0].predicted_s < 0.75 * a.summary.wall_s
     why = prediction_caveat(a, own)
     assert why.startswith("Caveat: the model predicts this recording at ") and "% under" in why
     page = render_html(a, own)
@@ -191,7 +191,7 @@ def test_html_caveats_a_prediction_off_its_own_recording():
     header = page[page.index("<pre>"):page.index("</pre>")]
     assert "\\n" not in header and header.count("\n") >= 4
     # a prediction within 25 % of the recording: no caveat
-    assert prediction_caveat(a, [replace(own[0], predicted_s=1.2 * a.summary["wall_s"])]) is None
+    assert prediction_caveat(a, [replace(own[0], predicted_s=1.2 * a.summary.wall_s)]) is None
 
 
 def test_the_gcsfuse_replay_only_where_the_file_system_keeps_a_reader_per_handle():

@@ -68,7 +68,7 @@ def test_shared_handle_is_an_interleave(lab, checkpoint, tmp_path, pattern):
     assert f.file == path and f.fstype == "fuse.simfs-gcsfuse" and f.tasks >= 2
     # the pattern is there whatever it costs; how severe follows the seconds it cost (1 ms first byte:
     # often under a second, INFO; tests/report/test_report_truth.py records one that costs more)
-    assert f.role == "cause" and f.severity == by_seconds(f.cost_s, a.summary["wall_s"], a.thresholds)
+    assert f.role == "cause" and f.severity == by_seconds(f.cost_s, a.summary.wall_s, a.thresholds)
     assert f.evidence and {r["tid"] for r in f.evidence} <= {t["tid"] for t in f.task_rows}
     h = model_stream(a, "fuse_handle", path)
     assert h["interleaved"] and h["tasks"] >= 2
@@ -118,28 +118,28 @@ def test_time_split_adds_up_on_real_recordings(lab, checkpoint, tmp_path, patter
 
     path = f"{lab.mountpoint}/{checkpoint.name}"
     a = record(path, pattern, tmp_path / "t.rtrace")
-    s = a.summary
-    assert s["time_split_source"] == "sched"
+    s, wall = a.summary.time, a.summary.wall_s
+    assert s.time_split_source == "sched"
     t = a.tasks.set_index("tid")
     parts = t["cpu_s"] + t["runq_s"] + t["io_wait_s"] + t["other_off_s"]
     long = t["wall_s"] > 0.05
     assert ((parts[long] - t["wall_s"][long]).abs() <= 0.1 * t["wall_s"][long]).all(), t[long]
     root = a.meta["pid"]
     # the message says whether the kernel skipped program runs (meta bpf_program_misses), for a next failure
-    assert abs(parts[root] - s["wall_s"]) <= 0.1 * s["wall_s"], (parts[root], s["wall_s"], t.loc[root].to_dict(),
-                                                                 a.meta.get("bpf_program_misses"))
+    assert abs(parts[root] - wall) <= 0.1 * wall, (parts[root], wall, t.loc[root].to_dict(),
+                                                   a.meta.get("bpf_program_misses"))
     reads = a.app.source == SOURCE_READ
     latency = pd.Series(a.app.latency[reads]).groupby(a.app.tid[reads]).sum() / 1e9
     assert (t["read_wait_s"] <= latency.reindex(t.index).fillna(0) * 1.05 + 0.002).all()
-    assert 0 < s["io_wait_s"] <= s["wall_s"] and s["wait_file"] == path and s["fuse_wait_s"] >= 0.9 * s["io_wait_s"]
+    assert 0 < s.io_wait_s <= wall and s.wait_file == path and s.fuse_wait_s >= 0.9 * s.io_wait_s
     if pattern == "mmap-threads":
-        assert s["wait_file_faults"] and s["wait_tasks"] == WORKERS and s["fault_wait_s"] > s["read_wait_s"]
+        assert s.wait_file_faults and s.wait_tasks == WORKERS and s.fault_wait_s > s.read_wait_s
         # merged page runs are bounded in time (RUN_SPAN_NS): the misses spread over the faulting, not
         # all stamped at the first one
         miss = a.pages[(a.pages["op"] == "miss") & (a.pages["file"] == a.files.index[a.files["path"] == path][0])]
-        assert (miss["ts_ns"].max() - miss["ts_ns"].min()) / 1e9 >= 0.5 * s["fault_wait_s"]
-        assert np.isclose(t["fault_wait_s"].sum(), s["io_wait_task_s"] - t["read_wait_s"].sum())
+        assert (miss["ts_ns"].max() - miss["ts_ns"].min()) / 1e9 >= 0.5 * s.fault_wait_s
+        assert np.isclose(t["fault_wait_s"].sum(), s.io_wait_task_s - t["read_wait_s"].sum())
     else:
-        assert not s["wait_file_faults"] and s["wait_tasks"] == 1
+        assert not s.wait_file_faults and s.wait_tasks == 1
     f = next((f for f in a.findings if f.file == path), None)
-    assert f is None or f.wait_s == pytest.approx(s["wait_file_s"])
+    assert f is None or f.wait_s == pytest.approx(s.wait_file_s)

@@ -68,7 +68,7 @@ def recorded(tmp_path_factory):
 
 def test_one_cause_per_wasted_second(recorded):
     a, path = recorded
-    wall = a.summary["wall_s"]
+    wall = a.summary.wall_s
     on_model = [f for f in a.findings if f.file == path]
     causes = [f for f in on_model if f.role == "cause"]
     assert len(causes) == 1, [(f.code, f.role) for f in on_model]

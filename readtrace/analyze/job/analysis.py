@@ -29,6 +29,7 @@ import pandas as pd
 from readtrace.analyze.analysis import analyze
 from readtrace.analyze.rules.thresholds import Thresholds
 from readtrace.analyze.rules.types import Finding, LoadSkew, ReplicatedReads
+from readtrace.analyze.summary import Summary
 from readtrace.errors import ReadtraceError, TraceError
 from readtrace.memory import reuse_freed_memory, small_pages
 from readtrace.pagecache.pin import fits_in_memory
@@ -59,7 +60,7 @@ class Node:
 
     trace: str | None
     meta: dict
-    summary: dict
+    summary: Summary  # the node's Analysis.summary
     files: pd.DataFrame  # the node's files table
     ranks: pd.DataFrame
     findings: list[Finding]
@@ -128,11 +129,11 @@ def analyze_job(traces: Iterable[TraceSource], thresholds: Thresholds | None = N
             "trace": n.trace,
             "host": n.meta.get("hostname") or "?",
             "start_offset_s": (start - first).total_seconds() if start is not None and first is not None else None,
-            "wall_s": n.summary.get("wall_s"),
-            "io_wait_s": n.summary.get("io_wait_s"),
-            "bytes_read": int(n.summary.get("bytes_read") or 0),
+            "wall_s": n.summary.wall_s,
+            "io_wait_s": n.summary.time.io_wait_s,
+            "bytes_read": int(n.summary.bytes_read),
             "remote_bytes_read": int(remote["bytes_read"].sum()),
-            "files": int(n.summary.get("files") or 0),
+            "files": int(n.summary.files),
             "ranks": int(len(n.ranks)) if n.ranks is not None else 0,
             "findings": sorted({f.code for f in n.findings}),
         })

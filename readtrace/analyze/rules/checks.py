@@ -197,7 +197,7 @@ def cold_cache(a: Analysis) -> list[Finding]:
     """Per file: most of what the file gave the load came from storage, not the page cache. Warm
     libraries read in the same run do not dilute it."""
     th = a.thresholds
-    if a.summary["cache_miss_bytes"] is None:
+    if a.summary.cache_miss_bytes is None:
         return []
     f = a.files
     cold = f[(f["cache_miss_bytes"] >= th.cold_cache_min_bytes)

@@ -85,8 +85,8 @@ def _cause(group: list[Finding]) -> Finding:
 def assign(a: Analysis, wait_by_path: pd.Series, share_by_path: pd.Series) -> None:
     """Fill every finding's wait, floor and cost, name one cause per file, set severities from the
     seconds and order the findings: causes by severity then cost, each followed by how it shows."""
-    th, wall = a.thresholds, a.summary.get("wall_s")
-    timed = wall is not None and a.summary.get("io_wait_s") is not None and len(wait_by_path) > 0
+    th, wall = a.thresholds, a.summary.wall_s
+    timed = wall is not None and a.summary.time.io_wait_s is not None and len(wait_by_path) > 0
     mount = whatif.mount_profile(a, FLOOR_REQUEST_QUANTILE) if timed else None
     files = a.files.drop_duplicates("path").set_index("path")
     groups: dict[str, list[Finding]] = {}

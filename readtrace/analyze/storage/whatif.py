@@ -18,7 +18,7 @@ Time: per stream, requests cost latency (where they open a backend request) plus
 bandwidth. Streams active at the same time in the recording run in parallel: the predicted I/O time
 is, per phase of overlapping streams, the slowest stream (at least the phase's bytes over the
 bandwidth), summed over phases. ``predicted_s = wall - recorded wait + predicted io_wait`` (the
-recorded wait on the data files the model replays, ``summary.data_wait_s``):
+recorded wait on the data files the model replays, ``summary.time.data_wait_s``):
 start-up and compute carry over. The fixed pattern is what ``readtrace fix --compare`` runs
 (readtrace/fix/candidates.py), the faster of those it would try here:
 
@@ -233,7 +233,7 @@ def _startup_s(a, data: pd.DataFrame) -> float:
 
 def _routed(a) -> bool:
     """Whether the load read through an entry point fix's own-fd loader takes over."""
-    r = a.summary.get("reads_from") or {}
+    r = a.summary.reads_from or {}
     return any(call.startswith(ROUTED_LIBRARIES) for c in r.get("chains") or [] for call in c["chain"].split(" -> "))
 
 
@@ -259,7 +259,7 @@ def fixed_io_s(a, p: Profile) -> dict[str, float]:
     data = _data_files(a)
     need = _needed_bytes(data)
     prefetch, _, _ = _predict_fixed(need, p, PREFETCH_STREAMS)
-    recorded = a.summary.get("data_wait_s", a.summary.get("io_wait_s")) or 0.0
+    recorded = a.summary.time.data_wait_s or 0.0
     return {"recorded": float(recorded), "prefetch": max(prefetch - _startup_s(a, data), 0.0),
             "sequential": _predict_fixed(need, p, 1)[0]}
 
@@ -283,7 +283,7 @@ def what_if(a, profiles: list[Profile], recorded: bool = True) -> list[Predictio
     ids = data.index.to_numpy()
     need = _needed_bytes(data)
     # the waits the model replaces: those on the data files it replays (libraries stay as they were)
-    wall, io = a.summary.get("wall_s"), a.summary.get("data_wait_s", a.summary.get("io_wait_s")) or 0.0
+    wall, io = a.summary.wall_s, a.summary.time.data_wait_s or 0.0
     source = "fuse" if len(a.fuse) else "app"
     out = []
     for p in profiles:
@@ -369,4 +369,4 @@ def _recorded_costs(a, data: pd.DataFrame, name: str, request_quantile: float) -
 def own_mount_predictions(a) -> list[Prediction]:
     """The what-if model of the trace's own mount, as recorded and fixed ([] where no model knows it)."""
     mount = mount_profile(a)
-    return what_if(a, [mount]) if mount and a.summary.get("wall_s") is not None else []
+    return what_if(a, [mount]) if mount and a.summary.wall_s is not None else []

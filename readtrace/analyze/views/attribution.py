@@ -120,7 +120,7 @@ def after_return(calls: pd.DataFrame, files: pd.DataFrame, key: str, keys: np.nd
 
 def reads_from(calls: pd.DataFrame, app: Accesses, pages: pd.DataFrame, files: pd.DataFrame, meta: dict
                ) -> dict | None:
-    """``summary["reads_from"]``: the entry point whose chains issued most data-file bytes, or None
+    """``Summary.reads_from``: the entry point whose chains issued most data-file bytes, or None
     without the view.
     ``pages``: the page rows with a file id (pagecache.page_rows)."""
     info = meta.get("python_calls")

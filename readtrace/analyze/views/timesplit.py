@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from readtrace.analyze.summary import TimeSplit
 from readtrace.analyze.views.accesses import SOURCE_READ, Accesses
 from readtrace.analyze.views.fileindex import FileIndex
 from readtrace.analyze.views.grouping import (
@@ -203,10 +204,12 @@ def _task_spans(events: pd.DataFrame, waits: Waits, sched: list[dict] | None) ->
     return spans
 
 
-def time_split(events: pd.DataFrame, waits: Waits, files: pd.DataFrame, meta: dict
-               ) -> tuple[dict, pd.DataFrame, pd.Series, pd.Series]:
-    """(summary fields, one row per task, wait seconds per file id (union over the tasks), each file's
-    share of the load's wait (``shared_by_file``: the shares add up to ``io_wait_s``))."""
+def time_split(events: pd.DataFrame, waits: Waits, files: pd.DataFrame, wall: float | None,
+               sched: list[dict] | None
+               ) -> tuple[TimeSplit, pd.DataFrame, pd.Series, pd.Series]:
+    """(the summary's time split, one row per task, wait seconds per file id (union over the tasks), each
+    file's share of the load's wait (``shared_by_file``: the shares add up to ``io_wait_s``)). ``wall``:
+    the load's wall seconds (None: unknown); ``sched``: the trace's ``meta["sched"]``."""
     ids = one_value(np.maximum(waits.file, 0))  # file ids index the files table (0..n-1)
     by_id = files.reindex(np.arange(int(ids.max(initial=-1)) + 1))
     named = take(by_id["path"].fillna("").str.startswith("/").to_numpy(), ids)
@@ -214,7 +217,7 @@ def time_split(events: pd.DataFrame, waits: Waits, files: pd.DataFrame, meta: di
         waits = Waits(*(getattr(waits, k)[named] for k in ("start", "end", "tid", "pid", "file", "fault")),
                       waits.source)
         ids = ids[named]
-    sched = meta.get("sched") if waits.source == "sched" else None
+    sched = sched if waits.source == "sched" else None
     spans = _task_spans(events, waits, sched)
     tids = spans.index.to_numpy()
     task = np.searchsorted(tids, waits.tid)
@@ -246,7 +249,6 @@ def time_split(events: pd.DataFrame, waits: Waits, files: pd.DataFrame, meta: di
         codes, uniq = pd.factorize(waits.file)
         per_file = pd.Series(union_by_group(waits.start, waits.end, codes, len(uniq)) / NS, index=uniq)
     io = overall.total() / NS
-    wall = meta.get("wall_s")
     top = per_file.idxmax() if len(per_file) else None
     top_tasks, on_top = 0, None
     if top is not None:  # the tasks that waited on that file for more than 1 % of its wait
@@ -257,20 +259,20 @@ def time_split(events: pd.DataFrame, waits: Waits, files: pd.DataFrame, meta: di
         waited = np.bincount(top_task, weights=waited, minlength=n)[np.bincount(top_task, minlength=n) > 0]
         top_tasks = int((waited >= 0.01 * waited.sum()).sum())
     top_fault = bool(waits.fault[on_top].mean() > 0.5) if top is not None else False
-    summary = {
-        "time_split_source": waits.source,
-        "io_wait_s": io, "io_wait_fraction": io / wall if wall else None,
-        "read_wait_s": overall.total(reads) / NS, "fault_wait_s": overall.total(~reads) / NS,
-        "fuse_wait_s": overall.total(on_fuse) / NS,
-        "data_wait_s": overall.total(data) / NS,  # on data files (not libraries)
-        "io_wait_task_s": float(every.sum() / NS),  # thread-seconds: tasks waiting at once count each
-        "cpu_s": float(tasks["cpu_s"].sum()) if sched else None,
-        "runq_s": float(tasks["runq_s"].sum()) if sched else None,
-        "wait_file": files["path"].get(top) if top is not None else None,
-        "wait_file_s": float(per_file.max()) if len(per_file) else 0.0,
-        "wait_file_fuse": bool(str(files["fstype"].get(top, "")).startswith("fuse")) if top is not None else False,
-        "wait_file_faults": top_fault,
-        "wait_tasks": top_tasks,
-    }
+    split = TimeSplit(
+        time_split_source=waits.source,
+        io_wait_s=io, io_wait_fraction=io / wall if wall else None,
+        read_wait_s=overall.total(reads) / NS, fault_wait_s=overall.total(~reads) / NS,
+        fuse_wait_s=overall.total(on_fuse) / NS,
+        data_wait_s=overall.total(data) / NS,
+        io_wait_task_s=float(every.sum() / NS),
+        cpu_s=float(tasks["cpu_s"].sum()) if sched else None,
+        runq_s=float(tasks["runq_s"].sum()) if sched else None,
+        wait_file=files["path"].get(top) if top is not None else None,
+        wait_file_s=float(per_file.max()) if len(per_file) else 0.0,
+        wait_file_fuse=bool(str(files["fstype"].get(top, "")).startswith("fuse")) if top is not None else False,
+        wait_file_faults=top_fault,
+        wait_tasks=top_tasks,
+    )
     share = per_file if len(per_file) <= 1 else shared_by_file(waits.start, waits.end, waits.file)
-    return summary, tasks.reset_index(drop=True), per_file, share
+    return split, tasks.reset_index(drop=True), per_file, share
