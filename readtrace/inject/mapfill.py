@@ -298,8 +298,8 @@ def _read_range(fd: int, buf: memoryview, start: int, end: int, progress: list[i
 
 def _inside_recorded_call() -> bool:
     """Made inside a loader call the shim records (it digests that call's tensors itself)."""
-    shim = sys.modules.get("readtrace.inject.shim")
-    return shim is not None and getattr(shim._STATE.local, "inside", False)
+    state = sys.modules.get("readtrace.inject.shimstate")  # the shim's, imported with it
+    return state is not None and state.inside()
 
 
 def _digest(mapping) -> None:

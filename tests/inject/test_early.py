@@ -77,21 +77,22 @@ def test_start_up_reads_early_on_dropping_mounts_and_still_prefetches_the_others
 def test_handles_open_at_the_same_time_share_one_load_and_the_last_lets_go(tmp_path, monkeypatch):
     from safetensors import safe_open
 
-    from readtrace.inject import shim
+    from readtrace.inject import routing, shimstate
+    from readtrace.inject.safeopen import Handle
 
     path = tmp_path / "model.safetensors"
     expected = checkpoint(path)
-    monkeypatch.setattr(shim._STATE.config, "strategy", "own-fd")
-    monkeypatch.setattr(shim._STATE.config, "manifest", None)
-    first = shim._Handle(safe_open, path, "pt", "cpu", (), {})
-    second = shim._Handle(safe_open, path, "pt", "cpu", (), {})
+    monkeypatch.setattr(shimstate.STATE.config, "strategy", "own-fd")
+    monkeypatch.setattr(shimstate.STATE.config, "manifest", None)
+    first = Handle(safe_open, path, "pt", "cpu", (), {})
+    second = Handle(safe_open, path, "pt", "cpu", (), {})
     a, b = first.get_tensor("w0"), second.get_tensor("w1")
     assert torch.equal(a, expected["w0"]) and torch.equal(b, expected["w1"])
     assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()  # one load
     first.close()
-    assert shim._SHARED  # the second is still open
+    assert routing.SHARED  # the second is still open
     second.close()
-    assert not shim._SHARED  # nothing held once the last handle is closed
-    third = shim._Handle(safe_open, path, "pt", "cpu", (), {})
+    assert not routing.SHARED  # nothing held once the last handle is closed
+    third = Handle(safe_open, path, "pt", "cpu", (), {})
     assert third.get_tensor("w0").untyped_storage().data_ptr() != a.untyped_storage().data_ptr()  # loaded anew
     third.close()

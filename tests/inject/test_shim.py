@@ -183,13 +183,13 @@ def test_script_without_safetensors_pays_nothing(tmp_path):
 
 
 def test_auto_strategy_follows_the_file_system(workload, monkeypatch):
-    from readtrace.inject import shim
+    from readtrace.inject import routing, shimstate
 
-    monkeypatch.setattr(shim._STATE, "config", shim.Config(strategy="auto"))
+    monkeypatch.setattr(shimstate.STATE, "config", shimstate.Config(strategy="auto"))
     local = str(workload / "a.safetensors")  # on a local disk: mmap for CPU, own-fd for CUDA
-    assert (shim.strategy_for(local, "cpu"), shim.strategy_for(local, "cuda:0")) == ("none", "own-fd")
-    monkeypatch.setattr(shim, "is_remote", lambda p: True)
-    assert shim.strategy_for(local, "cpu") == "both"
+    assert (routing.strategy_for(local, "cpu"), routing.strategy_for(local, "cuda:0")) == ("none", "own-fd")
+    monkeypatch.setattr(routing, "is_remote", lambda p: True)
+    assert routing.strategy_for(local, "cpu") == "both"
 
 
 @pytest.mark.cuda
