@@ -24,8 +24,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from workloads import free_port, torchrun_cmd  # noqa: E402
 
-from readtrace.fix.compare import compare, default_recorder  # noqa: E402
+from readtrace.fix.compare import compare  # noqa: E402
 from readtrace.fix.compare_report import render_table, to_json  # noqa: E402
+from readtrace.fix.runs import default_recorder  # noqa: E402
 from readtrace.simfs import mount  # noqa: E402
 from readtrace.workloads import make_checkpoint  # noqa: E402
 

@@ -21,8 +21,9 @@ def run_demo(*, size_mib: int = 128, pattern: str = "mmap-threads", workers: int
              strategy: str = "both", repeat: int = 1, workdir: str | None = None, record: bool = True,
              out: TextIO = sys.stdout) -> dict:
     """Run the whole demo; returns the fix --compare JSON object. ``workdir`` keeps every artefact."""
-    from readtrace.fix.compare import compare, default_recorder
+    from readtrace.fix.compare import compare
     from readtrace.fix.compare_report import render_table, to_json
+    from readtrace.fix.runs import default_recorder
     from readtrace.simfs import force_unmount, mount
     from readtrace.workloads import make_checkpoint
 

@@ -68,10 +68,11 @@ def run(args) -> int:
 
 def _run(args, child) -> int:
     from readtrace import runstate
-    from readtrace.fix.compare import compare, default_recorder  # imports torch: only when running
+    from readtrace.fix.compare import compare  # imports torch: only when running
     from readtrace.fix.compare_report import render_table, to_json
     from readtrace.fix.plan import plan, render_plan
     from readtrace.fix.progress import Progress
+    from readtrace.fix.runs import default_recorder
     from readtrace.fix.verdict import DIFFERS, UNPROVEN, verdict_of
     from readtrace.fix.workdir import checked_keep
     from readtrace.record.launch import sudo_credentials
@@ -143,7 +144,7 @@ def _target(target: list[str], trust: bool = False
         return target, None, None, None, None
     if len(target) > 1:
         raise UsageError("give one trace, or a command after --")
-    from readtrace.fix.compare import command_from_trace
+    from readtrace.fix.tracefacts import command_from_trace
     from readtrace.fix.trust import checked_trace, describe
 
     if not target:

@@ -5,7 +5,7 @@ The probes are compiled and attached at the first run and kept until ``close`` (
 the recorder it was given when it ends, also on an error or Ctrl-C): later runs pay neither the
 compile (1.5-9 s on 2 vCPUs) nor the detach. Each run still gets its own trace, cut to its own
 process tree (record/probeset.py: the kernel maps forget one run before the next starts). A run's
-summary (the analyzer's, ``compare.trace_summary``) is computed on first read: the table and the
+summary (the analyzer's, ``tracefacts.trace_summary``) is computed on first read: the table and the
 verdict read the baseline and fixed runs', never a trial's, so a trial's trace is written but not
 analysed (``readtrace report`` analyses it on demand). ``older=True`` is the recorder from before
 issue 23 (probes compiled and detached for every run, every trace analysed at once), kept to measure
@@ -20,7 +20,7 @@ from pathlib import Path
 
 
 class TraceSummary(Mapping):
-    """A run's trace summary, analysed when first read (``compare.trace_summary``; empty without the
+    """A run's trace summary, analysed when first read (``tracefacts.trace_summary``; empty without the
     analyzer)."""
 
     def __init__(self, trace_path: str | Path):
@@ -29,7 +29,7 @@ class TraceSummary(Mapping):
 
     def _loaded(self) -> dict:
         if self._data is None:
-            from readtrace.fix.compare import trace_summary
+            from readtrace.fix.tracefacts import trace_summary
 
             self._data = trace_summary(self.trace_path) or {}
         return self._data

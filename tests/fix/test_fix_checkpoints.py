@@ -18,7 +18,8 @@ from safetensors.torch import save_file
 from workloads import ebpf_ready
 
 from readtrace.errors import ExitStatus, NoEvidenceError
-from readtrace.fix.compare import checkpoint_files, command_from_trace, compare
+from readtrace.fix.compare import compare
+from readtrace.fix.tracefacts import checkpoint_files, command_from_trace
 
 MiB = 1 << 20
 ELF = b"\x7fELF\x02\x01\x01" + bytes(57)

@@ -15,8 +15,9 @@ from conftest import validate_fix_json
 from safetensors.torch import save_file
 
 from readtrace.errors import ExitStatus, ReadtraceError
-from readtrace.fix.compare import command_from_trace, compare
+from readtrace.fix.compare import compare
 from readtrace.fix.compare_report import render_table, to_json
+from readtrace.fix.tracefacts import command_from_trace
 
 LOAD_SCRIPT = """
 import sys
@@ -189,7 +190,8 @@ def _table(result) -> str:
 
 def test_table_from_recorded_summaries():
     """Rendering only (synthetic runs): trace rows and findings appear when the runs were recorded."""
-    from readtrace.fix.compare import Comparison, Run
+    from readtrace.fix.compare import Comparison
+    from readtrace.fix.runs import Run
     from readtrace.inject.manifest import Manifest, ManifestDiff
     from readtrace.rerun.records import LoaderCall
 

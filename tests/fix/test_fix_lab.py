@@ -8,7 +8,8 @@ import sys
 import pytest
 from conftest import fuse_available, require
 
-from readtrace.fix.compare import compare, default_recorder
+from readtrace.fix.compare import compare
+from readtrace.fix.runs import default_recorder
 from readtrace.simfs import force_unmount, mount
 from readtrace.workloads import make_checkpoint
 from readtrace.workloads.layout import read_layout

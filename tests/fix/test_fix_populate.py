@@ -166,7 +166,7 @@ def test_fix_reads_early_only_for_loads_the_shim_routes(tmp_path, dropping, scri
 
 
 def test_early_reads_only_where_a_routed_load_ran_outside_a_distributed_job():
-    from readtrace.fix.compare import early_read_helps
+    from readtrace.fix.session import early_read_helps
     from readtrace.inject.manifest import Manifest
     from readtrace.rerun.records import record_of
 

@@ -76,8 +76,9 @@ def test_four_rank_sharded_job_compared_rank_by_rank(tmp_path):
     """torchrun --nproc_per_node 4, each rank loading its own quarter of the tensors through the lab
     mount: the baseline's trace gives each rank's spans, the fixed runs prefetch only those, and
     every rank loads the same tensors in both runs."""
-    from readtrace.fix.compare import compare, default_recorder
+    from readtrace.fix.compare import compare
     from readtrace.fix.compare_report import render_table, to_json
+    from readtrace.fix.runs import default_recorder
     from readtrace.simfs import force_unmount, mount
     from readtrace.workloads import make_checkpoint
 

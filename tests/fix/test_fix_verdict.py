@@ -15,9 +15,11 @@ import pytest
 from conftest import lab_mount, validate_fix_json
 
 from readtrace.errors import ExitStatus
+from readtrace.fix.auto import Choice
 from readtrace.fix.candidates import LEAVE_ALONE, Candidate, Floor, confirmed
-from readtrace.fix.compare import Choice, Comparison, Run
+from readtrace.fix.compare import Comparison
 from readtrace.fix.compare_report import render_table, to_json
+from readtrace.fix.runs import Run
 from readtrace.fix.verdict import (
     DIFFERS,
     FIXED,

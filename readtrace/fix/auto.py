@@ -1,0 +1,156 @@
+"""How ``auto`` chooses: the baseline against its floor, each candidate once, cold, the fastest predicted
+first (fix/schedule.py), the fastest with identical tensors confirmed where its gain needs it; then
+the interleaved repeats."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from readtrace.fix import predict
+from readtrace.fix.candidates import (
+    LEAVE_ALONE,
+    NO_HARM,
+    Candidate,
+    Floor,
+    candidates,
+    confirmed,
+    sequential_read_s,
+)
+from readtrace.fix.levers import seen_in
+from readtrace.fix.runs import Run
+from readtrace.fix.schedule import NotTried, Outcome, run_trials
+from readtrace.fix.session import Session
+from readtrace.fix.verdict import confirmation_needed
+from readtrace.inject.manifest import compare_manifests
+from readtrace.loader.fileio import MiB
+from readtrace.pagecache.evict import evict
+
+
+@dataclass
+class Choice:
+    """What ``auto`` chose and why, with every candidate's measured cold run."""
+
+    chosen: Candidate
+    why: str
+    trials: list[Run] = field(default_factory=list)
+    floor: Floor | None = None
+    identical: list[str] = field(default_factory=list)  # labels of the trials that loaded the same tensors
+    floor_unknown: str = ""  # why the floor was not measured (floor None)
+    not_tried: list[NotTried] = field(default_factory=list)  # candidates left out (floor reached, --budget)
+    confirmation: str = ""  # whether the chosen candidate was run again, and why (verdict.confirmation_needed)
+    unconfirmed: str = ""  # why a gain that needed a confirmation run has none: no gain is claimed
+
+
+def choose(session: Session, seen: set[str], keeps_cache: bool, repeat: int, notes: list[str]):
+    """auto: unless the baseline is within noise of its floor, try the candidates once each, cold, the
+    fastest predicted first, stopping those that fall behind and the rest once one reaches the floor
+    (fix/schedule.py); the fastest with identical tensors, when at least 3 % faster, is the fix. Its
+    gain stands on that one run where it is beyond noise (``verdict.confirmation_needed``); else it is
+    the fix only when it and a fresh cold run of it are both at least 3 % faster than both of two
+    baseline runs (the spread rule, ``candidates.confirmed``); then the remaining interleaved repeats."""
+    baseline = session.run("baseline", 0, LEAVE_ALONE)
+    seen = seen or seen_in(baseline.manifest.calls)
+    runs = [baseline]
+    floor = session.floor() if keeps_cache and session.files and session.cold else None
+    floor_unknown = "" if floor is not None else "no checkpoint files" if not session.files else \
+        "this mount drops the page cache on every open, so the same load cannot run warm"
+    if floor is None and session.files and session.cold:  # half of the floor is still worth knowing
+        evict(session.files)
+        size, read_s = sequential_read_s(session.files)
+        floor_unknown += f"; a sequential read of the same {size / MiB:.1f} MiB took {read_s:.2f} s here"
+    trials: list[Run] = []
+    identical: list[str] = []
+    not_tried: list[NotTried] = []
+    if not session.files:
+        why = "no checkpoint files were found: nothing to act on"
+    elif floor is not None and floor.nothing_to_gain(baseline.wall_s):
+        why = (f"the baseline ({baseline.wall_s:.2f} s) is at most {100 * (1 - NO_HARM):.0f} % over a sequential read "
+               f"of the same bytes on this mount ({floor.read_s:.2f} s) plus the same load warm "
+               f"({floor.warm_s:.2f} s): nothing to gain beyond noise")
+    else:
+        found, why_not = candidates(seen or {"load_file"}, keeps_cache)
+        notes.extend(why_not)
+        rows = predict.ranked(found, baseline.wall_s, (baseline.summary or {}).get("io_model"))
+        outcome = _trials(session, baseline, rows, floor, notes)
+        trials, not_tried = outcome.trials, outcome.not_tried
+        identical = [t.label for t in outcome.ok]
+        best = min(outcome.ok, key=lambda t: t.wall_s, default=None)
+        if not found:
+            why = "no candidate can act on this load (the notes say why)"
+        elif not trials and not_tried:
+            why = f"no candidate was tried: {not_tried[0].why}"
+        elif best is None or best.wall_s > NO_HARM * baseline.wall_s:
+            why = "no candidate was at least 3 % faster than the baseline" + (
+                f" (best: {best.label}, {best.wall_s:.2f} s vs {baseline.wall_s:.2f} s)" if best else "")
+        else:
+            chosen = next(c for c in found if c.label == best.label)
+            return _confirm(session, runs, chosen, best, (trials, floor, identical, floor_unknown, not_tried), repeat)
+    choice = Choice(LEAVE_ALONE, why, trials, floor, identical, floor_unknown, not_tried)
+    if not any(r.side == "fixed" for r in runs):
+        runs.append(session.run("fixed", 0, LEAVE_ALONE))
+    return choice, repeats(session, runs, LEAVE_ALONE, repeat)
+
+
+def _confirm(session: Session, runs: list[Run], chosen: Candidate, best: Run, measured: tuple, repeat: int):
+    """The fastest candidate ``best``: kept on its one run where its gain is beyond noise, else run again
+    with the baseline again (when the budget allows) and kept only when both runs beat both baselines."""
+    trials, floor, identical, floor_unknown, not_tried = measured
+    baseline = runs[0]
+    needed, confirmation = confirmation_needed(best.wall_s, [baseline.wall_s])
+    head = f"fastest of {len(trials)} candidate(s) measured cold, tensors identical"
+    left = session.budget.left()
+    if not needed or (left is not None and left < best.wall_s + baseline.wall_s):
+        unconfirmed = "" if not needed else (f"it needed a confirmation run ({confirmation}), for which the "
+                                             f"--budget left no time ({max(left, 0):.0f} s left)")
+        runs.append(replace(best, side="fixed"))
+        choice = Choice(chosen, f"{head}, {best.wall_s:.2f} s vs the baseline's {baseline.wall_s:.2f} s: "
+                        f"{confirmation}", trials, floor, identical, floor_unknown, not_tried, confirmation,
+                        unconfirmed)
+        return choice, runs if unconfirmed else repeats(session, runs, chosen, repeat)
+    fresh = session.run("fixed", 0, chosen, expect_s=best.wall_s, left_s=best.wall_s + baseline.wall_s)
+    again = session.run("baseline", 1, LEAVE_ALONE, expect_s=baseline.wall_s, left_s=baseline.wall_s)
+    runs.append(again)
+    times = f"{best.wall_s:.2f} s and {fresh.wall_s:.2f} s vs the baseline's {baseline.wall_s:.2f} s and {again.wall_s:.2f} s"
+    if fresh.exit_code == 0 and same_tensors(baseline, fresh) and \
+            confirmed([best.wall_s, fresh.wall_s], [baseline.wall_s, again.wall_s]):
+        runs.append(fresh)
+        choice = Choice(chosen, f"{head}, and in a fresh cold run again at least 3 % faster than both baseline "
+                        f"runs: {times}", trials, floor, identical, floor_unknown, not_tried, confirmation)
+        return choice, repeats(session, runs, choice.chosen, repeat)
+    fresh.side, fresh.label, again.side = "trial", f"{chosen.label} (again)", "fixed"
+    trials.append(fresh)  # the unchanged command's second run is the fixed side of a load left alone
+    why = f"{chosen.label} was not at least 3 % faster than both baseline runs, twice: {times}"
+    choice = Choice(LEAVE_ALONE, why, trials, floor, identical, floor_unknown, not_tried, confirmation)
+    return choice, repeats(session, runs, LEAVE_ALONE, repeat)
+
+
+def _trials(session: Session, baseline: Run, rows: list[predict.Ranked], floor: Floor | None,
+            notes: list[str]) -> Outcome:
+    """Each candidate at most once, cold, in ``rows``' order (fix/schedule.py stops and leaves out)."""
+    def run(row, limit_s, expect_s, left_s):
+        return session.run("trial", 0, row.candidate, limit_s, expect_s, left_s)
+
+    outcome = run_trials(rows, baseline.wall_s, floor, session.budget, run, lambda t: same_tensors(baseline, t))
+    for trial in outcome.trials:
+        if trial.exit_code != 0 and not trial.stopped:
+            notes.append(f"{trial.label}: the command failed with it (exit {trial.exit_code}): {trial.log}")
+    differing = [t.label for t in outcome.trials if t.exit_code == 0 and t not in outcome.ok]
+    if differing:
+        notes.append("not considered, loaded different tensors: " + ", ".join(differing))
+    if outcome.floor_reached and outcome.not_tried:
+        notes.append(f"{outcome.floor_reached}: not tried: " + ", ".join(n.label for n in outcome.not_tried))
+    return outcome
+
+
+def repeats(session: Session, runs: list[Run], chosen: Candidate, repeat: int) -> list[Run]:
+    """``runs`` plus interleaved pairs until each side has ``repeat`` runs."""
+    for i in range(1, repeat):
+        order = ("fixed", "baseline") if i % 2 else ("baseline", "fixed")
+        for side in order:
+            if sum(r.side == side for r in runs) < repeat:
+                runs.append(session.run(side, i, LEAVE_ALONE if side == "baseline" else chosen))
+    return runs
+
+
+def same_tensors(baseline: Run, other: Run) -> bool:
+    return compare_manifests(baseline.manifest, other.manifest).all_identical

@@ -1,0 +1,117 @@
+"""The runs of one comparison (``Session``): each made cold (or warm) first, all with the same recorder,
+with what a baseline run decides for the others (the rank plan, early reads)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from readtrace.errors import ReadtraceError
+from readtrace.fix.candidates import ROUTED_CALLS, Candidate, Floor, sequential_read_s
+from readtrace.fix.levers import seen_in
+from readtrace.fix.progress import Progress, figures, quiet
+from readtrace.fix.runs import Recorder, Run, must_succeed, run_command
+from readtrace.fix.schedule import Budget
+from readtrace.fix.tracefacts import spans_by_path, trace_summary
+from readtrace.inject.manifest import Manifest
+from readtrace.measure.profile import cached_for_path
+from readtrace.pagecache.evict import Eviction, evict
+from readtrace.pagecache.prefetch import prefetch
+from readtrace.pagecache.residency import cache_survives_open
+from readtrace.rerun.protocol import prefetches
+from readtrace.rerun.rankplan import RankPlan, plan_from_spans, split_plan
+
+
+@dataclass
+class Session:
+    """One comparison's runs: each made cold (or warm) first, all with the same recorder."""
+
+    command: list[str]
+    work: Path
+    device: str | None
+    cwd: str | None
+    recorder: Recorder | None
+    files: list[str]
+    cold: bool
+    log: Callable[[str], None]
+    spans_from: str | None = None  # a recorded trace of the job: each rank's byte spans (else the baseline's)
+    evictions: list[Eviction] = field(default_factory=list)
+    count: int = 0
+    plan: RankPlan | None = None  # torchrun: what each rank prefetches in fixed runs
+    plan_path: Path | None = None
+    early_read: bool | None = None  # may fixed runs read files early (inject/early.py)? None: no baseline yet
+    budget: Budget = field(default_factory=lambda: Budget(None))
+    progress: Progress = field(default_factory=quiet)
+
+    def prepare(self, what: str, expect_s: float | None = None, left_s: float | None = None) -> None:
+        if self.cold:
+            self.evictions = evict(self.files)
+            how = f"cold: {len(self.files)} file(s) evicted"
+        else:
+            prefetch(self.files, progress=False)
+            how = f"warm: {len(self.files)} file(s) cached"
+        self.log(f"{what} ({how}); {figures(self.budget.elapsed(), expect_s, left_s)}")
+
+    def run(self, side: str, index: int, candidate: Candidate, limit_s: float | None = None,
+            expect_s: float | None = None, left_s: float | None = None) -> Run:
+        self.count += 1
+        what = f"run {self.count} {side} [{candidate.label if side != 'baseline' else 'unchanged'}]"
+        self.prepare(what, expect_s, left_s)
+        if self.plan is not None and prefetches(candidate.strategy):
+            candidate = replace(candidate, settings={**candidate.settings, "prefetch_plan": str(self.plan_path)})
+        if self.early_read is False:
+            candidate = replace(candidate, settings={**candidate.settings, "early_read": False})
+        with self.progress.running(what, expect_s, left_s, self.budget.elapsed()):
+            run = run_command(self.command, side, index, candidate.strategy, self.work, self.device, self.cwd,
+                       self.recorder, self.files, candidate, stem=f"{self.count:02d}-{side}", limit_s=limit_s)
+        run.label = candidate.label
+        if side == "baseline":
+            must_succeed(run)
+            if self.early_read is None:
+                self.early_read = early_read_helps(run.manifest)
+            if self.plan is None:
+                self._plan_from(run)
+        return run
+
+    def _plan_from(self, baseline: Run) -> None:
+        """Under torchrun: which bytes each rank prefetches in the fixed runs (rerun/rankplan.py), from
+        the given trace, else the baseline's; without a trace, the files split over local ranks."""
+        if not self.files or not baseline.manifest.ranked:
+            return
+        spans = self.spans_from or baseline.trace_path
+        summary = trace_summary(spans) if spans and spans != baseline.trace_path else baseline.summary
+        plan = plan_from_spans(spans_by_path(summary), self.files) if summary else None
+        self.plan = plan or split_plan(self.files, "the runs were not recorded: each rank's byte spans are unknown, "
+                                       "so the files are split over each node's local ranks")
+        self.plan_path = self.work / "rank-plan.json"
+        self.plan.save(self.plan_path)
+
+    def floor(self) -> Floor:
+        evict(self.files)
+        size, read_s = sequential_read_s(self.files)
+        prefetch(self.files, progress=False)
+        self.log("floor: the same bytes read sequentially, then the command warm")
+        with self.progress.running("floor: the command warm", elapsed_s=self.budget.elapsed()):
+            warm = run_command(self.command, "warm", 0, "none", self.work, self.device, self.cwd, None, self.files)
+        must_succeed(warm)
+        return Floor(size, read_s, warm.wall_s)
+
+
+def early_read_helps(baseline: Manifest) -> bool:
+    """Read files early in fixed runs only where the baseline loaded through calls the own-fd loader
+    routes (a raw mmap would only get a second read), and not in a distributed job: the first Python
+    process there is the launcher (torchrun), which loads nothing."""
+    return not baseline.ranked and any(c in ROUTED_CALLS for c in seen_in(baseline.calls))
+
+
+def cache_kept(path: str) -> bool:
+    """Whether the page cache of ``path`` survives an open: as its mount's cached profile measured it
+    (readtrace probe), else tried now."""
+    profile = cached_for_path(path)
+    if profile is not None:
+        return profile.cache_survives_open
+    try:
+        return cache_survives_open(path)
+    except (OSError, ReadtraceError):
+        return True
