@@ -9,6 +9,7 @@ libraries it imported. Kept import-free (the command line reads it before torch)
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ class Lever:
         return {"lever": self.name} if self.shim else {}
 
 
+@functools.cache  # the installed library does not change while fix runs: parse its source once
 def _safetensors_has_backend() -> bool:
     """Whether the installed safetensors' ``load_file`` takes ``backend``, read from its source: importing
     safetensors.torch imports torch, 2.9 s of a 52 s ``fix --compare`` in a host that loads no tensor."""

@@ -325,24 +325,34 @@ def _digest(mapping) -> None:
 def _digest_all() -> None:
     for mapping in list(_LIVE):
         _digest(mapping)
+    _note([])  # what could not be written before
 
 
 def _note(records: list[Record]) -> None:
-    """Append to the manifest; records it could not write (no fd left) go with the next note or at exit."""
+    """Append to the manifest. Records it could not write (no fd left) are kept and written ahead of
+    the next ones, or at exit (``_digest_all``); with none kept, ``records`` go as they are, so notes
+    from two threads never drop each other's."""
+    global _UNWRITTEN
     manifest = _CONFIG["rerun"].manifest
-    if manifest:
-        _UNWRITTEN.extend(records)
-        with contextlib.suppress(OSError):
-            append_manifest(manifest, _UNWRITTEN)
-            _UNWRITTEN.clear()
+    if not manifest:
+        return
+    held, _UNWRITTEN = _UNWRITTEN, []
+    batch = held + list(records)
+    if not batch:
+        return
+    try:
+        append_manifest(manifest, batch)
+    except OSError:
+        _UNWRITTEN = batch + _UNWRITTEN
 
 
 def _forget_in_child() -> None:
     """A forked child's fills are its parent's to stop: it may start its own (its parent's fd is shared)."""
-    global _LOCK
+    global _LOCK, _UNWRITTEN
     _LOCK = threading.Lock()
     _STARTED.clear()
     _HELPERS.clear()
+    _UNWRITTEN = []  # the parent's to write
 
 
 os.register_at_fork(after_in_child=_forget_in_child)

@@ -25,7 +25,8 @@ def handle_jumps(fuse: Accesses, n_handles: int) -> tuple[np.ndarray, np.ndarray
         return jumps, extra
     rows = np.flatnonzero(known)
     order = rows[np.lexsort((fuse.ts[rows], fuse.handle[rows]))]
-    code, offset, end = fuse.handle[order], fuse.offset[order], fuse.end[order]
+    code, offset = fuse.handle[order], fuse.offset[order]
+    end = offset + fuse.nbytes[order]  # not fuse.end: that is every request's, not only these
     latency = fuse.latency[order].astype(float)
     same = np.zeros(len(order), dtype=bool)
     same[1:] = code[1:] == code[:-1]
