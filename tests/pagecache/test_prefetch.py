@@ -111,6 +111,7 @@ def test_pages_sent_into_an_unread_socket_stay_and_the_note_says_who_holds_the_f
         os.close(fd)
         for s in (reader, sender, listener):
             s.close()
+    monkeypatch.undo()  # the sockets free their page references asynchronously: the usual retry waits
     [ev] = evict([path])
     assert ev.after < 0.02 and ev.note is None
 
