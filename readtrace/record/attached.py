@@ -252,7 +252,7 @@ def record_attached(target: Targets, output: str | Path | None = None, *, force:
             session.decoder.attach(_threads(seeded), state)
             if connections:
                 session.watch_fuse(connections, fuse_daemons())
-            idle = IdleWatch(session.decoder, until_idle) if until_idle is not None else None
+            idle = IdleWatch(session.decoder, until_idle, session.held_runs) if until_idle is not None else None
             session.watch = idle.seen if idle is not None else None
             what = f"cgroup {cgroup.path}: " if cgroup else ""
             until = f"for {duration:g} s, " if duration is not None else ""

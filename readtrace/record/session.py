@@ -238,7 +238,7 @@ class Session:
             self.problems.append(f"writing {name}.parquet failed ({e.strerror}): kept {kept:,} rows, "
                                  f"lost {len(frame):,} and all later ones")
 
-    def _pending_runs(self) -> np.ndarray:
+    def held_runs(self) -> np.ndarray:
         """Merged reads / page runs still held in kernel slots (threads alive at the end)."""
         record = EVENT_DTYPE.itemsize - RECORD_HEADER
         header = np.array([record, 0], dtype="<u4").tobytes()
@@ -293,7 +293,7 @@ class Session:
         self.drain()
         self.sched = self.sched_totals()
         self.misses = self.program_misses()
-        self._held_runs = self._pending_runs()
+        self._held_runs = self.held_runs()
         lost = self.lost()
         if self._own_rings:
             self.fast.close()

@@ -42,7 +42,9 @@ def test_per_handle_state_is_what_the_client_does(checkpoints, mounts, client, l
     runs = probe(path, lambda: mount.backend_requests(path.name), limit=limit, backing=mount.backing)
     shared, own = runs["shared"], runs["own"]
     if fs_profile(mount.fstype).per_handle_stream:
-        assert shared.requests > 3 * own.requests, runs  # every turn on the shared handle: a new request
+        # every turn on the shared handle: a new request. JuiceFS keeps a few read-ahead sessions per open
+        # file, so some of the 4 streams survive there: 2.0x (88/44) to 3.2x (192/60) measured, not 10x
+        assert shared.requests > (1.5 if client == "juicefs" else 3) * own.requests, runs
     elif shared.requests is not None:
         assert shared.requests <= own.requests * 1.25 + 2, runs  # the handle makes no difference
     else:  # no request log (sshfs, bindfs): time it; sharing may not cost more than jitter

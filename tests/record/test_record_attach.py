@@ -198,11 +198,11 @@ def test_attach_needs_root(unprivileged_user):
                                              "(sudo readtrace record -p PID)"]
 
 
-def _reader(data, go=None, sleep_after=0.0):
-    """A Python process that (after ``go`` exists) reads ``data`` with read(), then sleeps."""
+def _reader(data, go=None, sleep_after=0.0, chunk=MIB):
+    """A Python process that (after ``go`` exists) reads ``data`` with read()s of ``chunk``, then sleeps."""
     wait = f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.01)\n" if go else ""
     return [sys.executable, "-c", f"import pathlib, time\n{wait}"
-            f"with open({str(data)!r}, 'rb') as f:\n    while f.read(1 << 20): pass\n"
+            f"with open({str(data)!r}, 'rb') as f:\n    while f.read({chunk}): pass\n"
             f"time.sleep({sleep_after})\n"]
 
 
@@ -211,10 +211,13 @@ def _data_reads(trace, data):
     return reads[reads["path"] == str(data)]
 
 
-def test_until_idle_ends_the_recording_of_a_process_that_keeps_running(tmp_path):
+@pytest.mark.parametrize("chunk", [MIB, 8 * MIB], ids=["1MiB-reads", "one-read"])
+def test_until_idle_ends_the_recording_of_a_process_that_keeps_running(tmp_path, chunk):
+    # one read of the cached file: its page hits are one run, held in the kernel slot (no later run of
+    # that thread sends it) until the thread exits, which it does not; the watch must see it there
     data = make_data_file(tmp_path / "model.bin", 4 * MIB)
     go, out = tmp_path / "go", tmp_path / "idle.rtrace"
-    with _running(_reader(data, go, sleep_after=120)) as server, \
+    with _running(_reader(data, go, sleep_after=120, chunk=chunk)) as server, \
             _attached(server.pid, out, "--until-idle", "1") as rec:
         go.touch()
         _, err = rec.communicate(timeout=60)
