@@ -1,7 +1,7 @@
 """How long `fix --compare` takes to answer, next to the slow load it proves a fix for (issue 23).
 
     python benchmarks/time_to_answer.py --sizes 256 --mounts lab rclone \
-        --loaders safe_open-threads transformers fork-shared-fd --recorders one-probe-set older
+        --loaders safe_open-threads transformers fork-shared-fd --baselines recorded made
 
 Per cell (mount x loader x checkpoint size) and recorder, side by side in one run: the baseline (the
 unchanged command, cold, not recorded), the fixed side's wall (median of compare's fixed runs), the
@@ -15,6 +15,9 @@ once per compare, a trace analysed when the table reads it) and ``older`` (the r
 trace writing of the same commit).
 Mounts: ``lab`` (readtrace's simfs, gcsfuse profile, keep_cache) and ``rclone`` (a real client,
 HTTP backend, drops the page cache on every open), both at --latency-ms first-byte latency.
+Baselines: ``recorded`` (the load recorded cold first, as a user does, then ``fix --compare TRACE``: the
+recorded run counts as a baseline run where it can, fix/recorded.py; the recording itself is not in the
+total, the user had it) and ``made`` (``fix --compare -- CMD``: the comparison makes every run).
 Table printed, JSON under bench-results/. Needs root (eBPF), FUSE, rclone for its cells.
 """
 
@@ -45,6 +48,7 @@ from lab.clients import mounted as client_mounted  # noqa: E402
 
 LOADERS = ("safe_open-threads", "transformers", "fork-shared-fd")
 RECORDERS = {"one-probe-set": False, "older": True}  # name -> RunRecorder(older=...)
+BASELINES = ("recorded", "made")  # the first baseline run: the user's recorded run, or one the comparison makes
 
 
 class TimedRecorder:
@@ -88,7 +92,16 @@ def cold_wall(cmd: list[str], files: list[str]) -> float:
     return time.perf_counter() - started
 
 
-def cell(kind: str, loader: str, size_mib: int, latency_ms: float, root: Path, recorders: list[str]) -> list[dict]:
+def record_cold(cmd: list[str], files: list[str], out: Path) -> str:
+    """``readtrace record`` of ``cmd``, cold, as a user records the load before ``fix --compare TRACE``."""
+    evict(files)
+    subprocess.run([sys.executable, "-m", "readtrace", "record", "--force", "-o", str(out), "--", *cmd], check=True,
+                   capture_output=True)
+    return str(out)
+
+
+def cell(kind: str, loader: str, size_mib: int, latency_ms: float, root: Path, recorders: list[str],
+         baselines: list[str]) -> list[dict]:
     src, marker = root / f"src-{loader}-{size_mib}", root / f"target-{loader}-{size_mib}.txt"  # marker: off the mount
     if not marker.exists():
         src.mkdir(exist_ok=True)
@@ -99,25 +112,28 @@ def cell(kind: str, loader: str, size_mib: int, latency_ms: float, root: Path, r
         cmd = command(loader, root, str(mnt / target))
         files = files_of(mnt / target)
         baseline = cold_wall(cmd, files)
-        for name in recorders:
-            row = {"mount": kind, "loader": loader, "size_mib": size_mib, "recorder": name}
+        for name, first in ((r, b) for r in recorders for b in baselines):
+            row = {"mount": kind, "loader": loader, "size_mib": size_mib, "recorder": name, "baseline_run": first}
             try:
-                rows.append(_compare_row(cmd, files, RunRecorder(older=RECORDERS[name]), baseline, row))
+                trace = record_cold(cmd, files, root / f"{loader}-{size_mib}.rtrace") if first == "recorded" else None
+                rows.append(_compare_row(cmd, files, RunRecorder(older=RECORDERS[name]), baseline, row, trace))
             except ReadtraceError as e:  # a shared machine: say it in the row, go on with the next
-                rows.append({**row, **dict.fromkeys(COLUMNS[4:]), "error": str(e)})
+                rows.append({**row, **dict.fromkeys(COLUMNS[6:]), "error": str(e)})
             print(_line(rows[-1]), flush=True)
     return rows
 
 
-def _compare_row(cmd: list[str], files: list[str], inner: RunRecorder, baseline: float, row: dict) -> dict:
-    """One `fix --compare` (auto) of ``cmd`` with ``inner`` recording, timed, as a table row."""
+def _compare_row(cmd: list[str], files: list[str], inner: RunRecorder, baseline: float, row: dict,
+                 trace: str | None) -> dict:
+    """One `fix --compare` (auto) of ``cmd`` with ``inner`` recording, timed, as a table row; ``trace``: the
+    recorded run (`fix --compare TRACE`), else None (`fix --compare -- CMD`)."""
     recorder = TimedRecorder(inner)
     started = time.perf_counter()
-    result = compare(cmd, strategy="auto", files=files, recorder=recorder)
+    result = compare(cmd, strategy="auto", files=files, recorder=recorder, recorded_from=trace)
     total = time.perf_counter() - started
     # each run once (a trial that needed no confirmation run is also the fixed side: the same trace)
-    recorded = list({r.trace_path or id(r): r for r in result.runs + (result.choice.trials if result.choice else [])}
-                    .values())
+    recorded = list({r.trace_path or id(r): r for r in result.runs + (result.choice.trials if result.choice else [])
+                     if not r.recorded}.values())  # the user's recorded run was not made by the comparison
     floor = result.choice.floor if result.choice else None
     floor_s = floor.read_s + floor.warm_s if floor else 0.0
     # everything fix --compare spent beyond the loads themselves (and the floor's read + warm run)
@@ -130,10 +146,12 @@ def _compare_row(cmd: list[str], files: list[str], inner: RunRecorder, baseline:
             "fix_overhead_s_per_run": round(overhead, 2), "floor_s": round(floor_s, 2),
             "run_walls_s": [round(r.wall_s, 2) for r in recorded],
             "chosen": result.choice.chosen.label if result.choice else None,
-            "verdict": verdict_of(result).word, "identical": result.diff.all_identical, "tensors": result.diff.count}
+            "verdict": verdict_of(result).word, "identical": result.diff.all_identical, "tensors": result.diff.count,
+            "recorded_counted": any(r.recorded for r in result.runs), "notes": result.notes}
 
 
-COLUMNS = ("mount", "loader", "size_mib", "recorder", "baseline_s", "fixed_s", "total_s", "ratio", "runs",
+COLUMNS = ("mount", "loader", "size_mib", "recorder", "baseline_run", "recorded_counted", "baseline_s", "fixed_s",
+           "total_s", "ratio", "runs",
            "recorder_s_per_run", "fix_overhead_s_per_run", "chosen", "verdict", "identical")
 
 
@@ -153,7 +171,10 @@ def main() -> int:
     p.add_argument("--sizes", type=int, nargs="+", default=[256], help="checkpoint sizes in MiB (1024: --sizes 256 1024)")
     p.add_argument("--mounts", nargs="+", default=["lab", "rclone"], choices=["lab", "rclone"])
     p.add_argument("--loaders", nargs="+", default=list(LOADERS), choices=LOADERS)
-    p.add_argument("--recorders", nargs="+", default=list(RECORDERS), choices=list(RECORDERS))
+    p.add_argument("--recorders", nargs="+", default=["one-probe-set"], choices=list(RECORDERS))
+    p.add_argument("--baselines", nargs="+", default=list(BASELINES), choices=BASELINES,
+                   help="recorded: the load recorded cold first, `fix --compare TRACE` (its run counts as a "
+                        "baseline run where it can); made: `fix --compare -- CMD` makes its own")
     p.add_argument("--latency-ms", type=float, default=20.0)
     p.add_argument("--root", type=Path, default=None, help="where checkpoints are built (kept between runs)")
     p.add_argument("--out", type=Path, default=Path("bench-results/time_to_answer.json"))
@@ -170,7 +191,7 @@ def main() -> int:
     for size in args.sizes:
         for kind in args.mounts:
             for loader in args.loaders:
-                rows += cell(kind, loader, size, args.latency_ms, root, args.recorders)
+                rows += cell(kind, loader, size, args.latency_ms, root, args.recorders, args.baselines)
                 save(args.out, rows, load)
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; JSON: {args.out}")
     return 0

@@ -88,7 +88,8 @@ def _run(args, child) -> int:
     if args.plan:
         command, cwd, files, trace, shown = _target(args.target, trust=True)
         files = args.files or files
-        p = plan(args.strategy, args.repeat, files_known=files is not None, cold=not args.warm, budget=args.budget)
+        p = plan(args.strategy, args.repeat, files_known=files is not None, cold=not args.warm, budget=args.budget,
+                 recorded=trace is not None)
         render_plan(p, command, cwd, files, shown, sys.stdout)
         return ExitStatus.OK
     cleaned: list[str] = []
@@ -99,7 +100,7 @@ def _run(args, child) -> int:
         if args.keep:
             checked_keep(args.keep, sudo_credentials())  # a refused DIR before anything is said or run
         say(plan(args.strategy, args.repeat, files_known=(args.files or files) is not None,
-                 cold=not args.warm, budget=args.budget).headline())
+                 cold=not args.warm, budget=args.budget, recorded=trace is not None).headline())
     for line in [shown] * bool(shown) + cleaned:
         say(line)
     if not args.compare:
@@ -112,7 +113,7 @@ def _run(args, child) -> int:
         result = compare(command, strategy=args.strategy, repeat=args.repeat, files=args.files or files,
                          device=args.device, cwd=cwd, workdir=args.keep, recorder=recorder, cold=not args.warm,
                          log=log, spans_from=trace, wait=not args.no_wait, tell=progress.say, budget=args.budget,
-                         progress=progress)
+                         progress=progress, recorded_from=trace)
     if why_not:
         result.notes.append(why_not)
     if args.json:

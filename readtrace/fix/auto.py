@@ -48,10 +48,9 @@ def choose(session: Session, seen: set[str], keeps_cache: bool, repeat: int, not
     gain stands on that one run where it is beyond noise (``verdict.confirmation_needed``); else it is
     the fix only when it and a fresh cold run of it are both at least 3 % faster than both of two
     baseline runs (the spread rule, ``candidates.confirmed``); then the remaining interleaved repeats."""
-    baseline = session.run("baseline", 0, LEAVE_ALONE)
+    runs, floor = _baselines(session, keeps_cache)
+    baseline = runs[0]
     seen = seen or seen_in(baseline.manifest.calls)
-    runs = [baseline]
-    floor = session.floor() if keeps_cache and session.files and session.cold else None
     floor_unknown = "" if floor is not None else "no checkpoint files" if not session.files else \
         "this mount drops the page cache on every open, so the same load cannot run warm"
     if floor is None and session.files and session.cold:  # half of the floor is still worth knowing
@@ -86,20 +85,35 @@ def choose(session: Session, seen: set[str], keeps_cache: bool, repeat: int, not
             chosen = next(c for c in found if c.label == best.label)
             return _confirm(session, runs, chosen, best, (trials, floor, identical, floor_unknown, not_tried), repeat)
     choice = Choice(LEAVE_ALONE, why, trials, floor, identical, floor_unknown, not_tried)
-    if not any(r.side == "fixed" for r in runs):
-        runs.append(session.run("fixed", 0, LEAVE_ALONE))
-    return choice, repeats(session, runs, LEAVE_ALONE, repeat)
+    return choice, repeats(session, runs, LEAVE_ALONE, repeat)  # left alone: no run of the unchanged command again
+
+
+def _baselines(session: Session, keeps_cache: bool) -> tuple[list[Run], Floor | None]:
+    """(the baseline runs to start from, the floor or None where it cannot be measured). The user's
+    recorded run (``session.recorded``) is the first baseline run where the floor's warm run gives it
+    its tensors; without a floor it is a second one, after a baseline run made here."""
+    measure_floor = keeps_cache and bool(session.files) and session.cold
+    recorded = session.recorded
+    if recorded is not None and measure_floor:
+        floor, warm = session.floor()
+        return [session.adopt_baseline(recorded.as_baseline(warm.manifest))], floor
+    baseline = session.run("baseline", 0, LEAVE_ALONE)
+    floor = session.floor()[0] if measure_floor else None
+    return [baseline] + ([recorded.as_baseline(baseline.manifest, index=1)] if recorded else []), floor
 
 
 def _confirm(session: Session, runs: list[Run], chosen: Candidate, best: Run, measured: tuple, repeat: int):
     """The fastest candidate ``best``: kept on its one run where its gain is beyond noise, else run again
-    with the baseline again (when the budget allows) and kept only when both runs beat both baselines."""
+    (with the baseline again, unless two baseline runs were made) when the budget allows, and kept only
+    when both its runs beat every baseline run."""
     trials, floor, identical, floor_unknown, not_tried = measured
     baseline = runs[0]
-    needed, confirmation = confirmation_needed(best.wall_s, [baseline.wall_s])
+    baselines = [r for r in runs if r.side == "baseline"]
+    needed, confirmation = confirmation_needed(best.wall_s, [r.wall_s for r in baselines])
     head = f"fastest of {len(trials)} candidate(s) measured cold, tensors identical"
     left = session.budget.left()
-    if not needed or (left is not None and left < best.wall_s + baseline.wall_s):
+    again_s = baseline.wall_s if len(baselines) < 2 else 0.0
+    if not needed or (left is not None and left < best.wall_s + again_s):
         unconfirmed = "" if not needed else (f"it needed a confirmation run ({confirmation}), for which the "
                                              f"--budget left no time ({max(left, 0):.0f} s left)")
         runs.append(replace(best, side="fixed"))
@@ -107,19 +121,21 @@ def _confirm(session: Session, runs: list[Run], chosen: Candidate, best: Run, me
                         f"{confirmation}", trials, floor, identical, floor_unknown, not_tried, confirmation,
                         unconfirmed)
         return choice, runs if unconfirmed else repeats(session, runs, chosen, repeat)
-    fresh = session.run("fixed", 0, chosen, expect_s=best.wall_s, left_s=best.wall_s + baseline.wall_s)
-    again = session.run("baseline", 1, LEAVE_ALONE, expect_s=baseline.wall_s, left_s=baseline.wall_s)
-    runs.append(again)
-    times = f"{best.wall_s:.2f} s and {fresh.wall_s:.2f} s vs the baseline's {baseline.wall_s:.2f} s and {again.wall_s:.2f} s"
+    fresh = session.run("fixed", 0, chosen, expect_s=best.wall_s, left_s=best.wall_s + again_s)
+    if again_s:
+        baselines.append(session.run("baseline", 1, LEAVE_ALONE, expect_s=baseline.wall_s, left_s=baseline.wall_s))
+        runs.append(baselines[-1])
+    times = (f"{best.wall_s:.2f} s and {fresh.wall_s:.2f} s vs the baseline's "
+             + " and ".join(f"{r.wall_s:.2f} s" for r in baselines))
     if fresh.exit_code == 0 and same_tensors(baseline, fresh) and \
-            confirmed([best.wall_s, fresh.wall_s], [baseline.wall_s, again.wall_s]):
+            confirmed([best.wall_s, fresh.wall_s], [r.wall_s for r in baselines]):
         runs.append(fresh)
         choice = Choice(chosen, f"{head}, and in a fresh cold run again at least 3 % faster than both baseline "
                         f"runs: {times}", trials, floor, identical, floor_unknown, not_tried, confirmation)
         return choice, repeats(session, runs, choice.chosen, repeat)
-    fresh.side, fresh.label, again.side = "trial", f"{chosen.label} (again)", "fixed"
-    trials.append(fresh)  # the unchanged command's second run is the fixed side of a load left alone
-    why = f"{chosen.label} was not at least 3 % faster than both baseline runs, twice: {times}"
+    fresh.side, fresh.label = "trial", f"{chosen.label} (again)"
+    trials.append(fresh)
+    why = f"{chosen.label} was not at least 3 % faster than every baseline run, twice: {times}"
     choice = Choice(LEAVE_ALONE, why, trials, floor, identical, floor_unknown, not_tried, confirmation)
     return choice, repeats(session, runs, LEAVE_ALONE, repeat)
 

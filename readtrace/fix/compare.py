@@ -29,6 +29,7 @@ from readtrace.fix.auto import Choice, choose
 from readtrace.fix.candidates import LEAVE_ALONE, OWN, Candidate
 from readtrace.fix.levers import seen_in
 from readtrace.fix.progress import Progress, quiet
+from readtrace.fix.recorded import RecordedRun, recorded_run
 from readtrace.fix.recording import analyse
 from readtrace.fix.runs import Recorder, Run, must_succeed, run_command
 from readtrace.fix.schedule import Budget
@@ -113,6 +114,7 @@ def compare(
     tell: Callable[[str], None] | None = None,
     budget: float | None = None,
     progress: Progress | None = None,
+    recorded_from: str | None = None,
 ) -> Comparison:
     """Run ``command`` as baseline and fixed ``repeat`` times each, cold, interleaved; compare.
 
@@ -128,6 +130,8 @@ def compare(
     compare measuring one of the same files is waited for (fix/coldlock.py), said through ``tell``
     (default ``log``), or with ``wait=False`` a ReadtraceError. ``budget``: seconds auto may spend in
     all (fix/schedule.py: candidates that no longer fit are not tried); ``progress``: a live display.
+    ``recorded_from``: the trace the command came from; auto counts its run as a cold baseline run
+    where it is one like the comparison's own (fix/recorded.py).
     """
     if strategy not in FIX_STRATEGIES:
         raise UsageError(f"unknown strategy {strategy!r} (choose from {', '.join(FIX_STRATEGIES)})")
@@ -155,6 +159,8 @@ def compare(
                                   + "; ".join(held))
         session = Session(command, work, device, cwd, recorder, files, cold, log, spans_from,
                            budget=Budget(budget), progress=progress or quiet())
+        if recorded_from and strategy == "auto" and cold and files:
+            session.recorded = _recorded(recorded_from, command, files, recorder is not None, notes, log)
         dropping = [f for f in files if not cache_kept(f)]
         if strategy == "auto" and cold:  # warm runs measure the shim's own per-file choice instead
             choice, runs = choose(session, seen, not dropping, repeat, notes)
@@ -177,13 +183,31 @@ def compare(
         return comparison
 
 
+def _recorded(trace: str, command: list[str], files: list[str], recording: bool, notes: list[str],
+              log: Callable[[str], None]) -> RecordedRun | None:
+    """The recorded run as a baseline run, or None with a note saying why not."""
+    if not recording:
+        notes.append("the recorded run is not a baseline run here: it ran under readtrace's probes, "
+                     "the comparison's runs do not (not recorded)")
+        return None
+    found, why = recorded_run(trace, command, files)
+    if found is None:
+        notes.append(f"the recorded run is not a baseline run here: {why}")
+        return None
+    log(found.describe())
+    notes.append(found.describe())
+    return found
+
+
 def _diff(runs: list[Run]) -> ManifestDiff:
+    """The baseline's tensors against every other run's of a side (the first that differs); a load left
+    alone with no other run: against themselves (how many were seen)."""
     runs = [r for r in runs if not r.manifest.failures]  # a manifest known to lack records proves nothing
     baselines = [r for r in runs if r.side == "baseline"]
-    others = [r for r in runs if r.side == "fixed"]
-    if not baselines or not others:
+    others = [r for r in runs if r.side == "fixed"] + [r for r in baselines[1:] if not r.recorded]
+    if not baselines:
         return ManifestDiff(0, 0, [], [], [])
-    diffs = [compare_manifests(baselines[0].manifest, r.manifest) for r in others + baselines[1:]]
+    diffs = [compare_manifests(baselines[0].manifest, r.manifest) for r in others or baselines[:1]]
     return next((d for d in diffs if not d.all_identical), diffs[0])
 
 

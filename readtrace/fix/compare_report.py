@@ -39,9 +39,11 @@ def side_summary(comparison: Comparison, side: str) -> dict:
     runs = comparison.side(side)
     if not runs:
         return {"wall_s": None, "loader_s": None, "runs": []}
+    timed = [r.loader_s for r in runs if r.loader_s is not None]  # the recorded run's loader calls were not timed
     out = {"wall_s": statistics.median(r.wall_s for r in runs),
-           "loader_s": statistics.median(r.loader_s for r in runs),
-           "runs": [{"wall_s": r.wall_s, "loader_s": r.loader_s, "trace": r.trace_path} for r in runs]}
+           "loader_s": statistics.median(timed) if timed else None,
+           "runs": [{"wall_s": r.wall_s, "loader_s": r.loader_s, "trace": r.trace_path,
+                     "recorded": bool(r.recorded)} for r in runs]}
     summaries = [r.summary for r in runs if r.summary]
     if summaries:
         keys = {k for s in summaries for k, v in s.items() if isinstance(v, int | float) and not isinstance(v, bool)}
@@ -74,7 +76,8 @@ def to_json(comparison: Comparison) -> dict:
         "left_alone": comparison.left_alone if proven else None,
         "rerun_ratio": comparison.rerun_ratio if proven else None,
         "tensors": diff.count,
-        "tensors_identical": diff.all_identical if diff.count or not diff.all_identical else None,
+        "tensors_identical": None if _nothing_rerun(comparison) else
+        diff.all_identical if diff.count or not diff.all_identical else None,
         "differing_tensors": differing_names(diff),
         "files": [{"path": e.path, "fstype": e.fstype, "resident_before": e.before, "resident_after": e.after}
                   for e in comparison.evictions],
@@ -132,6 +135,8 @@ def render_table(comparison: Comparison, out: TextIO) -> None:
     n_base = len(base["runs"])
     runs = f"{repeat} {temperature} run{'s' * (repeat > 1)} each" if n_base == repeat else \
         f"{n_base} baseline and {repeat} fixed {temperature} run{'s' * (repeat > 1)}"
+    if _nothing_rerun(comparison):
+        runs = f"{n_base} {temperature} baseline run{'s' * (n_base > 1)}; left alone, so nothing changed was run"
     out.write(f"fix --compare: strategy {data['strategy']}, {runs}"
               f"{' (median, interleaved)' if max(repeat, n_base) > 1 else ''}\n")
     word = data["verdict"]
@@ -142,7 +147,9 @@ def render_table(comparison: Comparison, out: TextIO) -> None:
     for label, key, kind in TRACE_ROWS:
         if key in base or key in fixed:
             rows.append((label, _fmt(base.get(key), kind), _fmt(fixed.get(key), kind), ""))
-    if data["tensors"]:
+    if data["tensors"] and _nothing_rerun(comparison):
+        rows.append(("tensors", f"{data['tensors']} seen", "", "not compared (nothing changed)"))
+    elif data["tensors"]:
         rows.append(("tensors identical", f"{comparison.diff.identical}/{data['tensors']}", "",
                      "yes" if data["tensors_identical"] else "NO"))
     else:
@@ -188,9 +195,9 @@ def _wall_claim(data: dict) -> str:
 
 def _loader_claim(comparison: Comparison) -> str:
     """Time inside loader calls: a gain only where those times, too, beat the baseline's beyond their spread."""
-    base = [r.loader_s for r in comparison.side("baseline")]
+    base = [r.loader_s for r in comparison.side("baseline") if r.loader_s is not None]
     fixed = [r.loader_s for r in comparison.side("fixed")]
-    if not confirmed(fixed, base) or not all(fixed):
+    if not base or not confirmed(fixed, base) or not all(fixed):
         return ""
     return _speedup(statistics.median(base) / statistics.median(fixed))
 
@@ -248,6 +255,11 @@ def _render_choice(choice: dict | None, out: TextIO) -> None:
         out.write(f"  stop rule: {choice['stop_rule']}\n")
     if choice["confirmation"]:
         out.write(f"  confirmation: {choice['confirmation']} (rule: {choice['confirmation_rule']})\n")
+
+
+def _nothing_rerun(comparison: Comparison) -> bool:
+    """Left alone with no run of the unchanged command on the fixed side: no tensors were compared."""
+    return comparison.left_alone and not comparison.side("fixed")
 
 
 def _left_alone(rerun_ratio: float | None) -> str:

@@ -45,18 +45,22 @@ class Plan:
                 "whatever it does besides loading (side effects) happens each time")
 
 
-def plan(strategy: str, repeat: int, *, files_known: bool, cold: bool = True, budget: float | None = None) -> Plan:
+def plan(strategy: str, repeat: int, *, files_known: bool, cold: bool = True, budget: float | None = None,
+         recorded: bool = False) -> Plan:
     """The runs ``compare(strategy=..., repeat=..., files=... if files_known else None, cold=..., budget=...)``
-    makes (at most)."""
+    makes (at most); ``recorded``: the command comes from a trace (``recorded_from``)."""
     how = "cold" if cold else "warm"
     what = f"strategy {strategy}, --repeat {repeat}, {how}" + (f", --budget {budget:g} s" if budget else "")
     steps = [] if files_known else ["discovery: the unchanged command once, to find the checkpoint files it loads"]
     if strategy == "auto" and cold:
         with_cache, without = candidates(EVERY_CALL, True)[0], candidates(EVERY_CALL, False)[0]
         labels = list(dict.fromkeys(c.label for c in with_cache + without))
-        steps += ["baseline 1: the unchanged command, cold",
+        steps += ["baseline 1: the unchanged command, cold" + (
+                      " (the recorded run instead, where it was cold, on this machine, its files unchanged, and "
+                      "the mount keeps the page cache; where the mount drops it, the recorded run is baseline 2)"
+                      if recorded else ""),
                   "floor: the same bytes read sequentially, then the command warm (where the mount keeps the "
-                  "page cache)"]
+                  "page cache)" + ("; its tensors stand for the recorded run's" if recorded else "")]
         where = {c.label: ", only where the mount keeps the page cache" for c in with_cache} | \
             {c.label: ", only where the mount drops the page cache on every open" for c in without}
         for c in with_cache:
@@ -64,9 +68,8 @@ def plan(strategy: str, repeat: int, *, files_known: bool, cold: bool = True, bu
                 where[c.label] = ""
         steps += [f"candidate: {label}, cold (if the baseline is slow on reads and it applies to this load"
                   f"{where[label]})" for label in labels]
-        steps += ["confirmation: the fastest candidate again and the baseline again, cold, only where its gain is "
-                  f"under {CLEAR_GAIN:.0f}x (within noise); or the unchanged command once more when no candidate "
-                  "was faster"]
+        steps += ["confirmation: the fastest candidate again and the baseline again (unless two baseline runs were "
+                  f"made), cold, only where its gain is under {CLEAR_GAIN:.0f}x (within noise)"]
         if repeat > 1:
             steps.append(f"repeats: baseline and fixed, interleaved, until each side has {repeat} runs "
                          f"(up to {2 * (repeat - 1)})")

@@ -40,7 +40,8 @@ def _median(values):
 def _side(runs, rank: int) -> dict:
     mine = [of_rank(r.manifest, rank) for r in runs]
     digests = sorted({digest(m) for m in mine})
-    out = {"loader_s": _median([m.loader_s for m in mine]),
+    timed = [m for m, r in zip(mine, runs, strict=True) if not r.recorded]  # the recorded run: no loader times
+    out = {"loader_s": _median([m.loader_s for m in timed]),
            "tensors": len(mine[0].tensors) if mine else 0,
            "digest": digests[0] if len(digests) == 1 else digests,
            "prefetched_bytes": _median([sum(c.bytes or 0 for c in m.calls if c.call == PREFETCH)

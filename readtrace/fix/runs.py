@@ -39,10 +39,12 @@ class Run:
     stopped: str = ""  # "stopped at 5.2 s (slower than ...)": its time limit stopped it (fix/schedule.py)
     predicted_s: float | None = None  # auto's trials: the predicted cold wall time (fix/predict.py)
     predicted_by: str = ""  # how that was predicted, or why it was not
+    recorded: str = ""  # the user's recorded trace, standing as this run (fix/recorded.py): its manifest is another's
 
     @property
-    def loader_s(self) -> float:
-        return self.manifest.loader_s
+    def loader_s(self) -> float | None:
+        """Seconds inside loader calls; None for the recorded run (no shim timed them)."""
+        return None if self.recorded else self.manifest.loader_s
 
 
 def must_succeed(run: Run) -> None:

@@ -11,6 +11,7 @@ from readtrace.errors import ReadtraceError
 from readtrace.fix.candidates import ROUTED_CALLS, Candidate, Floor, sequential_read_s
 from readtrace.fix.levers import seen_in
 from readtrace.fix.progress import Progress, figures, quiet
+from readtrace.fix.recorded import RecordedRun
 from readtrace.fix.runs import Recorder, Run, must_succeed, run_command
 from readtrace.fix.schedule import Budget
 from readtrace.fix.tracefacts import spans_by_path, trace_summary
@@ -43,6 +44,7 @@ class Session:
     early_read: bool | None = None  # may fixed runs read files early (inject/early.py)? None: no baseline yet
     budget: Budget = field(default_factory=lambda: Budget(None))
     progress: Progress = field(default_factory=quiet)
+    recorded: RecordedRun | None = None  # the user's recorded run, a cold baseline run already made (fix/recorded.py)
 
     def prepare(self, what: str, expect_s: float | None = None, left_s: float | None = None) -> None:
         if self.cold:
@@ -67,11 +69,16 @@ class Session:
                        self.recorder, self.files, candidate, stem=f"{self.count:02d}-{side}", limit_s=limit_s)
         run.label = candidate.label
         if side == "baseline":
-            must_succeed(run)
-            if self.early_read is None:
-                self.early_read = early_read_helps(run.manifest)
-            if self.plan is None:
-                self._plan_from(run)
+            self.adopt_baseline(run)
+        return run
+
+    def adopt_baseline(self, run: Run) -> Run:
+        """What a baseline run decides for the runs after it: early reads, the rank plan."""
+        must_succeed(run)
+        if self.early_read is None:
+            self.early_read = early_read_helps(run.manifest)
+        if self.plan is None:
+            self._plan_from(run)
         return run
 
     def _plan_from(self, baseline: Run) -> None:
@@ -87,7 +94,8 @@ class Session:
         self.plan_path = self.work / "rank-plan.json"
         self.plan.save(self.plan_path)
 
-    def floor(self) -> Floor:
+    def floor(self) -> tuple[Floor, Run]:
+        """(the floor, its warm run of the unchanged command: a manifest of the baseline's tensors)."""
         evict(self.files)
         size, read_s = sequential_read_s(self.files)
         prefetch(self.files, progress=False)
@@ -95,7 +103,7 @@ class Session:
         with self.progress.running("floor: the command warm", elapsed_s=self.budget.elapsed()):
             warm = run_command(self.command, "warm", 0, "none", self.work, self.device, self.cwd, None, self.files)
         must_succeed(warm)
-        return Floor(size, read_s, warm.wall_s)
+        return Floor(size, read_s, warm.wall_s), warm
 
 
 def early_read_helps(baseline: Manifest) -> bool:

@@ -17,14 +17,19 @@ def trace_summary(trace_path) -> dict | None:
     codes and figures, read from the Analysis itself (no renderer in between)."""
     try:
         from readtrace.analyze import analyze
-        from readtrace.report.jsonreport import plain
     except ImportError:
         return None
-    import json
-
     from readtrace.trace import load_trace
 
-    analysis = analyze(load_trace(trace_path))
+    return summary_of(analyze(load_trace(trace_path)))
+
+
+def summary_of(analysis) -> dict:
+    """``trace_summary`` of an Analysis already made."""
+    import json
+
+    from readtrace.report.jsonreport import plain
+
     summary = plain(analysis.summary.data())
     findings = [plain(f.data()) for f in analysis.findings]
     summary["findings"] = [f["code"] for f in findings]

@@ -111,7 +111,7 @@ def decide(baseline_s: Sequence[float], fixed_s: Sequence[float], *, left_alone:
         return Verdict(DIFFERS, f"the fixed run loaded different tensors: {', '.join(differing[:10])}{more}")
     if unproven:
         return Verdict(UNPROVEN, f"nothing proven: {unproven[0]}")
-    if not baseline_s or not fixed_s:
+    if not baseline_s or not (fixed_s or left_alone):  # left alone: nothing changed, nothing to run again
         return Verdict(UNPROVEN, "nothing proven: a side has no run")
     base = statistics.median(baseline_s)
     if left_alone:

@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 
 from readtrace.fix.candidates import confirmed
 from readtrace.fix.compare import compare
-from readtrace.fix.compare_report import render_table
+from readtrace.fix.compare_report import render_table, to_json
 from readtrace.fix.verdict import verdict_of
 from readtrace.workloads import make_checkpoint
 
@@ -51,13 +51,18 @@ def test_auto_leaves_a_fast_local_load_alone_and_says_why(tmp_path):
         assert "nothing to gain beyond noise" in result.choice.why and "at most 3 % over" in result.choice.why
     assert result.choice.floor.bytes == path.stat().st_size
     assert result.diff.all_identical and result.diff.count == 8 and result.unproven == []
-    fixed_calls = result.side("fixed")[0].manifest.calls
-    assert {c.strategy for c in fixed_calls} == {"none"}  # the load ran exactly as the user wrote it
-    assert result.left_alone and result.speedup is None and result.rerun_ratio > 0  # no gain claimed
+    # left alone: nothing changed, so the unchanged command is not run again as a "fixed" side
+    assert result.side("fixed") == [] and len(result.side("baseline")) == 1
+    assert {c.strategy for c in result.side("baseline")[0].manifest.calls} == {"none"}  # as the user wrote it
+    assert result.left_alone and result.speedup is None and result.rerun_ratio is None  # no gain claimed
     text = table(result)
     assert "auto chose: left alone" in text and "floor: sequential read of" in text
-    assert "unchanged (left alone; two runs" in text and "faster" not in text.split("auto chose")[0]
+    assert "1 cold baseline run; left alone, so nothing changed was run" in text
+    assert "unchanged (left alone)" in text and "faster" not in text.split("auto chose")[0]
+    assert "8 seen" in text and "not compared (nothing changed)" in text
     assert "one-line change" not in text
+    data = to_json(result)
+    assert data["tensors"] == 8 and data["tensors_identical"] is None and data["repeat"] == 0
 
 
 @pytest.fixture

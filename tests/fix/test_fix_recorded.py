@@ -1,0 +1,108 @@
+"""`fix --compare TRACE` counts the recorded run as a cold baseline run (fix/recorded.py, issue 23):
+recorded for real on the lab mount (20 ms first byte), with readtrace's example loader, then compared."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import fuse_available, require
+from workloads import ebpf_ready
+
+from readtrace.fix.compare import compare
+from readtrace.fix.compare_report import to_json
+from readtrace.fix.recorded import recorded_run
+from readtrace.fix.runs import default_recorder
+from readtrace.pagecache.evict import evict
+from readtrace.pagecache.prefetch import prefetch
+from readtrace.simfs import force_unmount, mount
+from readtrace.trace import load_trace
+from readtrace.workloads import make_checkpoint
+from readtrace.workloads.layout import read_layout
+
+pytestmark = [pytest.mark.fuse, pytest.mark.ebpf, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["keep-cache", "drops-cache"])
+def lab(tmp_path_factory, request):
+    require(*fuse_available())
+    require(*ebpf_ready())
+    src, mnt = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("mnt")
+    path = make_checkpoint(src, 16)[0]
+    try:
+        with mount(src, mnt, profile="gcsfuse", latency_ms=20, keep_cache=request.param):
+            file = f"{mnt}/{path.name}"
+            cmd = [sys.executable, "-m", "readtrace.workloads.load", "--pattern", "mmap-threads", "--workers", "4",
+                   file]
+            yield cmd, file, len(read_layout(path)), request.param, path
+    finally:
+        force_unmount(mnt)
+
+
+def _record(cmd, file, out, cold=True):
+    (evict if cold else prefetch)([file], **({} if cold else {"progress": False}))
+    done = subprocess.run([sys.executable, "-m", "readtrace", "record", "-o", str(out), "--", *cmd],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return str(out)
+
+
+def _compare(cmd, file, trace):
+    recorder, why = default_recorder()
+    require(recorder is not None, why or "")
+    lines = []
+    result = compare(cmd, files=[file], recorder=recorder, recorded_from=trace, log=lines.append)
+    return result, lines
+
+
+def test_the_cold_recorded_run_is_a_baseline_run_and_is_not_run_again(lab, tmp_path):
+    cmd, file, tensors, keeps_cache, _ = lab
+    trace = _record(cmd, file, tmp_path / "load.rtrace")
+    result, lines = _compare(cmd, file, trace)
+    baselines = result.side("baseline")
+    recorded = [r for r in baselines if r.recorded]
+    assert len(recorded) == 1 and recorded[0].recorded == trace
+    assert recorded[0].wall_s == pytest.approx(load_trace(trace).meta["wall_s"])
+    assert recorded[0].loader_s is None  # no shim timed the user's run
+    made = [line for line in lines if line.startswith("run ") and " baseline " in line]
+    if keeps_cache:  # the recorded run is baseline 1; the floor's warm run gave its tensors
+        assert baselines[0] is recorded[0] and result.choice.floor is not None
+        assert len(made) == len(baselines) - 1
+    else:  # no floor: one baseline run made here, the recorded run is the second
+        assert baselines[1] is recorded[0] and result.choice.floor is None
+        assert len(made) == 1 and len(baselines) == 2  # a confirmation needs no baseline run again
+    assert any(n.startswith("baseline run: the recorded run") for n in result.notes), result.notes
+    assert result.diff.count == tensors and result.diff.all_identical and result.unproven == []
+    data = to_json(result)
+    runs = data["baseline"]["runs"]
+    assert [r["recorded"] for r in runs].count(True) == 1
+    assert next(r for r in runs if r["recorded"])["loader_s"] is None
+
+
+def test_a_warm_recording_is_not_a_baseline_run(lab, tmp_path):
+    cmd, file, tensors, keeps_cache, _ = lab
+    if not keeps_cache:
+        pytest.skip("a mount that drops the page cache on every open: every run of it is cold")
+    trace = _record(cmd, file, tmp_path / "warm.rtrace", cold=False)
+    found, why = recorded_run(trace, cmd, [file])
+    assert found is None and "not cold" in why and "page cache" in why
+    result, _ = _compare(cmd, file, trace)
+    assert not any(r.recorded for r in result.runs)
+    assert any("the recorded run is not a baseline run here: the recorded run was not cold" in n for n in result.notes)
+
+
+def test_a_recording_of_another_command_or_of_files_changed_since_is_not_one(lab, tmp_path):
+    cmd, file, tensors, keeps_cache, source = lab
+    if not keeps_cache:
+        pytest.skip("one mount is enough for the checks on the trace itself")
+    trace = _record(cmd, file, tmp_path / "load.rtrace")
+    found, why = recorded_run(trace, cmd, [file])
+    assert found is not None and why == "" and found.cold_share >= 0.9
+    assert recorded_run(trace, [*cmd[:-1], "--other"], [file]) == (None, "the command compared is not the recorded one")
+    # the checkpoint touched after the recording: modified since (asked of the source file: the lab
+    # mount caches attributes for 60 s, as FUSE clients do)
+    os.utime(source)
+    found, why = recorded_run(trace, cmd, [str(source)])
+    assert found is None and "was modified after the recording" in why
