@@ -106,6 +106,7 @@ def cell(kind: str, loader: str, size_mib: int, latency_ms: float, root: Path, r
     if not marker.exists():
         src.mkdir(exist_ok=True)
         marker.write_text(build(loader, src, size_mib))
+        os.sync()  # the checkpoint's dirty pages written back now, not during a later floor or run
     target = marker.read_text()
     rows = []
     with mounted(kind, src, root, latency_ms) as mnt:
