@@ -81,10 +81,12 @@ def test_the_cold_recorded_run_is_a_baseline_run_and_is_not_run_again(lab, tmp_p
     assert next(r for r in runs if r["recorded"])["loader_s"] is None
 
 
+KEEPS_CACHE = pytest.mark.parametrize("lab", [True], indirect=True, ids=["keep-cache"])
+
+
+@KEEPS_CACHE  # a mount that drops the page cache on every open: every run of it is cold
 def test_a_warm_recording_is_not_a_baseline_run(lab, tmp_path):
     cmd, file, tensors, keeps_cache, _ = lab
-    if not keeps_cache:
-        pytest.skip("a mount that drops the page cache on every open: every run of it is cold")
     trace = _record(cmd, file, tmp_path / "warm.rtrace", cold=False)
     found, why = recorded_run(trace, cmd, [file])
     assert found is None and "not cold" in why and "page cache" in why
@@ -93,10 +95,9 @@ def test_a_warm_recording_is_not_a_baseline_run(lab, tmp_path):
     assert any("the recorded run is not a baseline run here: the recorded run was not cold" in n for n in result.notes)
 
 
+@KEEPS_CACHE  # one mount is enough for the checks on the trace itself
 def test_a_recording_of_another_command_or_of_files_changed_since_is_not_one(lab, tmp_path):
     cmd, file, tensors, keeps_cache, source = lab
-    if not keeps_cache:
-        pytest.skip("one mount is enough for the checks on the trace itself")
     trace = _record(cmd, file, tmp_path / "load.rtrace")
     found, why = recorded_run(trace, cmd, [file])
     assert found is not None and why == "" and found.cold_share >= 0.9
