@@ -3,8 +3,8 @@ is one cold run of the unchanged command, so the comparison need not pay for tha
 
 It counts only where it is a run like the comparison's own: recorded by readtrace's eBPF recorder on
 this machine (the comparison's runs are recorded under the same probes), its command the one compared,
-run to its end with exit 0, its checkpoint files unchanged since (same size, not modified after the
-recording began), and cold: at least COLD_SHARE of the checkpoint bytes it read were fetched (page-cache
+run to its end with exit 0, its checkpoint files unchanged since (not modified after the recording
+began, by their mtime), and cold: at least COLD_SHARE of the checkpoint bytes it read were fetched (page-cache
 misses, or FUSE reads where the mount bypasses the cache). Its tensors were not digested (the user's
 run had no shim), so it takes those of a run of the unchanged command made in the comparison (the
 floor's warm run, or the comparison's own baseline run): that run, not the recorded one, stands for
