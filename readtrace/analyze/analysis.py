@@ -12,6 +12,7 @@ from readtrace.analyze.rules import cost
 from readtrace.analyze.rules.checks import find_all
 from readtrace.analyze.rules.thresholds import Thresholds
 from readtrace.analyze.rules.types import Finding
+from readtrace.analyze.storage import levers as storage_levers
 from readtrace.analyze.storage import measured as measured_mounts
 from readtrace.analyze.storage import whatif
 from readtrace.analyze.summary import MountPrediction, Summary
@@ -358,3 +359,4 @@ def _predict_fixed_here(a: Analysis) -> None:
     for f in a.findings:
         if f.file in remote:
             f.predicted_fixed_s = fixed.predicted_fixed_s
+    storage_levers.advise(a.findings, a.summary.wall_s, storage_levers.io_model(a, mount), remote)

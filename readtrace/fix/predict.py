@@ -1,6 +1,7 @@
 """Predict each candidate's cold time before it runs, from the baseline's recorded trace.
 
-The what-if storage model (analyze/storage/whatif.py) replays the mount's costs (first byte and bandwidth,
+The what-if storage model (analyze/storage/whatif.py, through analyze/storage/levers.py: the report's
+advice reads the same numbers) replays the mount's costs (first byte and bandwidth,
 measured from the recorded FUSE requests, or the mount's cached profile from ``readtrace probe``):
 ``fixed_io_s`` says how long the load would still wait on its data files with the start-up prefetch
 (``prefetch``) and with one in-order reader per file (``sequential``: the own-fd loader, a populate).
@@ -35,18 +36,6 @@ class Ranked:
     basis: str  # how the prediction was made, or why there is none
 
 
-def io_model(analysis) -> dict | None:
-    """What fix/predict needs of a baseline's Analysis (kept in its trace summary): the mount profile
-    used and ``whatif.fixed_io_s``; None where no storage model applies (a local disk: no profile)."""
-    from readtrace.analyze.storage import whatif
-
-    profile = whatif.mount_profile(analysis)
-    if profile is None:
-        return None
-    return {"profile": profile.name, "latency_ms": round(profile.latency_ms, 2),
-            "bandwidth_mbps": profile.bandwidth_mbps, **whatif.fixed_io_s(analysis, profile)}
-
-
 def predicted_s(candidate: Candidate, baseline_s: float, model: dict | None) -> tuple[float | None, str]:
     """(predicted cold wall seconds, how) of one candidate against a baseline that took ``baseline_s``."""
     if model is None:
@@ -56,11 +45,9 @@ def predicted_s(candidate: Candidate, baseline_s: float, model: dict | None) -> 
         patterns = ("recorded",)
     if not patterns:
         return None, "no prediction: the storage model does not replay this lever's reads"
-    waits = max(baseline_s - model["recorded"], 0.0)
-    io = min(model[p] for p in patterns)
-    how = "reads unchanged" if patterns == ("recorded",) else "+".join(patterns)
-    return waits + io, (f"what-if model ({model['profile']}, {model['latency_ms']:.1f} ms first byte): "
-                        f"{waits:.2f} s besides the data waits + {io:.2f} s waiting ({how})")
+    from readtrace.analyze.storage.levers import load_with  # pandas and numpy: only where a model is
+
+    return load_with(baseline_s, model, patterns)
 
 
 def ranked(found: Sequence[Candidate], baseline_s: float, model: dict | None) -> list[Ranked]:

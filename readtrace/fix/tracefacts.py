@@ -7,7 +7,6 @@ import os
 from collections.abc import Iterable
 
 from readtrace.errors import TraceError
-from readtrace.fix import predict
 from readtrace.fs.datafiles import DATA_SUFFIXES, SYSTEM_PREFIXES, VOLUME_MIN_BYTES
 from readtrace.fs.datafiles import is_code as _is_code
 
@@ -28,6 +27,7 @@ def summary_of(analysis) -> dict:
     """``trace_summary`` of an Analysis already made."""
     import json
 
+    from readtrace.analyze.storage import levers
     from readtrace.report.jsonreport import plain
 
     summary = plain(analysis.summary.data())
@@ -35,7 +35,7 @@ def summary_of(analysis) -> dict:
     summary["findings"] = [f["code"] for f in findings]
     # what fix/verdict.py's own_change needs to name the user's own lever
     summary["finding_facts"] = [{k: f.get(k) for k in ("code", "tasks", "mapping", "view")} for f in findings]
-    summary["io_model"] = predict.io_model(analysis)  # what auto ranks its candidates by (fix/predict.py)
+    summary["io_model"] = levers.io_model(analysis)  # what auto ranks its candidates by (fix/predict.py)
     if analysis.rank_spans:  # a distributed job: per rank (bytes, spans, wait) and its byte spans
         paths = analysis.files["path"]
         summary["ranks"] = json.loads(analysis.ranks.drop(columns=["pids"]).to_json(orient="records"))

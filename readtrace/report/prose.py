@@ -234,9 +234,19 @@ def render(f: Finding) -> Prose:
     if f.inferred:
         message += f" [inferred: {f.basis}]"
     recommendation = without_levers(p.recommendation, f.not_expected)
+    if f.lever_predictions:
+        recommendation += "; " + predicted_levers(f.lever_predictions)
     if f.library_levers:
-        recommendation += "; in this program: " + " or ".join(_lever(lv) for lv in f.library_levers)
+        recommendation += ("; in this program: " + " or ".join(_lever(lv) for lv in f.library_levers)
+                           + " (not predicted: the model does not replay it; `readtrace fix --compare` measures it)")
     return Prose(message, p.evidence, recommendation)
+
+
+def predicted_levers(predictions: list[dict]) -> str:
+    """"predicted on this mount: own fd ~3.1 s, prefetch ~4.0 s (the load took 12.3 s)": the whole load
+    with each lever, from the what-if model (analyze/storage/levers.py)."""
+    each = ", ".join(f"{p['lever']} ~{fmt_seconds(p['predicted_s'])}" for p in predictions)
+    return f"predicted on this mount: {each} (the load took {fmt_seconds(predictions[0]['load_s'])}; what-if model)"
 
 
 # How each lever a measured profile can rule out (analyze/storage/measured.py) starts in a recommendation's

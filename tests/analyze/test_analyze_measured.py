@@ -149,3 +149,30 @@ def test_a_threshold_the_user_set_is_kept_on_a_measured_mount():
     a = analyze(trace, Thresholds().override(["interleave_min_score=0.5"]))
     assert not _interleave(a) and a.thresholds.interleave_min_score == 0.5
     assert a.thresholds.interleave_merged_in_order_max == 0.85  # the one left at its default follows the profile
+
+
+@pytest.mark.parametrize("parallel_mbps", [300.0, 10.0])
+def test_each_lever_carries_its_predicted_time_and_one_predicted_not_to_gain_is_not_advised(parallel_mbps):
+    """The report's levers and fix --compare's trial order read the same prediction: the whole load with
+    the lever on this mount. 32 MiB waited on for 2.56 s: at 300 MB/s an fd per reader or a prefetch is
+    predicted well under that and advised with its time; at 10 MB/s (3.4 s for the bytes alone) neither
+    is predicted to gain, so neither is advised, and the numbers say why."""
+    from readtrace.analyze.storage.levers import io_model
+    from readtrace.fix.candidates import OWN, Candidate
+    from readtrace.fix.predict import predicted_s
+
+    a = _analyze(1, [{**_profile(1.5), "parallel_mbps": parallel_mbps}])
+    [f] = _interleave(a)
+    wall, rec = a.summary.wall_s, render(f).recommendation
+    by_lever = {p["lever"]: p["predicted_s"] for p in f.lever_predictions}
+    own_fd, _ = predicted_s(Candidate("readtrace own-fd", "own-fd", OWN["own-fd"]), wall, io_model(a))
+    if parallel_mbps > 100:
+        assert set(by_lever) == {"own fd", "prefetch"} and not f.not_expected
+        assert all(0 < t < 0.5 * wall for t in by_lever.values())
+        assert by_lever["own fd"] == pytest.approx(own_fd, abs=1e-3)  # what fix's trials are ordered by
+        assert "predicted on this mount: own fd ~" in rec and "open one fd per worker" in rec
+    else:
+        assert not f.lever_predictions and own_fd > wall
+        assert {r["lever"] for r in f.not_expected} == {"own fd", "prefetch"}
+        assert "open one fd per worker" not in rec and "prefetch the file" not in rec
+        assert "own fd: not expected to help here, because the load is predicted at ~3." in rec

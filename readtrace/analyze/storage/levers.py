@@ -1,0 +1,66 @@
+"""What each lever would leave the load at on this mount: the what-if model's time for the whole load with
+that lever, from its own trace. The report advises a lever only where this predicts a gain
+(``advise``); ``fix --compare`` runs its trials fastest predicted first (fix/predict.py). Both read the
+same numbers: ``io_model`` (kept in a fix run's trace summary) and ``load_with``.
+
+A load with a lever keeps what it did besides waiting on its data files (start-up, compute) and waits
+what the model says the lever's reads cost: ``prefetch`` (the start-up prefetch) or ``sequential`` (one
+in-order reader per file: an own fd per worker, a populate). The model cannot replay a library's own
+lever (a pread backend, disable_mmap) or a read-ahead change: those carry no prediction and say so.
+"""
+
+from __future__ import annotations
+
+from readtrace.analyze.storage import whatif
+from readtrace.analyze.storage.measured import LEVERS
+
+# The levers of findings (analyze/storage/measured.LEVERS) the model replays: its read pattern(s).
+PATTERNS = {"prefetch": ("prefetch",), "own fd": ("sequential",)}
+# A lever predicted to save less than this share of the load's wall is "not expected to help": the
+# model's walls were within 30 % on 52 of 60 recorded loads (docs/report.md), so a smaller predicted
+# gain is not one to send a user after.
+GAIN_MIN = 0.10
+
+
+def io_model(analysis, profile: whatif.Profile | None = None) -> dict | None:
+    """The mount's model and ``whatif.fixed_io_s`` of an Analysis: the recorded wait on the data files
+    and what the fixed read patterns would wait; None where no storage model applies (no profile).
+    ``profile``: the Analysis' ``whatif.mount_profile`` where the caller has it."""
+    profile = profile or whatif.mount_profile(analysis)
+    if profile is None:
+        return None
+    return {"profile": profile.name, "latency_ms": round(profile.latency_ms, 2),
+            "bandwidth_mbps": profile.bandwidth_mbps, **whatif.fixed_io_s(analysis, profile)}
+
+
+def load_with(wall_s: float, model: dict, patterns: tuple[str, ...]) -> tuple[float, str]:
+    """(predicted wall seconds, how) of a load that took ``wall_s`` with its data read as the fastest
+    of ``patterns`` ("recorded": as it was)."""
+    besides = max(wall_s - model["recorded"], 0.0)
+    io = min(model[p] for p in patterns)
+    how = "reads unchanged" if patterns == ("recorded",) else "+".join(patterns)
+    return besides + io, (f"what-if model ({model['profile']}, {model['latency_ms']:.1f} ms first byte): "
+                          f"{besides:.2f} s besides the data waits + {io:.2f} s waiting ({how})")
+
+
+def advise(findings: list, wall_s: float | None, model: dict | None, remote: set[str]) -> None:
+    """Each finding on a remote file: its modelled levers' predicted times (``lever_predictions``), and
+    those predicted to save under GAIN_MIN of the wall moved to ``not_expected``, with the numbers."""
+    if model is None or not wall_s:
+        return
+    for f in findings:
+        if f.file not in remote:
+            continue
+        ruled = {r["lever"] for r in f.not_expected}
+        for lever in LEVERS.get(f.code, ()):
+            if lever in ruled or lever not in PATTERNS:
+                continue
+            predicted, how = load_with(wall_s, model, PATTERNS[lever])
+            if predicted > (1 - GAIN_MIN) * wall_s:
+                f.not_expected.append({"lever": lever, "because": (
+                    f"the load is predicted at ~{predicted:.1f} s with it against its {wall_s:.1f} s "
+                    f"({how})")})
+            else:
+                f.lever_predictions.append({"lever": lever, "predicted_s": round(predicted, 3), "load_s": wall_s,
+                                            "basis": how})
+
