@@ -80,8 +80,10 @@ def compat_causes(loader, penalty: float | None) -> list[str]:
     return causes + (["MMAP_FAULT_STORM"] if loader.name in MMAP_LOADERS else [])
 
 
-def compat_cases(cells: list[tuple[str, float, str]], size: int, tmp: Path) -> list[dict]:
-    """Record each compat cell cold (no fix), with its mount's probe and its floor."""
+def compat_cases(cells: list[tuple[str, float, str]], size: int, tmp: Path, fix: bool = False,
+                 done=None) -> list[dict]:
+    """Record each compat cell cold, with its mount's probe and its floor; ``fix``: then `fix --compare`
+    of its command (its JSON under "fix": benchmarks/prediction.py); ``done``: called with each case."""
     import os
     import subprocess
 
@@ -108,7 +110,7 @@ def compat_cases(cells: list[tuple[str, float, str]], size: int, tmp: Path) -> l
             for name in (n for c, lat, n in cells if (c, lat) == (client, latency)):
                 loader, t = LOADERS[name], time.monotonic()
                 work = tmp / f"{client}-{latency:g}-{name}"
-                r = run_cell(loader, m.mountpoint / built[loader.checkpoint].name, work, fix=False, floor=True,
+                r = run_cell(loader, m.mountpoint / built[loader.checkpoint].name, work, fix=fix, floor=True,
                              backing=m.backing)
                 if r.record_rc != 0:
                     print(f"{client} {name}: record failed: {r.record_stderr[-300:]}", file=sys.stderr)
@@ -118,7 +120,12 @@ def compat_cases(cells: list[tuple[str, float, str]], size: int, tmp: Path) -> l
                 c["causes"] = c["causes_if_slow"] if c["slow"] else []
                 c["cause"] = c["causes"][0] if c["causes"] else None
                 c["handle_penalty"] = penalty
+                c.update(client=client, loader=name, shares_handle=loader.shares_handle)
+                if fix:
+                    c["fix"], c["fix_error"] = r.fix, None if r.fix else r.fix_stderr[-300:]
                 out.append(c)
+                if done:
+                    done(c)
                 print(f"{client} {latency:g} ms {name}: {time.monotonic() - t:.0f} s", file=sys.stderr)
     return out
 
@@ -142,7 +149,9 @@ def case(trace: Path, pattern: str, latency: float, size: int, floor_s: float | 
             "at_floor_s": wall - wait + floor_s if floor_s is not None and wall is not None else None,
             "slow": slow, "cause": CAUSE.get(pattern) if slow else None,
             "findings": [{"code": f.code, "severity": f.severity, "role": f.role, "cause": f.cause,
-                          "cost_s": f.cost_s, "wait_s": f.wait_s, "floor_s": f.floor_s} for f in a.findings],
+                          "cost_s": f.cost_s, "wait_s": f.wait_s, "floor_s": f.floor_s,
+                          "lever_predictions": f.lever_predictions,
+                          "not_expected": [r["lever"] for r in f.not_expected]} for f in a.findings],
             "cost_sum_s": sum(f.cost_s for f in a.findings if f.cost_s)}
 
 
