@@ -28,6 +28,7 @@ import json
 import os
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -89,7 +90,9 @@ def row(c: dict) -> dict:
             "tensors_identical": fix.get("tensors_identical"), "handle_penalty": c["handle_penalty"],
             "levers": levers, "ruled_out": sorted(ruled_out), "own_fd_gain": own_gain,
             "interleave_flagged": flagged, "interleave_truth": truth, "candidates": walls,
-            "fix_error": c.get("fix_error")}
+            "fix_error": c.get("fix_error"), "trace": c["trace"],
+            "findings": [f"{f['code']}:{f['severity']}:{f['cost_s'] if f['cost_s'] is None else round(f['cost_s'], 2)}"
+                         for f in c["findings"]]}
 
 
 def off(predicted: float | None, wall: float | None) -> float | None:
@@ -166,6 +169,7 @@ def main() -> int:
     p.add_argument("--cells", default="default", help="'default' or CLIENT:MS:LOADER,...")
     p.add_argument("--out", default="bench-results")
     p.add_argument("--table", metavar="JSON", nargs="+", help="only print the tables of saved runs")
+    p.add_argument("--keep", help="keep checkpoints, traces and runs in this directory (default: a temporary one)")
     args = p.parse_args()
     if args.table:
         print_tables([r for t in args.table for r in json.loads(Path(t).read_text())["rows"]])
@@ -174,7 +178,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
-        with tempfile.TemporaryDirectory(prefix="readtrace-prediction-") as tmp:
+        with _work(args.keep, size) as tmp:
             def done(c: dict) -> None:  # saved after every cell: a long run cut short keeps what it has
                 rows.append(row(c))
                 save(out / "prediction.json", args, rows, None)
@@ -184,6 +188,18 @@ def main() -> int:
     save(out / "prediction.json", args, rows, score)
     print(f"saved {out / 'prediction.json'}")
     return 0
+
+
+@contextmanager
+def _work(keep: str | None, size: int):
+    """The directory of one size's cells: under ``keep`` (kept), else a temporary one."""
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix="readtrace-prediction-") as tmp:
+            yield tmp
+        return
+    path = Path(keep) / f"{size}MiB"
+    path.mkdir(parents=True, exist_ok=True)
+    yield str(path)
 
 
 def save(path: Path, args, rows: list[dict], score: dict | None) -> None:

@@ -216,7 +216,7 @@ def cost_text(f: Finding) -> str:
     text += f": the load waited {fmt_seconds(f.wait_s)} on this file"
     if f.floor_s is None:
         return text + f" (no storage model knows {_fs(f)}: its floor is unknown, all of that wait is counted)"
-    return text + f", one sequential read of the same bytes takes ~{fmt_seconds(f.floor_s)} there ({f.floor_model})"
+    return text + f", reading the same bytes in order takes ~{fmt_seconds(f.floor_s)} there ({f.floor_model})"
 
 
 def _timing(f: Finding) -> str:
