@@ -39,6 +39,9 @@ def add_arguments(parser) -> None:
                         help="the fix (default: auto: measure first, act only where it gains)")
     parser.add_argument("--repeat", type=int, default=1, metavar="N", help="N interleaved runs per side")
     parser.add_argument("--device", help="load onto this device instead of the one the script asks for")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help="the own-fd loader's readers, each its own fd and range (default: 1 on a CPU; "
+                             "fix --compare uses the mount's probed streams where they measured faster)")
     parser.add_argument("--files", nargs="+", metavar="PATH", type=regular_file,
                         help="checkpoint files to evict before each run (default: found by a discovery run)")
     parser.add_argument("--no-record", action="store_true", help="do not record the reruns with eBPF")
@@ -79,6 +82,11 @@ def _run(args, child) -> int:
     from readtrace.rerun.environment import shim_environment
 
     at_least_one(args, "repeat")
+    if args.threads is not None:
+        at_least_one(args, "threads")
+        if args.compare:
+            raise UsageError("--threads sets the own-fd loader of a fix run; fix --compare chooses its readers "
+                             "from the mount's probe")
     if args.budget is not None and not args.budget > 0:
         raise UsageError(f"--budget must be a positive number of seconds, not {args.budget:g}")
     if args.budget is not None and (not args.compare or args.strategy != "auto" or args.warm):
@@ -105,7 +113,8 @@ def _run(args, child) -> int:
         say(line)
     if not args.compare:
         files = args.files or files
-        with shim_environment(args.strategy, None, device=args.device, prefetch_files=files or ()) as env:
+        threads = {"threads": args.threads} if args.threads else {}
+        with shim_environment(args.strategy, None, device=args.device, prefetch_files=files or (), **threads) as env:
             return child.run(command, env=env, cwd=cwd)
     recorder, why_not = (None, "runs not recorded (--no-record)") if args.no_record else default_recorder()
     with Progress(say, sys.stderr if not args.json else None) as progress:  # live on a terminal

@@ -19,7 +19,7 @@ from readtrace.fix.candidates import (
 from readtrace.fix.levers import seen_in
 from readtrace.fix.runs import Run
 from readtrace.fix.schedule import NotTried, Outcome, run_trials
-from readtrace.fix.session import Session
+from readtrace.fix.session import Session, reader_streams
 from readtrace.fix.verdict import confirmation_needed
 from readtrace.inject.manifest import compare_manifests
 from readtrace.loader.fileio import MiB
@@ -67,8 +67,9 @@ def choose(session: Session, seen: set[str], keeps_cache: bool, repeat: int, not
                f"of the same bytes on this mount ({floor.read_s:.2f} s) plus the same load warm "
                f"({floor.warm_s:.2f} s): nothing to gain beyond noise")
     else:
-        found, why_not = candidates(seen or {"load_file"}, keeps_cache)
-        notes.extend(why_not)
+        threads, why_threads = reader_streams(session.files)
+        found, why_not = candidates(seen or {"load_file"}, keeps_cache, threads)
+        notes.extend([*why_not, *([why_threads] if why_threads else [])])
         rows = predict.ranked(found, baseline.wall_s, (baseline.summary or {}).get("io_model"))
         outcome = _trials(session, baseline, rows, floor, notes)
         trials, not_tried = outcome.trials, outcome.not_tried

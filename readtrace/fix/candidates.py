@@ -58,12 +58,15 @@ OWN = {
 READ_IN_PYTHON = "dcp.load"  # a loader that reads its checkpoint through Python's open (the shim records it)
 
 
-def candidates(seen: set[str], keeps_cache: bool) -> tuple[list[Candidate], list[str]]:
+def candidates(seen: set[str], keeps_cache: bool, reader_threads: int | None = None
+               ) -> tuple[list[Candidate], list[str]]:
     """(candidates to try, notes on what cannot be tried) for a load that used ``seen``.
 
     Where the mount keeps the page cache, the prefetch runs in the background while the script
     starts (its loads wait for it) when every load the script makes is one the shim sees; where the
     mount drops it on every open, ``prefetch`` populates the loader's own mapping after its open.
+    ``reader_threads``: the own-fd loader's readers (each its own fd and range) where the mount
+    measured several streams faster than one (session.reader_streams).
     """
     routed = any(c in ROUTED_CALLS for c in seen)
     forked = FORKED_SHARED in seen  # forked workers read through their parent's open file description
@@ -73,13 +76,14 @@ def candidates(seen: set[str], keeps_cache: bool) -> tuple[list[Candidate], list
         found.append(Candidate("readtrace populate", POPULATE, OWN[POPULATE]))
     if forked:  # each worker reopens it after the fork (readtrace.inject.forkfd): one handle per worker
         found.append(Candidate("readtrace own fd per forked worker", OWN_FD_PER_FORK, OWN[OWN_FD_PER_FORK]))
+    threads = {"threads": reader_threads} if reader_threads else {}
     if routed:
-        found.append(Candidate("readtrace own-fd", "own-fd", OWN["own-fd"]))
+        found.append(Candidate("readtrace own-fd", "own-fd", own_fd_change(reader_threads), threads))
     background = {"prefetch_background": True} if hooked else {}
     if keeps_cache:
         found.append(Candidate("readtrace prefetch", "prefetch", OWN["prefetch"], background))
         if routed:
-            found.append(Candidate("readtrace both", "both", OWN["both"], background))
+            found.append(Candidate("readtrace both", "both", OWN["both"], {**background, **threads}))
     elif routed:
         found.append(Candidate("readtrace populate after open", "prefetch", OWN["prefetch"]))
         notes.append("this mount drops the page cache on every open(): instead of a prefetch before the loader "
@@ -93,6 +97,14 @@ def candidates(seen: set[str], keeps_cache: bool) -> tuple[list[Candidate], list
         notes.append(NO_FORKED_SHARING)
     found += [Candidate(f"lever {lv.name}", "none", lv.change, lv.settings(), lv.env) for lv in levers_for(seen)]
     return found, notes
+
+
+def own_fd_change(threads: int | None) -> str:
+    """The own-fd loader's one-line change, with its readers where there are several."""
+    if not threads:
+        return OWN["own-fd"]
+    return (f"readtrace fix --strategy own-fd --threads {threads} -- CMD (or from readtrace.loader.loader "
+            f"import load_file; load_file(path, threads={threads}))")
 
 
 @dataclass(frozen=True)
