@@ -12,8 +12,8 @@ its command (strategy auto, cold runs, tensors compared). Printed as tables, sav
   fixed prediction against the measured fixed side (the baseline where fix left the load alone);
 - per lever the report advises (``findings[].lever_predictions``: predicted to gain on this mount), its
   predicted time and the measured wall of fix's candidate that applies it (own fd: readtrace's own-fd
-  loader, an own fd per forked worker or a populate through the loader's fd; prefetch: readtrace's
-  prefetch), and the levers ruled out;
+  loader, an own fd per forked worker or a populate through the loader's fd; own-fd loader: readtrace's
+  own-fd loader; prefetch: readtrace's prefetch), and the levers ruled out;
 - SHARED_FD_INTERLEAVE flagged (not INFO) against the truth: the loader shares a handle and fix's own
   fd candidate measured >= 1.3x faster than the baseline.
 
@@ -49,7 +49,7 @@ DEFAULT_CELLS = ([(c, lat, n) for c, lat in (("lab", 20), ("rclone", 20), ("juic
 # A lever the report names -> fix's candidates that apply it (the fastest measured counts)
 APPLIED_BY = {"own fd": ("readtrace own-fd", "readtrace own fd per forked worker", "readtrace populate",
                          "readtrace populate after open"),
-              "prefetch": ("readtrace prefetch",)}
+              "prefetch": ("readtrace prefetch",), "own-fd loader": ("readtrace own-fd",)}
 WITHIN = 0.30  # a prediction within 30 % of the measured wall
 OWN_FD_GAIN = HANDLE_PENALTY_MIN  # own fds measured this much faster: the interleave cost the load
 

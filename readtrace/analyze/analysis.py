@@ -359,4 +359,4 @@ def _predict_fixed_here(a: Analysis) -> None:
     for f in a.findings:
         if f.file in remote:
             f.predicted_fixed_s = fixed.predicted_fixed_s
-    storage_levers.advise(a.findings, a.summary.wall_s, storage_levers.io_model(a, mount), remote)
+    storage_levers.advise(a.findings, a.summary.wall_s, storage_levers.io_model(a, mount), remote, whatif.routed(a))

@@ -125,21 +125,13 @@ def cache_kept(path: str) -> bool:
         return True
 
 
-READER_STREAMS_GAIN = 1.3  # N own-fd streams measured this much faster than one: the own-fd loader reads with N
-
-
 def reader_streams(files: list[str]) -> tuple[int | None, str]:
     """(threads for the own-fd loader, why) from the cached profile of the mount of ``files``' first
-    (readtrace probe): its N own-fd streams where they measured >= READER_STREAMS_GAIN x one stream
-    (sshfs at 20 ms: 64 MiB in 0.95 s by 4 readers, 3.0 s by one), else (None, "") and the loader
-    reads with one."""
+    (readtrace probe, ``MountProfile.reader_streams``); (None, "") where one reader it is."""
     profile = cached_for_path(files[0]) if files else None
-    if profile is None or profile.sequential_mbps <= 0 or profile.streams < 2:
-        return None, ""
-    gain = profile.parallel_mbps / profile.sequential_mbps
-    if gain < READER_STREAMS_GAIN:
+    if profile is None or profile.reader_streams < 2:
         return None, ""
     return profile.streams, (f"the own-fd loader reads with {profile.streams} own-fd streams: on this mount "
                              f"{profile.streams} streams measured {profile.parallel_mbps:.3g} MB/s against "
-                             f"{profile.sequential_mbps:.3g} MB/s for one ({gain:.1f}x, readtrace probe "
-                             f"{profile.date})")
+                             f"{profile.sequential_mbps:.3g} MB/s for one ({profile.stream_gain:.1f}x, readtrace "
+                             f"probe {profile.date})")

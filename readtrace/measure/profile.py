@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass, fields
@@ -26,6 +27,8 @@ MAX_PROFILES = 64  # the newest kept (a FUSE mount gets a new device each time i
 # own fds at least this much faster than one shared fd: the mount keeps state per open file and a
 # shared handle costs (the issue's own-fd 1.39-1.50x on sshfs, 1.5x on JuiceFS)
 HANDLE_PENALTY_MIN = 1.3
+# N own-fd streams measured this much faster than one: readtrace's own-fd loader reads with N there
+READER_STREAMS_GAIN = 1.3
 # a larger read_ahead_kb must make the sequential small-read stream at least this much faster to count
 READAHEAD_GAIN_MIN = 1.1
 
@@ -71,6 +74,23 @@ class MountProfile:
     @property
     def punishes_shared_handle(self) -> bool:
         return self.handle_penalty >= HANDLE_PENALTY_MIN
+
+    @property
+    def stream_gain(self) -> float:
+        """N own-fd streams' rate / one stream's (1.0: unknown)."""
+        return self.parallel_mbps / self.sequential_mbps if self.sequential_mbps > 0 else 1.0
+
+    @property
+    def reader_streams(self) -> int:
+        """How many own-fd readers readtrace's loader uses on this mount: N where N streams measured
+        >= READER_STREAMS_GAIN x one (sshfs at 20 ms: 64 MiB in 0.95 s by 4, 3.0 s by one), else 1."""
+        return self.streams if self.streams > 1 and self.stream_gain >= READER_STREAMS_GAIN else 1
+
+    def read_s(self, nbytes: int, streams: int) -> float:
+        """Seconds reading ``nbytes`` in order with ``streams`` own-fd readers (1, or the probe's N) at the
+        rate measured, no first byte."""
+        rate = self.parallel_mbps if streams > 1 else self.sequential_mbps
+        return nbytes / (rate * 1e6) if rate > 0 else math.inf
 
     @property
     def readahead_gain(self) -> float | None:

@@ -159,14 +159,14 @@ def test_a_threshold_the_user_set_is_kept_on_a_measured_mount():
 @pytest.mark.parametrize("parallel_mbps", [300.0, 10.0])
 def test_each_lever_carries_its_predicted_time_and_one_predicted_not_to_gain_is_not_advised(parallel_mbps):
     """The report's levers and fix --compare's trial order read the same prediction: the whole load with
-    the lever on this mount. 32 MiB waited on for 2.56 s: at 300 MB/s an fd per reader or a prefetch is
-    predicted well under that and advised with its time; at 10 MB/s (3.4 s for the bytes alone) neither
-    is predicted to gain, so neither is advised, and the numbers say why."""
+    the lever on this mount. 32 MiB waited on for 2.56 s: at 300 MB/s (4 streams, 150 one) an fd per
+    reader or a prefetch is predicted well under that and advised with its time; at 10 MB/s (3.4 s for
+    the bytes alone) neither is predicted to gain, so neither is advised, and the numbers say why."""
     from readtrace.analyze.storage.levers import io_model
     from readtrace.fix.candidates import OWN, Candidate
     from readtrace.fix.predict import predicted_s
 
-    a = _analyze(1, [{**_profile(1.5), "parallel_mbps": parallel_mbps}])
+    a = _analyze(1, [{**_profile(1.5), "parallel_mbps": parallel_mbps, "sequential_mbps": parallel_mbps / 2}])
     [f] = _interleave(a)
     wall, rec = a.summary.wall_s, render(f).recommendation
     by_lever = {p["lever"]: p["predicted_s"] for p in f.lever_predictions}

@@ -13,9 +13,9 @@ import pytest
 from conftest import lab_mount
 
 from readtrace.fix.candidates import candidates
-from readtrace.fix.session import READER_STREAMS_GAIN, reader_streams
+from readtrace.fix.session import reader_streams
 from readtrace.measure.probe import probe
-from readtrace.measure.profile import save_profile
+from readtrace.measure.profile import READER_STREAMS_GAIN, save_profile
 
 MiB = 1 << 20
 

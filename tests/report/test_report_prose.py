@@ -48,8 +48,8 @@ def test_cost_wording_cause_and_how_it_shows():
                       median_bytes=4096, wait_s=10.5, cost_s=9.8, cost_fraction=0.72, floor_s=0.7,
                       floor_model="nfs model, 1 ms first byte")
     assert render(f).message.endswith(
-        "; costs 9.8 s (72% of the wall): the load waited 10.5 s on this file, one sequential read of the same "
-        "bytes takes ~700 ms there (nfs model, 1 ms first byte)")
+        "; costs 9.8 s (72% of the wall): the load waited 10.5 s on this file, reading the same bytes in order "
+        "takes ~700 ms there (nfs model, 1 ms first byte)")
     f.floor_s, f.cost_s = None, 10.5
     assert "no storage model knows nfs4: its floor is unknown, all of that wait is counted" in render(f).message
     shows = ColdCache("info", files=1, miss_bytes=MiB, bytes_read=MiB, cause="SMALL_REQUESTS",

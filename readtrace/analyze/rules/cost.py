@@ -68,7 +68,8 @@ def _floor(row, fstype: str, mount: whatif.Profile | None, measured: dict) -> tu
     if probed is not None and probed.sequential_mbps > 0:
         rate, how = max((probed.sequential_mbps, "one stream"),
                         (probed.parallel_mbps, f"{probed.streams} own-fd streams"))
-        seconds = probed.first_byte_ms / 1000.0 + whatif.needed_bytes(row) / (rate * 1e6)
+        streams = 1 if how == "one stream" else probed.streams
+        seconds = probed.first_byte_ms / 1000.0 + probed.read_s(whatif.needed_bytes(row), streams)
         return seconds, f"measured: {how} {rate:.3g} MB/s, {probed.first_byte_ms:.3g} ms first byte"
     name = fs_profile(fstype).storage_model
     if name is None and mount is not None and mount.measured_at:

@@ -15,7 +15,11 @@ from readtrace.analyze.storage import whatif
 from readtrace.analyze.storage.measured import LEVERS
 
 # The levers of findings (analyze/storage/measured.LEVERS) the model replays: its read pattern(s).
-PATTERNS = {"prefetch": ("prefetch",), "own fd": ("sequential",)}
+PATTERNS = {"prefetch": ("prefetch",), "own fd": ("sequential",), "own-fd loader": ("sequential",)}
+# readtrace's own-fd loader (large in-order reads on fds of its own, with the mount's probed streams):
+# a lever of every finding with levers where the load reads through a call it routes (safetensors,
+# torch.load); the interleave's own "own fd" is the same reads.
+OWN_FD_LOADER = "own-fd loader"
 # A lever predicted to save less than this share of the load's wall is "not expected to help": the
 # model's walls were within 30 % on 52 of 60 recorded loads (docs/report.md), so a smaller predicted
 # gain is not one to send a user after.
@@ -43,7 +47,15 @@ def load_with(wall_s: float, model: dict, patterns: tuple[str, ...]) -> tuple[fl
                           f"{besides:.2f} s besides the data waits + {io:.2f} s waiting ({how})")
 
 
-def advise(findings: list, wall_s: float | None, model: dict | None, remote: set[str]) -> None:
+def levers_of(code: str, routed: bool) -> tuple[str, ...]:
+    """The levers a finding ``code`` names; ``routed``: the load reads through a call readtrace routes."""
+    named = LEVERS.get(code, ())
+    if routed and named and "own fd" not in named:
+        return (*named, OWN_FD_LOADER)
+    return named
+
+
+def advise(findings: list, wall_s: float | None, model: dict | None, remote: set[str], routed: bool = False) -> None:
     """Each finding on a remote file: its modelled levers' predicted times (``lever_predictions``), and
     those predicted to save under GAIN_MIN of the wall moved to ``not_expected``, with the numbers."""
     if model is None or not wall_s:
@@ -52,7 +64,7 @@ def advise(findings: list, wall_s: float | None, model: dict | None, remote: set
         if f.file not in remote:
             continue
         ruled = {r["lever"] for r in f.not_expected}
-        for lever in LEVERS.get(f.code, ()):
+        for lever in levers_of(f.code, routed):
             if lever in ruled or lever not in PATTERNS:
                 continue
             predicted, how = load_with(wall_s, model, PATTERNS[lever])
