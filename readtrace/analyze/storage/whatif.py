@@ -268,12 +268,13 @@ def fixed_io_s(a, p: Profile) -> dict[str, float]:
 
 def _measured_s(need: list[int], p: Profile, m: MountProfile | None, streams: int, modelled_s: float) -> float:
     """What reading ``need`` (bytes per file, files one after another) in order costs where the mount was
-    probed: ``streams`` readers (1: readtrace's own-fd loader or a populate, which read with the probe's
-    N streams where those measured faster, ``MountProfile.reader_streams``) at the measured rate, one
-    first byte per file (``p``'s: the load's own where recorded); ``modelled_s`` (the storage model's)
-    where it was not. sshfs at 20 ms, 64 MiB: the model charged its 128 KiB requests one after another
+    probed: ``streams`` readers at the measured rate (1: readtrace's own-fd loader, which reads with the
+    probe's N streams where those measured faster, ``MountProfile.reader_streams``; a populate reads
+    with one and is predicted alike: the predictions order fix's trials, each is measured), one first
+    byte per file (``p``'s: the load's own where recorded); ``modelled_s`` (the storage model's) where
+    it was not. sshfs at 20 ms, 64 MiB: the model charged its 128 KiB requests one after another
     (14.6 s); 4 own-fd readers took 0.95 s."""
-    if m is None or m.sequential_mbps <= 0:
+    if m is None or m.sequential_mbps <= 0 or m.parallel_mbps <= 0:
         return modelled_s
     readers = m.reader_streams if streams == 1 else streams
     return sum(p.latency_ms / 1000.0 + m.read_s(n, readers) for n in need)
