@@ -247,9 +247,9 @@ LEVER_HOW = {"own-fd loader": "readtrace's own-fd loader (readtrace fix --strate
 
 def predicted_levers(predictions: list[dict]) -> str:
     """"predicted on this mount: own fd ~3.1 s, prefetch ~4.0 s (the load took 12.3 s)": the whole load
-    with each lever, from the what-if model (analyze/storage/levers.py)."""
+    with each lever (analyze/storage/levers.py; each prediction's ``basis`` says from what)."""
     each = ", ".join(f"{LEVER_HOW.get(p['lever'], p['lever'])} ~{fmt_seconds(p['predicted_s'])}" for p in predictions)
-    return f"predicted on this mount: {each} (the load took {fmt_seconds(predictions[0]['load_s'])}; what-if model)"
+    return f"predicted on this mount: {each} (the load took {fmt_seconds(predictions[0]['load_s'])})"
 
 
 # How each lever a measured profile can rule out (analyze/storage/measured.py) starts in a recommendation's

@@ -33,8 +33,10 @@ def io_model(analysis, profile: whatif.Profile | None = None) -> dict | None:
     profile = profile or whatif.mount_profile(analysis)
     if profile is None:
         return None
+    measured = getattr(analysis, "measured", None)
     return {"profile": profile.name, "latency_ms": round(profile.latency_ms, 2),
-            "bandwidth_mbps": profile.bandwidth_mbps, **whatif.fixed_io_s(analysis, profile)}
+            "bandwidth_mbps": profile.bandwidth_mbps, "probed": measured.date if measured is not None else None,
+            **whatif.fixed_io_s(analysis, profile)}
 
 
 def load_with(wall_s: float, model: dict, patterns: tuple[str, ...]) -> tuple[float, str]:
@@ -43,7 +45,9 @@ def load_with(wall_s: float, model: dict, patterns: tuple[str, ...]) -> tuple[fl
     besides = max(wall_s - model["recorded"], 0.0)
     io = min(model[p] for p in patterns)
     how = "reads unchanged" if patterns == ("recorded",) else "+".join(patterns)
-    return besides + io, (f"what-if model ({model['profile']}, {model['latency_ms']:.1f} ms first byte): "
+    source = (f"rates measured on this mount (readtrace probe {model['probed']}" if model.get("probed")
+              else f"what-if model ({model['profile']}")
+    return besides + io, (f"{source}, {model['latency_ms']:.1f} ms first byte): "
                           f"{besides:.2f} s besides the data waits + {io:.2f} s waiting ({how})")
 
 
