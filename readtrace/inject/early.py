@@ -3,9 +3,10 @@ memory of our own at interpreter start-up, while the script imports its librarie
 
 A start-up prefetch into the page cache is useless there (the loader's own open() drops it), so the
 own-fd loader used to read the file only when the loader asked for it, after torch and transformers
-had imported. An early read overlaps that read with the imports: one sequential stream per file on
-an fd of our own, into anonymous memory that the tensors then view (the same one allocation the
-own-fd loader's copy would make). The shim takes a file's bytes once (``take``); a file that changed
+had imported. An early read overlaps that read with the imports: one sequential stream per file on an
+fd of our own (or, where the own-fd loader reads with N threads, N streams, each its own span and
+fd), into anonymous memory that the tensors then view (the same one allocation the own-fd loader's
+copy would make). The shim takes a file's bytes once (``take``); a file that changed
 since it was read is read again by the loader. Imports no torch.
 """
 
@@ -19,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from readtrace.loader.fileio import open_fd, read_into
+from readtrace.loader.spans import split_spans
 from readtrace.rerun.records import EarlyReadCall
 
 MEMORY_SHARE = 0.5  # early-read only what fits in this share of MemAvailable
@@ -53,9 +55,11 @@ def fits(paths: list[str]) -> bool:
         return False
 
 
-def start(paths: list[str], *, chunk_bytes: int) -> list[str]:
-    """Start reading ``paths`` front to back, one after another, in a background thread; returns the
-    paths it reads (none when they do not fit in memory or cannot be opened)."""
+def start(paths: list[str], *, chunk_bytes: int, readers: int = 1) -> list[str]:
+    """Start reading ``paths`` front to back, one after another, in a background thread (``readers``:
+    each file split into that many contiguous spans, each read on an fd of its own, as the own-fd
+    loader with ``threads`` reads); returns the paths it reads (none when they do not fit in memory or
+    cannot be opened)."""
     paths = [os.path.abspath(p) for p in dict.fromkeys(paths)]
     if not paths or not fits(paths):
         return []
@@ -71,23 +75,51 @@ def start(paths: list[str], *, chunk_bytes: int) -> list[str]:
     with _LOCK:
         _EARLY.update((e.path, e) for e in entries)
     if entries:
-        threading.Thread(target=_read_all, args=(entries, chunk_bytes), name="readtrace-early-read",
+        threading.Thread(target=_read_all, args=(entries, chunk_bytes, max(1, readers)), name="readtrace-early-read",
                          daemon=True).start()
     return [e.path for e in entries]
 
 
-def _read_all(entries: list[_Early], chunk_bytes: int) -> None:
+def _read_all(entries: list[_Early], chunk_bytes: int, readers: int) -> None:
     for entry in entries:
         started = time.perf_counter()
         try:
             with open_fd(entry.path) as fd:
                 entry.identity = identity(os.fstat(fd))
-                entry.got = read_into(fd, memoryview(entry.buffer), 0, chunk_bytes=chunk_bytes)
+                spans = split_spans(len(entry.buffer), readers)
+                if len(spans) <= 1:
+                    entry.got = read_into(fd, memoryview(entry.buffer), 0, chunk_bytes=chunk_bytes)
+                else:
+                    entry.got = _read_spans(entry, spans, chunk_bytes)
         except OSError as e:
             entry.error = str(e)
         finally:
             entry.seconds = time.perf_counter() - started
             entry.done.set()
+
+
+def _read_spans(entry: _Early, spans: list[tuple[int, int]], chunk_bytes: int) -> int:
+    """Read each span of ``entry`` on an fd of its own, in parallel; the bytes read in all (a span
+    that failed raises its OSError)."""
+    got, errors = [0] * len(spans), []
+
+    def read(i: int) -> None:
+        lo, hi = spans[i]
+        try:
+            with open_fd(entry.path) as fd:
+                got[i] = read_into(fd, memoryview(entry.buffer)[lo:hi], lo, chunk_bytes=chunk_bytes)
+        except OSError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=read, args=(i,), name="readtrace-early-read", daemon=True)
+               for i in range(len(spans))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return sum(got)
 
 
 def take(path: str, strategy: str) -> tuple[memoryview | None, EarlyReadCall | None]:

@@ -68,7 +68,7 @@ def _read_early(rerun: Rerun, env, kept) -> Rerun:
     that drops the page cache on every open (``kept(f)`` False); the first process only (its children
     are told)."""
     files = [f for f in rerun.early_read_candidates() if is_remote(f) and not kept(f)]
-    started = early.start(files, chunk_bytes=chunk_bytes_of(rerun.chunk_mib))
+    started = early.start(files, chunk_bytes=chunk_bytes_of(rerun.chunk_mib), readers=rerun.threads or 1)
     if not started:
         return rerun
     atexit.register(_note_never_taken, rerun, os.getpid())

@@ -32,6 +32,17 @@ def test_taken_once_with_the_files_bytes_and_the_same_tensors(tmp_path):
     assert early.take(str(path), "both") == (None, None)  # once: a second load reads the file itself
 
 
+def test_several_readers_each_read_their_span_into_the_same_bytes(tmp_path):
+    """With the own-fd loader's N threads (sshfs at 20 ms: 4 readers read 256 MiB in 3.3 s, one in 12.2 s)
+    the early read splits each file into N MiB-aligned spans, each read on an fd of its own."""
+    path = tmp_path / "model.bin"
+    path.write_bytes(os.urandom(5 * (1 << 20) + 12345))  # 3 spans of 2 MiB, the last one short
+    assert early.start([str(path)], chunk_bytes=1 << 20, readers=4) == [str(path)]
+    data, note = early.take(str(path), "own-fd")
+    assert data is not None and bytes(data) == path.read_bytes()
+    assert note.bytes == path.stat().st_size and note.note is None
+
+
 def test_a_file_changed_since_is_not_used(tmp_path):
     path = tmp_path / "model.safetensors"
     checkpoint(path)
