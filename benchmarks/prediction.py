@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 from compat_matrix import machine  # noqa: E402
 from report_corpus import compat_cases  # noqa: E402
 
+from lab.cells import advised_levers  # noqa: E402
 from readtrace.fix.candidates import NO_HARM  # noqa: E402
 from readtrace.measure.profile import HANDLE_PENALTY_MIN  # noqa: E402
 
@@ -49,10 +50,6 @@ DEFAULT_CELLS = ([(c, lat, n) for c, lat in (("lab", 20), ("rclone", 20), ("juic
                   for n in ("safe_open_threads", "fork_pool", "load_file")]
                  + [("lab-drop", 20, "safe_open_threads"), ("squashfuse", 0, "safe_open_threads"),
                     ("bindfs", 0, "fork_pool"), ("httpdirfs", 0, "load_file")])
-# A lever the report names -> fix's candidates that apply it (the fastest measured counts)
-APPLIED_BY = {"own fd": ("readtrace own-fd", "readtrace own fd per forked worker", "readtrace populate",
-                         "readtrace populate after open"),
-              "prefetch": ("readtrace prefetch",), "own-fd loader": ("readtrace own-fd",)}
 WITHIN = 0.30  # a prediction within 30 % of the measured wall
 OWN_FD_GAIN = HANDLE_PENALTY_MIN  # own fds measured this much faster: the interleave cost the load
 OWN_FD_PER_FORK = "readtrace own fd per forked worker"
@@ -70,19 +67,9 @@ def row(c: dict) -> dict:
     base = (fix.get("baseline") or {}).get("wall_s")
     fixed = base if fix.get("left_alone") else (fix.get("fixed") or {}).get("wall_s")
     walls = measured(fix)
-    advised, ruled_out = {}, set()
-    for f in c["findings"]:
-        if f["severity"] == "info":
-            continue
-        ruled_out.update(f.get("not_expected") or [])
-        for p in f.get("lever_predictions") or []:
-            advised.setdefault(p["lever"], p["predicted_s"])
-    levers = []
-    for lever, predicted in advised.items():
-        tried = [walls[label] for label in APPLIED_BY.get(lever, ()) if label in walls]
-        wall = min(tried) if tried else None
-        levers.append({"lever": lever, "predicted_s": predicted, "measured_s": wall,
-                       "gain": base / wall if base and wall else None})
+    ruled_out = {lever for f in c["findings"] if f["severity"] != "info" for lever in f.get("not_expected") or []}
+    levers = [{**lv, "gain": base / lv["measured_s"] if base and lv["measured_s"] else None}
+              for lv in advised_levers(c["findings"], fix)]
     own = walls.get(OWN_FD_PER_FORK)
     own_gain = base / own if base and own else None
     wall = c["wall_s"]

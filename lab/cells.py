@@ -143,3 +143,27 @@ def _fix(cli: list[str], work: Path, target: list[str], repeat: int, strategy: s
 def _lost(report: dict) -> int | None:
     lost = (report.get("summary") or {}).get("lost_events")
     return None if lost is None else int(lost)
+
+
+# A lever the report advises (findings[].lever_predictions) -> fix --compare's candidates that apply it
+# (the fastest measured counts): benchmarks/prediction.py and tests/compat score the advice with it.
+LEVER_CANDIDATES = {"own fd": ("readtrace own-fd", "readtrace own fd per forked worker", "readtrace populate",
+                               "readtrace populate after open"),
+                    "prefetch": ("readtrace prefetch",), "own-fd loader": ("readtrace own-fd",)}
+
+
+def advised_levers(findings: list[dict], fix: dict | None) -> list[dict]:
+    """Each lever the report advised (predicted to gain; INFO findings left out) with its predicted time
+    and the cold wall of the fastest of fix's candidates that applied it (None: not tried)."""
+    cands = ((fix or {}).get("choice") or {}).get("candidates") or []
+    walls = {c["label"]: c["wall_s"] for c in cands if c.get("exit_code") == 0 and c.get("wall_s")}
+    advised = {}
+    for f in findings:
+        if f["severity"] != "info":
+            for p in f.get("lever_predictions") or []:
+                advised.setdefault(p["lever"], p["predicted_s"])
+    out = []
+    for lever, predicted in advised.items():
+        tried = [walls[label] for label in LEVER_CANDIDATES.get(lever, ()) if label in walls]
+        out.append({"lever": lever, "predicted_s": predicted, "measured_s": min(tried) if tried else None})
+    return out

@@ -25,6 +25,7 @@ from readtrace.analyze.rules.types import (
 )
 from readtrace.analyze.summary import Summary
 from readtrace.analyze.views.attribution import SEP
+from readtrace.measure.profile import MountProfile
 from readtrace.report.units import fmt_bytes, fmt_count, fmt_pct, fmt_seconds, fmt_top
 
 FIX_HINT = "`readtrace fix --compare` reruns it cold with sequential prefetch and an own-fd loader"
@@ -242,13 +243,16 @@ def render(f: Finding) -> Prose:
     return Prose(message, p.evidence, recommendation)
 
 
-LEVER_HOW = {"own-fd loader": "readtrace's own-fd loader (readtrace fix --strategy own-fd)"}
+def _named(prediction: dict) -> str:
+    """A predicted lever's name, with how to apply it where it says ("own-fd loader (readtrace fix ...)")."""
+    apply = prediction.get("apply")
+    return f"{prediction['lever']} ({apply})" if apply else prediction["lever"]
 
 
 def predicted_levers(predictions: list[dict]) -> str:
     """"predicted on this mount: own fd ~3.1 s, prefetch ~4.0 s (the load took 12.3 s)": the whole load
     with each lever (analyze/storage/levers.py; each prediction's ``basis`` says from what)."""
-    each = ", ".join(f"{LEVER_HOW.get(p['lever'], p['lever'])} ~{fmt_seconds(p['predicted_s'])}" for p in predictions)
+    each = ", ".join(f"{_named(p)} ~{fmt_seconds(p['predicted_s'])}" for p in predictions)
     return f"predicted on this mount: {each} (the load took {fmt_seconds(predictions[0]['load_s'])})"
 
 
@@ -318,10 +322,15 @@ def fixed_line(summary: Summary) -> str | None:
     wall, p = summary.wall_s, summary.prediction
     if not wall or p is None or p.predicted_fixed_s is None or p.predicted_fixed_s > 0.8 * wall:
         return None
-    measured = " measured" if summary.measured_mount else ""
-    return (f"fixed: ~{fmt_seconds(p.predicted_fixed_s)} predicted on this mount ({p.mount_profile} model, "
-            f"{p.mount_latency_ms:.3g} ms first byte{measured}; "
-            f"{FIXED_HOW.get(p.fixed_strategy, FIXED_HOW['prefetch'])})")
+    how = FIXED_HOW.get(p.fixed_strategy, FIXED_HOW["prefetch"])
+    if summary.measured_mount:
+        probed = MountProfile.from_data(summary.measured_mount)
+        if p.fixed_strategy == "own-fd" and probed.reader_streams > 1:
+            how = f"fix's own-fd loader: each file read once in order by {probed.reader_streams} own-fd streams"
+        source = f"the rates readtrace probe measured {probed.date}; {p.mount_latency_ms:.3g} ms first byte"
+    else:
+        source = f"{p.mount_profile} model, {p.mount_latency_ms:.3g} ms first byte"
+    return f"fixed: ~{fmt_seconds(p.predicted_fixed_s)} predicted on this mount ({source}; {how})"
 
 
 def what_if_lines(predictions: list) -> list[str]:

@@ -176,6 +176,9 @@ def test_each_lever_carries_its_predicted_time_and_one_predicted_not_to_gain_is_
         assert all(0 < t < 0.5 * wall for t in by_lever.values())
         assert by_lever["own fd"] == pytest.approx(own_fd, abs=1e-3)  # what fix's trials are ordered by
         assert "predicted on this mount: own fd ~" in rec and "open one fd per worker" in rec
+        from readtrace.report.prose import fixed_line
+
+        assert "predicted on this mount (the rates readtrace probe measured 2026-12-02 18:00 UTC;" in fixed_line(a.summary)
     else:
         assert not f.lever_predictions and own_fd > wall
         assert {r["lever"] for r in f.not_expected} == {"own fd", "prefetch"}

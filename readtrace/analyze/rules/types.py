@@ -48,7 +48,8 @@ class Finding:
     # levers the mount's measured profile (readtrace probe) says cannot gain here: {"lever", "because"}
     not_expected: list[dict] = field(default_factory=list)
     # levers the what-if model predicts to gain on this mount, each with the whole load's predicted time
-    # (analyze/storage/levers.py): {"lever", "predicted_s", "load_s" (its wall as recorded), "basis"}
+    # (analyze/storage/levers.py): {"lever", "predicted_s", "load_s" (its wall as recorded), "basis", "apply"
+    # (how to get it where readtrace applies it, else None)}
     lever_predictions: list[dict] = field(default_factory=list)
 
     @property

@@ -36,6 +36,7 @@ def io_model(analysis, profile: whatif.Profile | None = None) -> dict | None:
     measured = getattr(analysis, "measured", None)
     return {"profile": profile.name, "latency_ms": round(profile.latency_ms, 2),
             "bandwidth_mbps": profile.bandwidth_mbps, "probed": measured.date if measured is not None else None,
+            "reader_streams": measured.reader_streams if measured is not None else 1,
             **whatif.fixed_io_s(analysis, profile)}
 
 
@@ -78,5 +79,12 @@ def advise(findings: list, wall_s: float | None, model: dict | None, remote: set
                     f"({how})")})
             else:
                 f.lever_predictions.append({"lever": lever, "predicted_s": round(predicted, 3), "load_s": wall_s,
-                                            "basis": how})
+                                            "basis": how, "apply": _apply(lever, model)})
 
+
+def _apply(lever: str, model: dict) -> str | None:
+    """How to get a lever readtrace applies (its own-fd loader, with the readers it was predicted with)."""
+    if lever != OWN_FD_LOADER:
+        return None
+    streams = model.get("reader_streams") or 1
+    return "readtrace fix --strategy own-fd" + (f" --threads {streams}" if streams > 1 else "")
