@@ -13,7 +13,8 @@ Each case is one cold load of an example pattern (``readtrace.workloads.load``) 
 
 With ``--compat`` the corpus also holds cells of the compatibility suite (lab/: a real loader on a real
 FUSE client, its servers on 127.0.0.1), each mount probed first (``readtrace probe``, a private cache):
-the floor is one cold sequential reader of the same files on that mount (lab/cells.sequential_floor),
+the floor is the same files read in order, cold, by one reader or 4 own-fd readers, the faster
+(lab/cells.sequential_floor),
 slow when the load's data wait is over it by 10 % + 1 s; the cause is the pattern on one handle
 (SHARED_FD_INTERLEAVE) where several tasks share one and the mount measurably punishes it, else the
 page faults of a mapping (MMAP_FAULT_STORM) for mmap loaders, the jumps of one reader on its handle

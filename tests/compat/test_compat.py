@@ -234,7 +234,7 @@ def test_the_trace_records_the_measured_profile(results, probed, cell):
 
 @by_id(PROBED)
 def test_no_high_finding_on_a_load_at_its_floor(results, cell):
-    """issue 22: a load at its floor (one cold sequential reader of the same bytes on the mount, timed by
+    """issue 22: a load at its floor (the same bytes read in order, cold, by 1 or 4 own-fd readers, timed by
     the cell; the load's wait on its data files within 10 % + 1 s of it) has no HIGH finding, whatever its counters (MMAP_FAULT_STORM on
     squashfuse and on JuiceFS's GGUF memmap was HIGH)."""
     _, r = results(cell)
