@@ -131,7 +131,9 @@ def test_time_split_adds_up_on_real_recordings(lab, checkpoint, tmp_path, patter
     reads = a.app.source == SOURCE_READ
     latency = pd.Series(a.app.latency[reads]).groupby(a.app.tid[reads]).sum() / 1e9
     assert (t["read_wait_s"] <= latency.reindex(t.index).fillna(0) * 1.05 + 0.002).all()
-    assert 0 < s.io_wait_s <= wall and s.wait_file == path and s.fuse_wait_s >= 0.9 * s.io_wait_s
+    # FUSE: 90 % of the waits, less 20 ms of slack: a sequential load may wait under 0.1 s in all, and 11 ms
+    # off FUSE (library files) was 12 % of one (CI, 93 ms)
+    assert 0 < s.io_wait_s <= wall and s.wait_file == path and s.fuse_wait_s >= 0.9 * s.io_wait_s - 0.02
     if pattern == "mmap-threads":
         assert s.wait_file_faults and s.wait_tasks == WORKERS and s.fault_wait_s > s.read_wait_s
         # merged page runs are bounded in time (RUN_SPAN_NS): the misses spread over the faulting, not
