@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 from compat_matrix import machine  # noqa: E402
 from report_corpus import compat_cases  # noqa: E402
 
-from lab.cells import advised_levers  # noqa: E402
+from lab.cells import advised_levers, candidate_walls  # noqa: E402
 from readtrace.fix.candidates import NO_HARM  # noqa: E402
 from readtrace.measure.profile import HANDLE_PENALTY_MIN  # noqa: E402
 
@@ -55,18 +55,12 @@ OWN_FD_GAIN = HANDLE_PENALTY_MIN  # own fds measured this much faster: the inter
 OWN_FD_PER_FORK = "readtrace own fd per forked worker"
 
 
-def measured(fix: dict) -> dict[str, float]:
-    """Fix's candidates that ran to exit 0: label -> cold wall seconds."""
-    cands = (fix.get("choice") or {}).get("candidates") or []
-    return {c["label"]: c["wall_s"] for c in cands if c.get("exit_code") == 0 and c.get("wall_s")}
-
-
 def row(c: dict) -> dict:
     """One cell: the predictions, the advice and what fix measured."""
     fix = c.get("fix") or {}
     base = (fix.get("baseline") or {}).get("wall_s")
     fixed = base if fix.get("left_alone") else (fix.get("fixed") or {}).get("wall_s")
-    walls = measured(fix)
+    walls = candidate_walls(fix)
     ruled_out = {lever for f in c["findings"] if f["severity"] != "info" for lever in f.get("not_expected") or []}
     levers = [{**lv, "gain": base / lv["measured_s"] if base and lv["measured_s"] else None}
               for lv in advised_levers(c["findings"], fix)]

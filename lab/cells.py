@@ -161,11 +161,16 @@ LEVER_CANDIDATES = {"own fd": ("readtrace own-fd", "readtrace own fd per forked 
                     "prefetch": ("readtrace prefetch",), "own-fd loader": ("readtrace own-fd",)}
 
 
+def candidate_walls(fix: dict | None) -> dict[str, float]:
+    """fix --compare's candidates that ran to exit 0: label -> cold wall seconds."""
+    cands = ((fix or {}).get("choice") or {}).get("candidates") or []
+    return {c["label"]: c["wall_s"] for c in cands if c.get("exit_code") == 0 and c.get("wall_s")}
+
+
 def advised_levers(findings: list[dict], fix: dict | None) -> list[dict]:
     """Each lever the report advised (predicted to gain; INFO findings left out) with its predicted time
     and the cold wall of the fastest of fix's candidates that applied it (None: not tried)."""
-    cands = ((fix or {}).get("choice") or {}).get("candidates") or []
-    walls = {c["label"]: c["wall_s"] for c in cands if c.get("exit_code") == 0 and c.get("wall_s")}
+    walls = candidate_walls(fix)
     advised = {}
     for f in findings:
         if f["severity"] != "info":

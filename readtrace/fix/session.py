@@ -131,7 +131,7 @@ def reader_streams(files: list[str]) -> tuple[int | None, str]:
     profile = cached_for_path(files[0]) if files else None
     if profile is None or profile.reader_streams < 2:
         return None, ""
-    return profile.streams, (f"the own-fd loader reads with {profile.streams} own-fd streams: on this mount "
+    return profile.reader_streams, (f"the own-fd loader reads with {profile.streams} own-fd streams: on this mount "
                              f"{profile.streams} streams measured {profile.parallel_mbps:.3g} MB/s against "
                              f"{profile.sequential_mbps:.3g} MB/s for one ({profile.stream_gain:.1f}x, readtrace "
                              f"probe {profile.date})")

@@ -17,6 +17,7 @@ import mmap
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from readtrace.loader.fileio import open_fd, read_into
@@ -101,25 +102,14 @@ def _read_all(entries: list[_Early], chunk_bytes: int, readers: int) -> None:
 def _read_spans(entry: _Early, spans: list[tuple[int, int]], chunk_bytes: int) -> int:
     """Read each span of ``entry`` on an fd of its own, in parallel; the bytes read in all (a span
     that failed raises its OSError)."""
-    got, errors = [0] * len(spans), []
 
-    def read(i: int) -> None:
-        lo, hi = spans[i]
-        try:
-            with open_fd(entry.path) as fd:
-                got[i] = read_into(fd, memoryview(entry.buffer)[lo:hi], lo, chunk_bytes=chunk_bytes)
-        except OSError as e:
-            errors.append(e)
+    def read(span: tuple[int, int]) -> int:
+        lo, hi = span
+        with open_fd(entry.path) as fd:
+            return read_into(fd, memoryview(entry.buffer)[lo:hi], lo, chunk_bytes=chunk_bytes)
 
-    threads = [threading.Thread(target=read, args=(i,), name="readtrace-early-read", daemon=True)
-               for i in range(len(spans))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return sum(got)
+    with ThreadPoolExecutor(len(spans), thread_name_prefix="readtrace-early-read") as pool:
+        return sum(pool.map(read, spans))
 
 
 def take(path: str, strategy: str) -> tuple[memoryview | None, EarlyReadCall | None]:

@@ -66,9 +66,9 @@ def _floor(row, fstype: str, mount: whatif.Profile | None, measured: dict) -> tu
     took 3.0 s with one reader and 0.95 s with 4), else the storage model of its file system."""
     probed = measured.get(row.get("mountpoint")) if row is not None else None
     if probed is not None and probed.sequential_mbps > 0:
-        rate, how = max((probed.sequential_mbps, "one stream"),
-                        (probed.parallel_mbps, f"{probed.streams} own-fd streams"))
-        streams = 1 if how == "one stream" else probed.streams
+        streams = probed.streams if probed.parallel_mbps > probed.sequential_mbps else 1
+        rate, how = ((probed.parallel_mbps, f"{streams} own-fd streams") if streams > 1
+                     else (probed.sequential_mbps, "one stream"))
         seconds = probed.first_byte_ms / 1000.0 + probed.read_s(whatif.needed_bytes(row), streams)
         return seconds, f"measured: {how} {rate:.3g} MB/s, {probed.first_byte_ms:.3g} ms first byte"
     name = fs_profile(fstype).storage_model
