@@ -56,9 +56,9 @@ def unprivileged_user():
 
 
 @contextlib.contextmanager
-def lab_mount(tmp_path, fill, **options):
-    """The lab mount (gcsfuse profile) of a fresh tmp_path/src that ``fill(src)`` populates; yields
-    (mount point, what fill returned) and always unmounts."""
+def lab_mount(tmp_path, fill, profile: str = "gcsfuse", **options):
+    """The lab mount (the gcsfuse profile unless told) of a fresh tmp_path/src that ``fill(src)``
+    populates; yields (mount point, what fill returned) and always unmounts."""
     from readtrace.simfs import force_unmount, mount
 
     require(*fuse_available())
@@ -67,7 +67,7 @@ def lab_mount(tmp_path, fill, **options):
     mnt.mkdir()
     made = fill(src)
     try:
-        with mount(src, mnt, profile="gcsfuse", **options):
+        with mount(src, mnt, profile=profile, **options):
             yield mnt, made
     finally:
         force_unmount(mnt)

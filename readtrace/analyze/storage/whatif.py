@@ -11,7 +11,8 @@ repeats of the window in flight dropped). Profiles:
 - ``prefetch``: a per-handle prefetcher like mountpoint-s3 / rclone / hf-mount: a window that doubles
   while the handle reads on (1 MiB up to 64 MiB) and falls back to 1 MiB at a seek; one request each.
 - ``nfs`` (and ``lustre``): no handle state, one RPC per request (1 MiB rsize), each paying the
-  latency; the tasks' streams run in parallel, a task's requests one after another.
+  latency; the tasks' streams run in parallel, a task's requests one after another, or, with costs
+  measured from the trace, ``in_flight`` of them at once (the kernel's read-ahead window and the next).
 - ``local-nvme``: ``nfs`` with 0.08 ms per request and 3 GB/s.
 
 Time: per stream, requests cost latency (where they open a backend request) plus bytes over the
@@ -37,12 +38,12 @@ per kernel request (``request_ms``).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze.views.grouping import running_max_in_group
+from readtrace.analyze.views.grouping import running_max_in_group, union_length
 from readtrace.fs.knowledge import fs_profile
 from readtrace.measure.profile import MountProfile
 
@@ -64,6 +65,8 @@ class Profile:
     rsize: int = 1 * MiB  # stateless: largest request
     request_ms: float = 0.0  # what serving any request costs besides the first byte (a FUSE daemon's own work)
     measured_at: str = ""  # latency and bandwidth from the mount's profile measured then (readtrace probe)
+    in_flight: float = 1.0  # stateless: a stream's requests served at once (the kernel's read-ahead; measured)
+    request_carries_bytes: bool = False  # request_ms was measured per request, its transfer included
 
 
 DEFAULTS = {
@@ -175,8 +178,9 @@ def _phase_time(g: pd.DataFrame, busy: np.ndarray, p: Profile) -> float:
 
 def _predict_io(a, data_ids: np.ndarray, p: Profile) -> tuple[float, int, int, int]:
     g = _groups(a, data_ids, p)
-    per_bw = 1 / (p.bandwidth_mbps * 1e6) if p.bandwidth_mbps else 0.0
-    busy = (g["requests"] * p.latency_ms / 1000.0 + g["transfer"] * per_bw + g["served"] * p.request_ms / 1000.0)
+    per_bw = 1 / (p.bandwidth_mbps * 1e6) if p.bandwidth_mbps and not p.request_carries_bytes else 0.0
+    busy = ((g["requests"] * p.latency_ms + g["served"] * p.request_ms) / 1000.0 / p.in_flight
+            + g["transfer"] * per_bw)
     return _phase_time(g, busy.to_numpy(), p), int(g["requests"].sum()), int(g["transfer"].sum()), len(g)
 
 
@@ -184,7 +188,7 @@ def _predict_fixed(file_bytes: list[int], p: Profile, streams: int = 1) -> tuple
     """Each file read once, in order, split into ``streams`` contiguous shares read in parallel (each
     on a handle of its own); files one after another."""
     lat, total, requests = p.latency_ms / 1000.0, 0.0, 0
-    link = p.bandwidth_mbps * 1e6 if p.bandwidth_mbps else math.inf
+    link = p.bandwidth_mbps * 1e6 if p.bandwidth_mbps and not p.request_carries_bytes else math.inf
     for nbytes in file_bytes:
         share = -(-nbytes // streams)
         if p.model == "gcsfuse":
@@ -200,7 +204,7 @@ def _predict_fixed(file_bytes: list[int], p: Profile, streams: int = 1) -> tuple
         else:
             n = max(1, -(-share // FIXED_REQUEST))
             t = n * lat / FIXED_DEPTH
-        total += t + nbytes / link + -(-share // KERNEL_READAHEAD) * p.request_ms / 1000.0
+        total += t + nbytes / link + -(-share // KERNEL_READAHEAD) * p.request_ms / 1000.0 / p.in_flight
         requests += n * streams
     return total, requests, int(sum(file_bytes))
 
@@ -357,29 +361,47 @@ def with_measured(p: Profile, m: MountProfile | None, keep_latency: bool = False
     net = seconds - m.first_byte_ms / 1000.0
     bandwidth = m.sample_bytes / net / 1e6 if net > seconds / 2 else m.parallel_mbps * 2
     latency = p.latency_ms if keep_latency else m.first_byte_ms
-    return Profile(p.name, p.model, latency, round(bandwidth, 2), p.rsize, p.request_ms, m.measured_at)
+    return replace(p, latency_ms=latency, bandwidth_mbps=round(bandwidth, 2), measured_at=m.measured_at)
 
 
 def _recorded_costs(a, data: pd.DataFrame, name: str, request_quantile: float) -> tuple[Profile, bool]:
     """The profile ``name`` with the costs measured from the recorded FUSE requests, and whether its
-    first byte was among them (requests that started a backend range were recorded)."""
+    first byte was among them (requests that started a backend range were recorded).
+
+    Per-handle models: a handle serves one read at a time, so each request's service time is counted
+    from when the handle was free. Stateless models: each task's stream of a handle is its own (forked
+    workers on one fd are four streams), a request costs its latency, and ``in_flight`` is how many of
+    a stream's requests the kernel had out at once (the sum of their latencies over the time some was
+    out): sshfs at 20 ms, 1.7-1.9 (a read-ahead window and the next), charged one after another the
+    replay had predicted its loads at 1.4-1.9x their wall."""
     f = a.fuse
     on = np.isin(f.file, data.index.to_numpy())
     if name == "local-nvme" or not on.any() or on.sum() > MAX_ESTIMATE_REQUESTS:
         return profile(name), False
-    order = np.lexsort((f.ts[on], f.handle[on]))
-    h, ts, end = f.handle[on][order], f.ts[on][order], (f.ts[on] + f.latency[on])[order]
+    stateless = DEFAULTS[name].model == "stateless"
+    stream = pd.factorize(pd.MultiIndex.from_arrays([f.handle[on], f.tid[on]]))[0] if stateless else f.handle[on]
+    order = np.lexsort((f.ts[on], stream))
+    h, ts, end = stream[order], f.ts[on][order], (f.ts[on] + f.latency[on])[order]
     off, size = f.offset[on][order], f.nbytes[on][order]
     first = np.r_[True, h[1:] != h[:-1]]
-    free_at = np.r_[0, running_max_in_group(h, end)[:-1]]  # when the handle's previous request ended
-    # >= 0: a daemon that serves one handle's requests at once can end one before an earlier one ended
-    # (4 threads on one shared fd, recorded mid-load: the median of the few continuing ones was -67 ms)
-    service_ms = np.maximum(end - np.where(first, ts, np.maximum(ts, free_at)), 0) / 1e6
+    if stateless:
+        service_ms = (end - ts) / 1e6
+        codes = pd.factorize(h)[0]
+        busy = union_length(codes, int(codes.max()) + 1, ts, end).sum()
+        in_flight = max(float(service_ms.sum() * 1e6 / busy), 1.0) if busy > 0 else 1.0
+    else:
+        free_at = np.r_[0, running_max_in_group(h, end)[:-1]]  # when the handle's previous request ended
+        # >= 0: a daemon that serves one handle's requests at once can end one before an earlier one
+        # ended (4 threads on one shared fd, recorded mid-load: the median of the few continuing ones was -67 ms)
+        service_ms = np.maximum(end - np.where(first, ts, np.maximum(ts, free_at)), 0) / 1e6
+        in_flight = 1.0
     prev_end = np.r_[0, (off + size)[:-1]]
-    opened = first | (off != prev_end)  # not the continuation of the read before it on the handle
+    opened = first | (off != prev_end)  # not the continuation of the read before it in the stream
     request = float(np.quantile(service_ms[~opened], request_quantile)) if (~opened).any() else 0.0
     latency = float(np.median(service_ms[opened])) - request if opened.any() else DEFAULTS[name].latency_ms
-    return profile(name, max(latency, 0.0), request_ms=request), bool(opened.any())
+    measured = replace(profile(name, max(latency, 0.0), request_ms=request), in_flight=round(in_flight, 2),
+                       request_carries_bytes=stateless)
+    return measured, bool(opened.any())
 
 
 def own_mount_predictions(a) -> list[Prediction]:
