@@ -65,6 +65,12 @@ class MountProfile:
     readahead_tried_kb: int | None = None  # the larger read_ahead_kb tried (None: not tried: not root)
     readahead_old_s: float | None = None  # sequential small reads at read_ahead_kb, then at the larger one
     readahead_new_s: float | None = None
+    parallel_bytes: int | None = None  # bytes the N-stream test read (None: sample_bytes, as probes before it)
+
+    @property
+    def parallel_sample(self) -> int:
+        """Bytes the N-stream rate was measured over."""
+        return self.parallel_bytes or self.sample_bytes
 
     @property
     def handle_penalty(self) -> float:

@@ -22,7 +22,7 @@ def profile_lines(p: MountProfile) -> list[str]:
         f"  first byte: {p.first_byte_ms:.1f} ms median, {p.first_byte_max_ms:.1f} ms max of {p.first_byte_samples} "
         f"cold reads at random offsets (open: {p.open_ms:.1f} ms)",
         f"  bandwidth: {p.sequential_mbps:.0f} MB/s one stream, {p.parallel_mbps:.0f} MB/s {p.streams} streams "
-        "(own fd each)",
+        f"(own fd each{f', over {p.parallel_sample / MiB:.0f} MiB' if p.parallel_sample != p.sample_bytes else ''})",
         f"  per-handle penalty: {'>= ' if p.shared_fd_stopped else ''}{penalty:.2f}x ({p.streams} readers on ONE open file {p.shared_fd_s:.2f} s{' (stopped)' if p.shared_fd_stopped else ''}, "
         f"one fd each {p.own_fd_s:.2f} s): {verdict}",
         f"  page cache after another open: {'kept' if p.cache_survives_open else 'dropped'}",

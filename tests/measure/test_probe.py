@@ -50,6 +50,17 @@ def test_probe_measures_a_gcsfuse_like_mount(tmp_path, keep_cache):
         assert p.read_ahead_kb == 128  # restored after the test
 
 
+def test_streams_that_finish_one_streams_sample_early_are_measured_again_over_more(tmp_path):
+    """N streams that scale finish one stream's sample before their read-ahead grows (sshfs at 20 ms:
+    60 MB/s over 38 MiB, ~80 MB/s over 256 MiB): their rate is measured again over what it moves in the
+    test's time, at most N samples."""
+    with lab_mount(tmp_path, _fill, profile="nfs", latency_ms=5.0) as (mnt, _):
+        p = probe(mnt / "model.bin", sample_bytes=8 * MiB, try_readahead=False)
+    assert p.sample_bytes == 8 * MiB
+    assert 12 * MiB <= p.parallel_sample <= 4 * 8 * MiB, p
+    assert p.handle_bytes == 8 * MiB  # the handle test keeps the sample its first run was timed on
+
+
 def test_probe_finds_no_handle_penalty_on_a_passthrough(tmp_path):
     with lab_mount(tmp_path, _fill) as (mnt, _):
         pass  # the fixture's profile is gcsfuse: mount the local one below

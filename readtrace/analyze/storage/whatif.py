@@ -357,9 +357,9 @@ def with_measured(p: Profile, m: MountProfile | None, keep_latency: bool = False
     0.1 ms recorded; its own trace predicted at 29x its wall with the probe's, within 11 % with its own)."""
     if m is None:
         return p
-    seconds = m.sample_bytes / (m.parallel_mbps * 1e6) if m.parallel_mbps > 0 else 0.0
+    seconds = m.parallel_sample / (m.parallel_mbps * 1e6) if m.parallel_mbps > 0 else 0.0
     net = seconds - m.first_byte_ms / 1000.0
-    bandwidth = m.sample_bytes / net / 1e6 if net > seconds / 2 else m.parallel_mbps * 2
+    bandwidth = m.parallel_sample / net / 1e6 if net > seconds / 2 else m.parallel_mbps * 2
     latency = p.latency_ms if keep_latency else m.first_byte_ms
     return replace(p, latency_ms=latency, bandwidth_mbps=round(bandwidth, 2), measured_at=m.measured_at)
 
