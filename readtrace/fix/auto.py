@@ -55,16 +55,17 @@ def choose(session: Session, seen: set[str], keeps_cache: bool, repeat: int, not
         "this mount drops the page cache on every open, so the same load cannot run warm"
     if floor is None and session.files and session.cold:  # half of the floor is still worth knowing
         evict(session.files)
-        size, read_s = sequential_read_s(session.files)
-        floor_unknown += f"; a sequential read of the same {size / MiB:.1f} MiB took {read_s:.2f} s here"
+        streams = reader_streams(session.files)[0] or 1
+        size, read_s = sequential_read_s(session.files, streams=streams)
+        floor_unknown += f"; {Floor(size, read_s, 0.0, streams).read_how} ({size / MiB:.1f} MiB) took {read_s:.2f} s here"
     trials: list[Run] = []
     identical: list[str] = []
     not_tried: list[NotTried] = []
     if not session.files:
         why = "no checkpoint files were found: nothing to act on"
     elif floor is not None and floor.nothing_to_gain(baseline.wall_s):
-        why = (f"the baseline ({baseline.wall_s:.2f} s) is at most {100 * (1 - NO_HARM):.0f} % over a sequential read "
-               f"of the same bytes on this mount ({floor.read_s:.2f} s) plus the same load warm "
+        why = (f"the baseline ({baseline.wall_s:.2f} s) is at most {100 * (1 - NO_HARM):.0f} % over "
+               f"{floor.read_how} on this mount ({floor.read_s:.2f} s) plus the same load warm "
                f"({floor.warm_s:.2f} s): nothing to gain beyond noise")
     else:
         threads, why_threads = reader_streams(session.files)

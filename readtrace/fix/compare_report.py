@@ -106,7 +106,8 @@ def _choice_json(comparison: Comparison) -> dict | None:
             + [{"label": n.label, "status": NOT_TRIED, "wall_s": None, "exit_code": None, "tensors_identical": None,
                 "predicted_s": n.predicted_s, "predicted_by": n.predicted_by, "why": n.why} for n in choice.not_tried],
             "floor": None if floor is None else {"bytes": floor.bytes, "sequential_read_s": floor.read_s,
-                                                 "warm_s": floor.warm_s, "total_s": floor.total_s},
+                                                 "streams": floor.streams, "warm_s": floor.warm_s,
+                                                 "total_s": floor.total_s},
             "confirmation": choice.confirmation or None, "confirmation_rule": CONFIRM_RULE, "stop_rule": STOP_RULE}
 
 
@@ -238,7 +239,9 @@ def _render_choice(choice: dict | None, out: TextIO) -> None:
     out.write(f"  auto chose: {choice['chosen']}: {choice['why']}\n")
     floor = choice["floor"]
     if floor:
-        out.write(f"  floor: sequential read of {_fmt(floor['bytes'], 'bytes')} {floor['sequential_read_s']:.2f} s"
+        streams = floor.get("streams") or 1
+        how = "sequential read" if streams == 1 else f"read in order by {streams} own-fd streams"
+        out.write(f"  floor: {how} of {_fmt(floor['bytes'], 'bytes')} {floor['sequential_read_s']:.2f} s"
                   f" + the load warm {floor['warm_s']:.2f} s = {floor['total_s']:.2f} s\n")
     for cand in choice["candidates"]:
         predicted = "" if cand["predicted_s"] is None else f" (predicted {cand['predicted_s']:.2f} s)"

@@ -112,7 +112,7 @@ def run_trials(rows: list[Ranked], baseline_s: float, floor: Floor | None, budge
             best = trial
         if floor is not None and floor.nothing_to_gain(trial.wall_s):
             out.floor_reached = (f"{label} ({trial.wall_s:.2f} s) is at most 3 % over the floor ({floor.total_s:.2f} s: "
-                                 "a sequential read of the same bytes + the load warm): no other candidate can "
+                                 f"{floor.read_how} + the load warm): no other candidate can "
                                  "beat it by a margin worth measuring")
     return out
 

@@ -97,13 +97,14 @@ class Session:
     def floor(self) -> tuple[Floor, Run]:
         """(the floor, its warm run of the unchanged command: a manifest of the baseline's tensors)."""
         evict(self.files)
-        size, read_s = sequential_read_s(self.files)
+        streams = reader_streams(self.files)[0] or 1
+        size, read_s = sequential_read_s(self.files, streams=streams)
         prefetch(self.files, progress=False)
         self.log("floor: the same bytes read sequentially, then the command warm")
         with self.progress.running("floor: the command warm", elapsed_s=self.budget.elapsed()):
             warm = run_command(self.command, "warm", 0, "none", self.work, self.device, self.cwd, None, self.files)
         must_succeed(warm)
-        return Floor(size, read_s, warm.wall_s), warm
+        return Floor(size, read_s, warm.wall_s, streams), warm
 
 
 def early_read_helps(baseline: Manifest) -> bool:

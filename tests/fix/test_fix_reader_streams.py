@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 from conftest import lab_mount
 
-from readtrace.fix.candidates import candidates
+from readtrace.fix.candidates import candidates, sequential_read_s
 from readtrace.fix.session import reader_streams
 from readtrace.measure.probe import probe
 from readtrace.measure.profile import READER_STREAMS_GAIN, save_profile
@@ -37,7 +37,8 @@ def test_the_own_fd_candidate_reads_with_the_streams_the_mount_measured_faster(t
     with lab_mount(tmp_path, _checkpoint, latency_ms=20.0) as (mnt, _):
         path = str(mnt / "model.safetensors")
         assert reader_streams([path]) == (None, "")  # never probed: one reader, nothing claimed
-        measured = probe(path)  # cached for this mount
+        measured = probe(path)
+        save_profile(measured)  # as `readtrace probe` caches it
         threads, why = reader_streams([path])
         gain = measured.parallel_mbps / measured.sequential_mbps
         assert (threads == measured.streams) is (gain >= READER_STREAMS_GAIN), (gain, why)
@@ -86,3 +87,28 @@ def test_fix_threads_loads_the_same_tensors_with_several_readers(tmp_path):
                               text=True, timeout=120)
         assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_the_floor_reads_with_the_streams_the_mount_measured_faster(tmp_path):
+    """On a mount that keeps the page cache and serves a handle's requests at once (the lab nfs profile,
+    20 ms a request: 4 own-fd streams ~4x one), the floor is the bytes read as the own-fd loader reads
+    them: one plain stream would call a load "at its floor" that 4 readers make faster."""
+    from readtrace.fix.session import Session
+    from readtrace.pagecache.evict import evict
+
+    with lab_mount(tmp_path, _checkpoint, profile="nfs", latency_ms=20.0, keep_cache=True) as (mnt, _):
+        path = str(mnt / "model.safetensors")
+        measured = probe(path)
+        save_profile(measured)  # as `readtrace probe` caches it
+        assert measured.cache_survives_open and measured.reader_streams == measured.streams, measured
+        evict([path])
+        one = sequential_read_s([path])
+        evict([path])
+        several = sequential_read_s([path], streams=measured.streams)
+        assert one[0] == several[0] == os.path.getsize(path)
+        assert several[1] * 1.5 < one[1], (one, several)
+        (tmp_path / "work").mkdir()
+        session = Session([sys.executable, "-c", "pass"], tmp_path / "work", None, None, None, [path], True, print)
+        floor, _ = session.floor()
+    assert floor.streams == measured.streams and f"{measured.streams} own-fd streams" in floor.read_how
+    assert floor.bytes == one[0] and floor.read_s < one[1]
