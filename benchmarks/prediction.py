@@ -10,6 +10,8 @@ its command (strategy auto, cold runs, tensors compared). Printed as tables, sav
 - the load predicted from its own trace (what-if model on the mount's measured costs) against that
   recorded cold run's wall (fix's own baseline, cold and not recorded, beside it), and the report's
   fixed prediction against the measured fixed side (the baseline where fix left the load alone);
+- each load predicted with the costs measured from another loader's trace on the same mount (its own
+  trace's costs fit its own pattern; another load's test whether the model carries over);
 - per lever the report advises (``findings[].lever_predictions``: predicted to gain on this mount), its
   predicted time and the measured wall of fix's candidate that applies it (own fd: readtrace's own-fd
   loader, an own fd per forked worker or a populate through the loader's fd; own-fd loader: readtrace's
@@ -137,15 +139,57 @@ def print_tables(rows: list[dict]) -> dict:
               f"{'-' if gain is None else f'{gain:.2f}x'} | {_x(r.get('interleave_claimed'))} | "
               f"{'yes' if r['interleave_flagged'] else 'no'} | "
               f"{'-' if truth is None else ('yes' if truth else 'no')} |")
+    crossed = print_cross(rows)
     errors = [off(r[p], r[m]) for r in rows for p, m in (("predicted_s", "recorded_s"), ("predicted_fixed_s", "fixed_s"))]
     known = [e for e in errors if e is not None]
     score = {"predictions": len(known), "within_30pct": sum(abs(e) <= WITHIN for e in known),
+             "cross_predictions": len(crossed), "cross_within_30pct": sum(abs(e) <= WITHIN for e in crossed),
              "advised_levers": advised, "advised_slower_than_baseline": slower,
              "interleave_wrong": wrong, "load_average": os.getloadavg()}
-    print(f"\npredictions within {WITHIN:.0%}: {score['within_30pct']} of {score['predictions']}; advised levers "
+    print(f"\npredictions within {WITHIN:.0%}: {score['within_30pct']} of {score['predictions']} (with another load's "
+          f"costs: {score['cross_within_30pct']} of {score['cross_predictions']}); advised levers "
           f"measured slower than the baseline: {len(slower)} of {advised} {slower or ''}; SHARED_FD_INTERLEAVE "
           f"wrong: {len(wrong)} {wrong or ''}; load average {score['load_average'][0]:.2f}")
     return score
+
+
+def cross_predictions(rows: list[dict]) -> None:
+    """Each row's load predicted with the mount costs measured from each other loader's trace of the same
+    client and size (``row["cross"]``); the traces must still be there (before the work directory goes)."""
+    from readtrace.analyze import analyze
+    from readtrace.analyze.storage import whatif
+    from readtrace.trace import load_trace
+
+    analysed = {}
+    for r in rows:
+        if r.get("trace") and Path(r["trace"]).exists():
+            analysed[id(r)] = analyze(load_trace(r["trace"], lean=True))
+    for r in rows:
+        a, r["cross"] = analysed.get(id(r)), []
+        if a is None or a.summary.wall_s is None:
+            continue
+        for donor in rows:
+            d = analysed.get(id(donor))
+            if donor is r or d is None or (donor["client"], donor["size_mib"]) != (r["client"], r["size_mib"]):
+                continue
+            costs = whatif.mount_profile(d)
+            if costs is not None:
+                r["cross"].append({"costs_from": donor["loader"], "predicted_s": whatif.what_if(a, [costs])[0].predicted_s})
+
+
+def print_cross(rows: list[dict]) -> list[float]:
+    """The table of ``cross_predictions``; the signed errors."""
+    print("\n| client | MiB | load | recorded s | costs from | predicted s (off) |")
+    print("|---|---|---|---|---|---|")
+    errors = []
+    for r in rows:
+        for c in r.get("cross") or []:
+            e = off(c["predicted_s"], r["recorded_s"])
+            if e is not None:
+                errors.append(e)
+            print(f"| {r['client']} | {r['size_mib']} | {r['loader']} | {_s(r['recorded_s'])} | {c['costs_from']} | "
+                  f"{_s(c['predicted_s'])} ({_pct(e)}) |")
+    return errors
 
 
 def parse_cells(text: str) -> list[tuple[str, float, str]]:
@@ -167,7 +211,10 @@ def main() -> int:
     p.add_argument("--keep", help="keep checkpoints, traces and runs in this directory (default: a temporary one)")
     args = p.parse_args()
     if args.table:
-        print_tables([r for t in args.table for r in json.loads(Path(t).read_text())["rows"]])
+        rows = [r for t in args.table for r in json.loads(Path(t).read_text())["rows"]]
+        if not any("cross" in r for r in rows):  # saved before that table: from the kept traces, where still there
+            cross_predictions(rows)
+        print_tables(rows)
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -178,7 +225,10 @@ def main() -> int:
                 rows.append(row(c))
                 save(out / "prediction.json", args, rows, None)
 
+            start = len(rows)
             compat_cases(parse_cells(args.cells), size, Path(tmp), fix=True, done=done)
+            cross_predictions(rows[start:])
+            save(out / "prediction.json", args, rows, None)
     score = print_tables(rows)
     save(out / "prediction.json", args, rows, score)
     print(f"saved {out / 'prediction.json'}")
