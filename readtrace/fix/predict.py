@@ -4,7 +4,8 @@ The what-if storage model (analyze/storage/whatif.py, through analyze/storage/le
 advice reads the same numbers) replays the mount's costs (first byte and bandwidth,
 measured from the recorded FUSE requests, or the mount's cached profile from ``readtrace probe``):
 ``fixed_io_s`` says how long the load would still wait on its data files with the start-up prefetch
-(``prefetch``) and with one in-order reader per file (``sequential``: the own-fd loader, a populate).
+(``prefetch``), with one in-order reader per file (``sequential``: an own fd per worker, a populate) and
+with readtrace's own-fd loader (``own-fd``: those reads, at start-up where the mount drops the cache).
 A candidate's prediction is the baseline's measured wall minus its recorded wait plus that wait:
 start-up and compute carry over. A lever that changes no read (OMP_NUM_THREADS=1) is predicted at
 the baseline's time; one the model cannot replay (a pread backend, disable_mmap) has no prediction
@@ -21,7 +22,7 @@ from readtrace.fix.candidates import Candidate
 from readtrace.rerun.protocol import OWN_FD_PER_FORK, POPULATE
 
 # candidate strategy -> the model's fixed read pattern(s); the faster of several
-MODELLED = {"prefetch": ("prefetch",), "own-fd": ("sequential",), "both": ("prefetch", "sequential"),
+MODELLED = {"prefetch": ("prefetch",), "own-fd": ("own-fd",), "both": ("prefetch", "own-fd"),
             OWN_FD_PER_FORK: ("sequential",), POPULATE: ("sequential",)}
 NO_READ_CHANGE = ("lever omp-1",)  # changes threads, not reads: the model predicts the baseline's I/O
 POPULATE_AFTER_OPEN = "readtrace populate after open"  # strategy prefetch, but one in-order reader

@@ -4,8 +4,9 @@ that lever, from its own trace. The report advises a lever only where this predi
 same numbers: ``io_model`` (kept in a fix run's trace summary) and ``load_with``.
 
 A load with a lever keeps what it did besides waiting on its data files (start-up, compute) and waits
-what the model says the lever's reads cost: ``prefetch`` (the start-up prefetch) or ``sequential`` (one
-in-order reader per file: an own fd per worker, a populate). The model cannot replay a library's own
+what the model says the lever's reads cost: ``prefetch`` (the start-up prefetch), ``sequential`` (one
+in-order reader per file: an own fd per worker, a populate) or ``own-fd`` (readtrace's own-fd loader:
+those reads, at start-up where the mount drops the cache). The model cannot replay a library's own
 lever (a pread backend, disable_mmap) or a read-ahead change: those carry no prediction and say so.
 """
 
@@ -15,7 +16,7 @@ from readtrace.analyze.storage import whatif
 from readtrace.analyze.storage.measured import LEVERS
 
 # The levers of findings (analyze/storage/measured.LEVERS) the model replays: its read pattern(s).
-PATTERNS = {"prefetch": ("prefetch",), "own fd": ("sequential",), "own-fd loader": ("sequential",)}
+PATTERNS = {"prefetch": ("prefetch",), "own fd": ("sequential",), "own-fd loader": ("own-fd",)}
 # readtrace's own-fd loader (large in-order reads on fds of its own, with the mount's probed streams):
 # a lever of every finding with levers where the load reads through a call it routes (safetensors,
 # torch.load); the interleave's own "own fd" is the same reads.
@@ -44,7 +45,7 @@ def load_with(wall_s: float, model: dict, patterns: tuple[str, ...]) -> tuple[fl
     """(predicted wall seconds, how) of a load that took ``wall_s`` with its data read as the fastest
     of ``patterns`` ("recorded": as it was)."""
     besides = max(wall_s - model["recorded"], 0.0)
-    io = min(model[p] for p in patterns)
+    io = min(model.get(p, model["sequential"]) for p in patterns)  # "own-fd": not in a model kept before it
     how = "reads unchanged" if patterns == ("recorded",) else "+".join(patterns)
     source = (f"rates measured on this mount (readtrace probe {model['probed']}" if model.get("probed")
               else f"what-if model ({model['profile']}")
