@@ -14,7 +14,6 @@ from readtrace.fix.candidates import (
     Floor,
     candidates,
     confirmed,
-    sequential_read_s,
 )
 from readtrace.fix.levers import seen_in
 from readtrace.fix.runs import Run
@@ -23,7 +22,6 @@ from readtrace.fix.session import Session, reader_streams
 from readtrace.fix.verdict import confirmation_needed
 from readtrace.inject.manifest import compare_manifests
 from readtrace.loader.fileio import MiB
-from readtrace.pagecache.evict import evict
 
 
 @dataclass
@@ -54,9 +52,7 @@ def choose(session: Session, seen: set[str], keeps_cache: bool, repeat: int, not
     floor_unknown = "" if floor is not None else "no checkpoint files" if not session.files else \
         "this mount drops the page cache on every open, so the same load cannot run warm"
     if floor is None and session.files and session.cold:  # half of the floor is still worth knowing
-        evict(session.files)
-        streams = reader_streams(session.files)[0] or 1
-        size, read_s = sequential_read_s(session.files, streams=streams)
+        size, read_s, streams = session.cold_read()
         floor_unknown += f"; {Floor(size, read_s, 0.0, streams).read_how} ({size / MiB:.1f} MiB) took {read_s:.2f} s here"
     trials: list[Run] = []
     identical: list[str] = []

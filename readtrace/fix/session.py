@@ -94,11 +94,16 @@ class Session:
         self.plan_path = self.work / "rank-plan.json"
         self.plan.save(self.plan_path)
 
-    def floor(self) -> tuple[Floor, Run]:
-        """(the floor, its warm run of the unchanged command: a manifest of the baseline's tensors)."""
+    def cold_read(self) -> tuple[int, float, int]:
+        """(bytes, seconds, streams) of the files read cold as the own-fd loader reads them on this mount:
+        the mount's probed N streams where those measured faster, else one."""
         evict(self.files)
         streams = reader_streams(self.files)[0] or 1
-        size, read_s = sequential_read_s(self.files, streams=streams)
+        return (*sequential_read_s(self.files, streams=streams), streams)
+
+    def floor(self) -> tuple[Floor, Run]:
+        """(the floor, its warm run of the unchanged command: a manifest of the baseline's tensors)."""
+        size, read_s, streams = self.cold_read()
         prefetch(self.files, progress=False)
         self.log("floor: the same bytes read sequentially, then the command warm")
         with self.progress.running("floor: the command warm", elapsed_s=self.budget.elapsed()):

@@ -44,7 +44,7 @@ def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, gap: np.nd
     if n == 0:
         zeros = np.zeros(n_groups, dtype=np.int64)
         return Replay(seeks=zeros, requests=zeros, random_bytes=zeros, random_after=zeros)
-    opens = (gap < -th.reorder_window) | (gap > th.gcsfuse_seek_window)  # seeks ...
+    opens = is_seek(gap, th)  # seeks ...
     seeks = sorted_sum(starts, opens)
     opens[starts] = True  # ... and each group's first read
     # every read opens a run (a shared handle read in turns): run i is row i, no index of the runs
@@ -92,6 +92,12 @@ def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, gap: np.nd
         random_after[g] = (first_random if runs is None else runs[first_random]) - starts[g] + 1
     random_bytes = sorted_sum(group_first_run, np.multiply(run_bytes, is_random, out=per_run))
     return Replay(seeks=seeks, requests=requests, random_bytes=random_bytes, random_after=random_after)
+
+
+def is_seek(gap: np.ndarray, th: Thresholds) -> np.ndarray:
+    """Reads that start a new run: before the previous end (beyond the reorder window) or past the
+    seek window."""
+    return (gap < -th.reorder_window) | (gap > th.gcsfuse_seek_window)
 
 
 def _first_in_groups(flags: np.ndarray, group_first: np.ndarray, group: np.ndarray

@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import pandas as pd
 
+from readtrace.analyze.storage.gcsfuse_replay import is_seek
 from readtrace.analyze.views.grouping import running_max_in_group, union_length
 from readtrace.fs.knowledge import fs_profile
 from readtrace.measure.profile import MountProfile
@@ -171,11 +172,11 @@ def _prefetcher_runs(a, fused: np.ndarray) -> pd.DataFrame:
     end = ts + f.latency[on][order]
     first = np.r_[True, h[1:] != h[:-1]]
     gap = off - np.r_[0, (off + n)[:-1]]
-    opens = first | (gap < -th.reorder_window) | (gap > th.gcsfuse_seek_window)
-    run = np.cumsum(opens) - 1
-    windows, covered = _prefetch_windows(np.bincount(run, n))
+    opens = first | is_seek(gap, th)
+    run_bytes = np.bincount(np.cumsum(opens) - 1, n)
+    windows, covered = _prefetch_windows(run_bytes)
     size = a.files["size"].reindex(f.file[on][order][opens]).fillna(0).to_numpy()
-    covered = np.minimum(covered, np.maximum(size - off[opens], np.bincount(run, n)))  # no window past the end
+    covered = np.minimum(covered, np.maximum(size - off[opens], run_bytes))  # no window past the end
     codes, handles = pd.factorize(h)
     run_handle = codes[opens]
     count = len(handles)
