@@ -144,7 +144,8 @@ def _trials(session: Session, baseline: Run, rows: list[predict.Ranked], floor: 
     def run(row, limit_s, expect_s, left_s):
         return session.run("trial", 0, row.candidate, limit_s, expect_s, left_s)
 
-    outcome = run_trials(rows, baseline.wall_s, floor, session.budget, run, lambda t: same_tensors(baseline, t))
+    outcome = run_trials(rows, baseline.wall_s, floor, session.budget, run, lambda t: same_tensors(baseline, t),
+                         baseline.manifest.digest_s)
     for trial in outcome.trials:
         if trial.exit_code != 0 and not trial.stopped:
             notes.append(f"{trial.label}: the command failed with it (exit {trial.exit_code}): {trial.log}")

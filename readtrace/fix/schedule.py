@@ -2,8 +2,10 @@
 
 - Order: fastest predicted first (fix/predict.py), so the best measured time is known early.
 - Stop a trial: once it has run ``STOP_MARGIN`` x the best measured candidate + ``STOP_ABS_S`` it
-  cannot be the fastest beyond noise; it is stopped (its process tree, fix/stop.py) and reported as
-  "stopped at N s (slower than X)".
+  cannot be the fastest beyond noise, and once it has run longer than the gain a fix needs allows
+  (``NO_HARM`` x the baseline's time, plus the baseline's digest time: the stop clock counts the
+  shim's digests, the wall does not) it cannot be the fix; it is stopped (its process tree,
+  fix/stop.py) and reported as "stopped at N s (slower than X)" or "(not 3 % faster than the baseline)".
 - Stop trying: once a candidate with the baseline's tensors is within noise of the floor (a cold
   sequential read of the same bytes + the load warm, ``Floor.nothing_to_gain``), no other can beat it
   by a margin worth measuring; the rest are "not tried" and the notes say why.
@@ -17,13 +19,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from readtrace.fix.candidates import Floor
+from readtrace.fix.candidates import NO_HARM, Floor
 from readtrace.fix.predict import Ranked
 
 STOP_MARGIN = 1.25  # a trial 25 % (+ STOP_ABS_S) slower than the best measured one cannot win beyond noise
 STOP_ABS_S = 0.5
 STOP_RULE = (f"a trial is stopped once it has run {round(100 * (STOP_MARGIN - 1))} % + {STOP_ABS_S:.1f} s longer "
-             "than the fastest candidate measured so far")
+             f"than the fastest candidate measured so far, or longer than {round(100 * NO_HARM)} % of the baseline's "
+             "time (it can no longer be the fix)")
 
 
 @dataclass(frozen=True)
@@ -59,9 +62,12 @@ class Outcome:
     floor_reached: str = ""  # why the rest were not tried, when a candidate reached the floor
 
 
-def stop_limit(best_s: float | None, budget: Budget) -> tuple[float | None, str]:
-    """(seconds after which the next trial is stopped, what it is then slower than); None: no limit."""
+def stop_limit(best_s: float | None, budget: Budget, no_gain_s: float | None = None) -> tuple[float | None, str]:
+    """(seconds after which the next trial is stopped, why: "best", "baseline" or "budget"); None: no
+    limit. ``no_gain_s``: past it a trial is no longer a gain over the baseline."""
     limits = []
+    if no_gain_s is not None:
+        limits.append((no_gain_s, "baseline"))
     if best_s is not None:
         limits.append((STOP_MARGIN * best_s + STOP_ABS_S, "best"))
     left = budget.left()
@@ -78,20 +84,30 @@ def expected_s(row: Ranked, baseline_s: float, limit: float | None) -> float:
     return guess if limit is None else min(guess, limit)
 
 
+def _stopped_because(why_limit: str, best, baseline_s: float, budget: Budget) -> str:
+    if why_limit == "best":
+        return f" (slower than {best.label} {best.wall_s:.2f} s)"
+    if why_limit == "baseline":
+        return f" (not {round(100 * (1 - NO_HARM))} % faster than the baseline's {baseline_s:.2f} s: it cannot be the fix)"
+    return f" (the --budget of {budget.seconds:g} s was spent)"
+
+
 def run_trials(rows: list[Ranked], baseline_s: float, floor: Floor | None, budget: Budget,
                run: Callable[[Ranked, float | None, float, float], object],
-               identical: Callable[[object], bool]) -> Outcome:
+               identical: Callable[[object], bool], digest_s: float = 0.0) -> Outcome:
     """Run ``rows`` in order: ``run(row, limit_s, expected_s, left_s)`` -> Run (``.stopped`` set when the
-    limit stopped it), ``identical(run)``: it loaded the baseline's tensors."""
+    limit stopped it), ``identical(run)``: it loaded the baseline's tensors. ``digest_s``: the shim's
+    digest time in a run (on the stop clock, not in the wall)."""
     out = Outcome()
+    no_gain_s = NO_HARM * baseline_s + digest_s
     best = None  # the fastest run with the baseline's tensors
     for i, row in enumerate(rows):
         label = row.candidate.label
         if out.floor_reached:
             out.not_tried.append(NotTried(label, row.predicted_s, out.floor_reached, row.basis))
             continue
-        limit, why_limit = stop_limit(best.wall_s if best else None, budget)
-        need = expected_s(row, baseline_s, limit if why_limit == "best" else None)
+        limit, why_limit = stop_limit(best.wall_s if best else None, budget, no_gain_s)
+        need = expected_s(row, baseline_s, limit if why_limit != "budget" else None)
         left = budget.left()
         if left is not None and left < need:
             out.not_tried.append(NotTried(label, row.predicted_s, f"--budget: {max(left, 0):.1f} s left of "
@@ -102,8 +118,7 @@ def run_trials(rows: list[Ranked], baseline_s: float, floor: Floor | None, budge
         trial.predicted_s, trial.predicted_by = row.predicted_s, row.basis
         out.trials.append(trial)
         if trial.stopped:
-            trial.stopped += (f" (slower than {best.label} {best.wall_s:.2f} s)" if why_limit == "best" else
-                              f" (the --budget of {budget.seconds:g} s was spent)")
+            trial.stopped += _stopped_because(why_limit, best, baseline_s, budget)
             continue
         if trial.exit_code != 0 or not identical(trial):
             continue

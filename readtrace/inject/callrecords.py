@@ -6,8 +6,9 @@ from __future__ import annotations
 import atexit
 import os
 import time
+from dataclasses import replace
 
-from readtrace.inject import loaded
+from readtrace.inject import digestcache, loaded
 from readtrace.inject.failclosed import guarded
 from readtrace.inject.manifest import tensor_record
 from readtrace.inject.shimstate import STATE, Inside
@@ -65,16 +66,30 @@ def _digested(path: str, tensors, parse) -> list[Tensor]:
     # Under torchrun the host digests mapped tensors after the run (manifest.fill_digests): every rank
     # reading the whole file here would be every rank's byte spans in the trace (rerun/rankplan.py).
     deferred = process_rank() is not None
+    cache, key = digestcache.cache_path(STATE.config.manifest), digestcache.file_key(path)
+    known = None  # {record name: sha256} an earlier run of this comparison took from the same file
+    fresh: dict[str, str] = {}
     for name, tensor, index in tensors:
         if loaded.is_mapped(tensor, ranges):
+            undigested = tensor_record(path, name, tensor, index=index, digest=False)
             if deferred:
-                lines.append(tensor_record(path, name, tensor, index=index, digest=False))
+                lines.append(undigested)
+                continue
+            if known is None:
+                known = digestcache.cached(cache, key) if key else {}
+            if undigested.name in known:
+                lines.append(replace(undigested, sha256=known[undigested.name]))
                 continue
             if from_file is None:
                 with Inside():  # our own parse of the file is not the script's load
                     from_file = parse(loaded.uncached_bytes(path))
-            tensor = loaded.lookup(from_file, name, index)
+            line = tensor_record(path, name, loaded.lookup(from_file, name, index), index=index, digest=True)
+            fresh[line.name] = line.sha256
+            lines.append(line)
+            continue
         lines.append(tensor_record(path, name, tensor, index=index, digest=True))
+    if fresh and key and digestcache.file_key(path) == key:  # not rewritten while it was read
+        digestcache.remember(cache, key, fresh)
     return lines
 
 
