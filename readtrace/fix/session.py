@@ -97,7 +97,7 @@ class Session:
     def cold_read(self) -> tuple[int, float, int]:
         """(bytes, seconds, streams) of the files read cold as the own-fd loader reads them on this mount:
         the mount's probed N streams where those measured faster, else one."""
-        evict(self.files)
+        self.evictions = evict(self.files)  # the comparison's proof of cold runs where no run follows (at the floor)
         streams = reader_streams(self.files)[0] or 1
         return (*sequential_read_s(self.files, streams=streams), streams)
 

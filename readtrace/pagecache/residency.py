@@ -42,6 +42,12 @@ def cached_pages(path: str | os.PathLike) -> tuple[int, int]:
         return _count(fd, size), total
 
 
+def all_cached(fd: int) -> bool:
+    """Whether every page of ``fd``'s file is in the page cache (a read of it fetches nothing)."""
+    size = os.fstat(fd).st_size
+    return size > 0 and _count(fd, size) >= -(-size // PAGE)
+
+
 def resident_fraction(path: str | os.PathLike) -> float:
     """Fraction of the file's pages in the page cache (1.0 for an empty file)."""
     cached, total = cached_pages(path)

@@ -107,3 +107,31 @@ def test_a_recording_of_another_command_or_of_files_changed_since_is_not_one(lab
     os.utime(source)
     found, why = recorded_run(trace, cmd, [str(source)])
     assert found is None and "was modified after the recording" in why
+
+
+def test_a_recorded_load_at_its_floor_is_left_alone_with_its_evidence(tmp_path):
+    """A fast mount (no added latency, the cache kept) and a command that computes for 6 s after its
+    load: at its floor, so with the recorded run as baseline 1 nothing else runs; the floor's own
+    eviction is the comparison's proof of cold (it said "nothing proven: the runs were not cold" with
+    no run evicted at all)."""
+    from readtrace.fix.verdict import verdict_of
+
+    require(*fuse_available())
+    require(*ebpf_ready())
+    src, mnt = tmp_path / "src", tmp_path / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    path = make_checkpoint(src, 16)[0]
+    try:
+        with mount(src, mnt, profile="gcsfuse", latency_ms=0, keep_cache=True):
+            file = f"{mnt}/{path.name}"
+            cmd = [sys.executable, "-c", "import runpy, sys, time; sys.argv = ['load', '--pattern', 'mmap-threads', "
+                   "sys.argv[1]]; runpy.run_module('readtrace.workloads.load', run_name='__main__'); time.sleep(6)",
+                   file]
+            trace = _record(cmd, file, tmp_path / "load.rtrace")
+            result, _ = _compare(cmd, file, trace)
+    finally:
+        force_unmount(mnt)
+    assert result.choice.trials == [] and [r.recorded for r in result.runs] == [trace]  # at its floor: nothing ran
+    assert result.unproven == [] and result.evictions, result.unproven
+    assert verdict_of(result).word == "not-slow"

@@ -296,3 +296,23 @@ def test_missing_file_fails_as_without_the_shim(tmp_path):
     plain = subprocess.run([sys.executable, "-c", code, str(tmp_path / "missing.safetensors")],
                            capture_output=True, text=True, timeout=120).stdout
     assert outputs == [plain] * 3
+
+
+def test_a_file_is_read_for_its_digests_without_changing_what_is_cached(tmp_path):
+    """Fully cached: read from the page cache (nothing fetched); not cached: read past it (nothing filled)."""
+    from readtrace.inject.loaded import uncached_bytes
+    from readtrace.pagecache.evict import evict
+    from readtrace.pagecache.prefetch import prefetch
+    from readtrace.pagecache.residency import cached_pages
+
+    path = tmp_path / "f.bin"
+    data = os.urandom(8 << 20)
+    path.write_bytes(data)
+    os.sync()
+    prefetch([str(path)], progress=False)
+    assert cached_pages(path)[0] == cached_pages(path)[1]
+    assert uncached_bytes(str(path)) == data
+    assert cached_pages(path)[0] == cached_pages(path)[1]
+    evict([str(path)])
+    assert uncached_bytes(str(path)) == data
+    assert cached_pages(path)[0] == 0
