@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import fuse_available, require
+from conftest import fuse_available, lab_mount, require
 from workloads import ebpf_ready
 
 from readtrace.fix.compare import compare
@@ -110,28 +110,21 @@ def test_a_recording_of_another_command_or_of_files_changed_since_is_not_one(lab
 
 
 def test_a_recorded_load_at_its_floor_is_left_alone_with_its_evidence(tmp_path):
-    """A fast mount (no added latency, the cache kept) and a command that computes for 6 s after its
-    load: at its floor, so with the recorded run as baseline 1 nothing else runs; the floor's own
+    """A fast mount (no added latency, the cache kept) and a command that waits 3 s longer in every run
+    after the recorded one: the floor's warm run is surely over the recorded baseline, so with the recorded run as baseline 1 nothing else runs; the floor's own
     eviction is the comparison's proof of cold (it said "nothing proven: the runs were not cold" with
     no run evicted at all)."""
     from readtrace.fix.verdict import verdict_of
 
-    require(*fuse_available())
     require(*ebpf_ready())
-    src, mnt = tmp_path / "src", tmp_path / "mnt"
-    src.mkdir()
-    mnt.mkdir()
-    path = make_checkpoint(src, 16)[0]
-    try:
-        with mount(src, mnt, profile="gcsfuse", latency_ms=0, keep_cache=True):
-            file = f"{mnt}/{path.name}"
-            cmd = [sys.executable, "-c", "import runpy, sys, time; sys.argv = ['load', '--pattern', 'mmap-threads', "
-                   "sys.argv[1]]; runpy.run_module('readtrace.workloads.load', run_name='__main__'); time.sleep(6)",
-                   file]
-            trace = _record(cmd, file, tmp_path / "load.rtrace")
-            result, _ = _compare(cmd, file, trace)
-    finally:
-        force_unmount(mnt)
+    with lab_mount(tmp_path, lambda src: make_checkpoint(src, 16)[0], latency_ms=0, keep_cache=True) as (mnt, path):
+        file = f"{mnt}/{path.name}"
+        marker = tmp_path / "ran-before"  # every run after the recorded one waits 3 s longer before its load
+        cmd = [sys.executable, "-c", "import os, runpy, sys, time; time.sleep(4 if os.path.exists(sys.argv[2]) else 1); "
+               "open(sys.argv[2], 'w').close(); sys.argv = ['load', '--pattern', 'mmap-threads', sys.argv[1]]; "
+               "runpy.run_module('readtrace.workloads.load', run_name='__main__')", file, str(marker)]
+        trace = _record(cmd, file, tmp_path / "load.rtrace")
+        result, _ = _compare(cmd, file, trace)
     assert result.choice.trials == [] and [r.recorded for r in result.runs] == [trace]  # at its floor: nothing ran
     assert result.unproven == [] and result.evictions, result.unproven
     assert verdict_of(result).word == "not-slow"
