@@ -68,7 +68,8 @@ CELLS = (
     # gets the trace alone and finds the checkpoint files from it. Slow (>= 1.3x asserted): the raw mmap. The
     # GGUF threads copy each tensor out with the GIL held through its faults, one fault at a time, served in
     # order (64 MiB, load 13: baselines 2.74 s lab-drop, 4.34 s rclone; populate 3.02 s and 3.51 s): no
-    # harm asserted. DCP is slow on both (16 s) and no candidate acts on it yet: `slow-no-fix`, no harm.
+    # harm asserted. DCP: populate fills its reader's stream; at 64 MiB it sits at its floor (gains 1.27-1.36x,
+    # the most its floor allows), so no harm is asserted; at 256 MiB 2.1-2.2x (docs/compatibility.md).
     + [Cell(client, name, 20, slow=name == "raw_mmap_threads", from_trace=True)
        for client in ("lab-drop", "rclone") for name in ("gguf_memmap", "dcp_load", "raw_mmap_threads")]
 )
