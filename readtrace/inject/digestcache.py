@@ -3,7 +3,7 @@
 A tensor that is a lazy mapping of its checkpoint is digested from the file's own bytes (inject/loaded.py),
 so every run of a comparison would read the whole file again past the page cache: on a mount at 20 ms
 that is a second per 64 MiB on top of each run (rclone, transformers). The first run to digest a file
-appends its digests to ``mapped-digests.jsonl`` beside the run's manifest (the comparison's own work
+appends its digests (JSON lines) to ``mapped-digests.cache`` beside the run's manifest (the comparison's own work
 directory), keyed by the file's identity (device, inode, size, mtime and ctime in ns); a later run reuses
 them only while that identity is unchanged, so a file rewritten between runs is read again.
 Standard library only: the shim imports it.
@@ -15,7 +15,7 @@ import json
 import os
 from pathlib import Path
 
-CACHE_NAME = "mapped-digests.jsonl"
+CACHE_NAME = "mapped-digests.cache"  # not *.jsonl: that is a run's manifest
 
 
 def cache_path(manifest: str | os.PathLike) -> Path:

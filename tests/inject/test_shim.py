@@ -107,8 +107,9 @@ def test_baseline_recording_reads_nothing_the_script_does_not(workload):
                                  timeout=120)
         assert out.stdout.strip() == "torch.Size([2, 1024])", out.stderr
         residency[shimmed] = cached_pages(big)[0]
-    # (safetensors 0.8 itself maps the whole file eagerly; older versions read lazily)
-    assert residency[True] <= residency[False] + 16
+    # (safetensors 0.8 itself maps the whole file eagerly, its read-ahead reaching the file's last 100 KiB or
+    # not: 4072 or 4097 pages of 4097; older versions read lazily): less than one more tensor's 256 pages
+    assert residency[True] <= residency[False] + 64
     # digested when the call returned, from the file read past the page cache: residency unchanged
     loaded = read_manifest(manifest)
     [record] = loaded.tensors
