@@ -66,8 +66,7 @@ def _digested(path: str, tensors, parse) -> list[Tensor]:
     # Under torchrun the host digests mapped tensors after the run (manifest.fill_digests): every rank
     # reading the whole file here would be every rank's byte spans in the trace (rerun/rankplan.py).
     deferred = process_rank() is not None
-    cache, key = digestcache.cache_path(STATE.config.manifest), digestcache.file_key(path)
-    known = None  # {record name: sha256} an earlier run of this comparison took from the same file
+    cache = key = known = None  # known: {record name: sha256} an earlier run of this comparison took from the file
     fresh: dict[str, str] = {}
     for name, tensor, index in tensors:
         if loaded.is_mapped(tensor, ranges):
@@ -75,7 +74,8 @@ def _digested(path: str, tensors, parse) -> list[Tensor]:
             if deferred:
                 lines.append(undigested)
                 continue
-            if known is None:
+            if known is None:  # the file's identity taken only where a tensor maps it (a stat, on a remote mount)
+                cache, key = digestcache.cache_path(STATE.config.manifest), digestcache.file_key(path)
                 known = digestcache.cached(cache, key) if key else {}
             if undigested.name in known:
                 lines.append(replace(undigested, sha256=known[undigested.name]))

@@ -35,17 +35,20 @@ class _Cachestat(ctypes.Structure):
 def cached_pages(path: str | os.PathLike) -> tuple[int, int]:
     """(pages in the page cache, pages in the file) for ``path``."""
     with open_fd(path, sequential=False) as fd:
-        size = os.fstat(fd).st_size
-        total = -(-size // PAGE)
-        if total == 0:
-            return 0, 0
-        return _count(fd, size), total
+        return _pages(fd)
 
 
 def all_cached(fd: int) -> bool:
     """Whether every page of ``fd``'s file is in the page cache (a read of it fetches nothing)."""
+    cached, total = _pages(fd)
+    return total > 0 and cached >= total
+
+
+def _pages(fd: int) -> tuple[int, int]:
+    """(pages in the page cache, pages in the file) for an open file."""
     size = os.fstat(fd).st_size
-    return size > 0 and _count(fd, size) >= -(-size // PAGE)
+    total = -(-size // PAGE)
+    return (_count(fd, size), total) if total else (0, 0)
 
 
 def resident_fraction(path: str | os.PathLike) -> float:
