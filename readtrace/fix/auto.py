@@ -21,7 +21,6 @@ from readtrace.fix.schedule import NotTried, Outcome, run_trials
 from readtrace.fix.session import Session, reader_streams
 from readtrace.fix.verdict import confirmation_needed
 from readtrace.inject.manifest import compare_manifests
-from readtrace.loader.fileio import MiB
 
 
 @dataclass
@@ -46,14 +45,9 @@ def choose(session: Session, seen: set[str], keeps_cache: bool, repeat: int, not
     gain stands on that one run where it is beyond noise (``verdict.confirmation_needed``); else it is
     the fix only when it and a fresh cold run of it are both at least 3 % faster than both of two
     baseline runs (the spread rule, ``candidates.confirmed``); then the remaining interleaved repeats."""
-    runs, floor = _baselines(session, keeps_cache)
+    runs, floor, floor_unknown = _baselines(session, keeps_cache)
     baseline = runs[0]
     seen = seen or seen_in(baseline.manifest.calls)
-    floor_unknown = "" if floor is not None else "no checkpoint files" if not session.files else \
-        "this mount drops the page cache on every open, so the same load cannot run warm"
-    if floor is None and session.files and session.cold:  # half of the floor is still worth knowing
-        size, read_s, streams = session.cold_read()
-        floor_unknown += f"; {Floor(size, read_s, 0.0, streams).read_how} ({size / MiB:.1f} MiB) took {read_s:.2f} s here"
     trials: list[Run] = []
     identical: list[str] = []
     not_tried: list[NotTried] = []
@@ -61,7 +55,7 @@ def choose(session: Session, seen: set[str], keeps_cache: bool, repeat: int, not
         why = "no checkpoint files were found: nothing to act on"
     elif floor is not None and floor.nothing_to_gain(baseline.wall_s):
         why = (f"the baseline ({baseline.wall_s:.2f} s) is at most {100 * (1 - NO_HARM):.0f} % over "
-               f"{floor.read_how} on this mount ({floor.read_s:.2f} s) plus the same load warm "
+               f"{floor.read_how} on this mount ({floor.read_s:.2f} s) plus {floor.warm_how} "
                f"({floor.warm_s:.2f} s): nothing to gain beyond noise")
     else:
         threads, why_threads = reader_streams(session.files)
@@ -86,18 +80,22 @@ def choose(session: Session, seen: set[str], keeps_cache: bool, repeat: int, not
     return choice, repeats(session, runs, LEAVE_ALONE, repeat)  # left alone: no run of the unchanged command again
 
 
-def _baselines(session: Session, keeps_cache: bool) -> tuple[list[Run], Floor | None]:
-    """(the baseline runs to start from, the floor or None where it cannot be measured). The user's
-    recorded run (``session.recorded``) is the first baseline run where the floor's warm run gives it
-    its tensors; without a floor it is a second one, after a baseline run made here."""
-    measure_floor = keeps_cache and bool(session.files) and session.cold
+def _baselines(session: Session, keeps_cache: bool) -> tuple[list[Run], Floor | None, str]:
+    """(the baseline runs to start from, the floor or None, why none). The user's recorded run
+    (``session.recorded``) is the first baseline run where the floor's warm run gives it its tensors;
+    without a floor it is a second one, after a baseline run made here."""
+    measurable = bool(session.files) and session.cold
+    unknown = "" if measurable else "no checkpoint files" if not session.files else "the runs are warm"
     recorded = session.recorded
-    if recorded is not None and measure_floor:
-        floor, warm = session.floor()
-        return [session.adopt_baseline(recorded.as_baseline(warm.manifest))], floor
+    if recorded is not None and measurable:
+        floor, warm, unknown = session.floor(keeps_cache)
+        if warm is not None:
+            return [session.adopt_baseline(recorded.as_baseline(warm.manifest))], floor, unknown
     baseline = session.run("baseline", 0, LEAVE_ALONE)
-    floor = session.floor()[0] if measure_floor else None
-    return [baseline] + ([recorded.as_baseline(baseline.manifest, index=1)] if recorded else []), floor
+    floor = None
+    if recorded is None and measurable:
+        floor, _, unknown = session.floor(keeps_cache)
+    return [baseline] + ([recorded.as_baseline(baseline.manifest, index=1)] if recorded else []), floor, unknown
 
 
 def _confirm(session: Session, runs: list[Run], chosen: Candidate, best: Run, measured: tuple, repeat: int):

@@ -116,11 +116,16 @@ class Floor:
     read_s: float
     warm_s: float
     streams: int = 1  # own-fd streams the read took: the mount's probed N where those measured faster
+    local_copy: bool = False  # the warm run read a local copy of the files (the mount drops the page cache)
 
     @property
     def read_how(self) -> str:
         return ("a sequential read of the same bytes" if self.streams == 1
                 else f"the same bytes read in order by {self.streams} own-fd streams")
+
+    @property
+    def warm_how(self) -> str:
+        return "the same load warm from a local copy" if self.local_copy else "the same load warm"
 
     @property
     def total_s(self) -> float:

@@ -16,7 +16,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from readtrace.errors import CommandNotExecutableError, CommandNotFoundError, InputError
 
@@ -55,18 +55,22 @@ def stop_signals_interrupt() -> Iterator[None]:
 
 
 def run(command: list[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None,
-        stdin=None, stdout=None, stderr=None) -> int:
+        stdin=None, stdout=None, stderr=None, binds: Mapping[str, str] | None = None) -> int:
     """Run ``command`` to its end; its exit code (128+N when signal N killed it). Interrupted
-    (KeyboardInterrupt), the run is stopped first, its process group with it, then it propagates."""
+    (KeyboardInterrupt), the run is stopped first, its process group with it, then it propagates.
+    ``binds`` (file -> its local copy): the command sees each file as its copy (fix/localcopy.py)."""
     from readtrace.record.launch import child_setup, command_environment, sudo_credentials
 
     check_runnable(command, cwd, env)
     own_group = not _on_terminal(stdin)
     creds = sudo_credentials()  # under sudo the command runs as the invoking user, as `record` runs it
+    setup = child_setup(creds, os.getpid())
+    if binds:
+        setup = _bound(binds, setup)
     try:
         proc = subprocess.Popen(command, env=command_environment(env, creds), cwd=cwd, stdin=stdin, stdout=stdout,
                                 stderr=stderr, process_group=0 if own_group else None,
-                                preexec_fn=child_setup(creds, os.getpid()))
+                                preexec_fn=setup)
     except OSError as e:  # checked, yet the exec failed (a bad format, a race): as a shell says it
         kind = CommandNotFoundError if e.errno == errno.ENOENT else CommandNotExecutableError
         raise kind(f"{command[0]}: cannot run: {e.strerror or e}") from None
@@ -76,6 +80,16 @@ def run(command: list[str], *, env: Mapping[str, str] | None = None, cwd: str | 
         _stop(proc, own_group)
         raise
     return 128 - code if code < 0 else code
+
+
+def _bound(binds: Mapping[str, str], then: Callable[[], None]) -> Callable[[], None]:
+    """A preexec_fn: the files bound over by their copies (as root, before ``then`` drops root)."""
+    from readtrace.fix.localcopy import bind_over
+
+    def setup() -> None:
+        bind_over(binds)
+        then()
+    return setup
 
 
 def _on_terminal(stdin) -> bool:

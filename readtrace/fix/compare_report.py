@@ -107,6 +107,7 @@ def _choice_json(comparison: Comparison) -> dict | None:
                 "predicted_s": n.predicted_s, "predicted_by": n.predicted_by, "why": n.why} for n in choice.not_tried],
             "floor": None if floor is None else {"bytes": floor.bytes, "sequential_read_s": floor.read_s,
                                                  "streams": floor.streams, "warm_s": floor.warm_s,
+                                                 "warm_from": "local copy" if floor.local_copy else "page cache",
                                                  "total_s": floor.total_s},
             "confirmation": choice.confirmation or None, "confirmation_rule": CONFIRM_RULE, "stop_rule": STOP_RULE}
 

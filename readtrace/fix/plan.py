@@ -57,10 +57,11 @@ def plan(strategy: str, repeat: int, *, files_known: bool, cold: bool = True, bu
         labels = list(dict.fromkeys(c.label for c in with_cache + without))
         steps += ["baseline 1: the unchanged command, cold" + (
                       " (the recorded run instead, where it was cold, on this machine, its files unchanged, and "
-                      "the mount keeps the page cache; where the mount drops it, the recorded run is baseline 2)"
+                      "the floor's warm run loads; where it cannot, the recorded run is baseline 2)"
                       if recorded else ""),
-                  "floor: the same bytes read sequentially, then the command warm (where the mount keeps the "
-                  "page cache)" + ("; its tensors stand for the recorded run's" if recorded else "")]
+                  "floor: the same bytes read sequentially, then the command warm (where the mount drops the "
+                  "page cache on every open: read into a local copy, and the command warm from it, root only)"
+                  + ("; its tensors stand for the recorded run's" if recorded else "")]
         where = {c.label: ", only where the mount keeps the page cache" for c in with_cache} | \
             {c.label: ", only where the mount drops the page cache on every open" for c in without}
         for c in with_cache:

@@ -53,9 +53,10 @@ def must_succeed(run: Run) -> None:
 
 
 def run_command(command, side, index, strategy, work: Path, device, cwd, recorder, files=(), candidate=None,
-         stem=None, limit_s: float | None = None) -> Run:
+         stem=None, limit_s: float | None = None, binds=None) -> Run:
     """One rerun with the shim (``candidate``: its protocol settings and plain environment), stopped
-    after ``limit_s`` seconds (fix/stop.py; ``Run.stopped`` says so)."""
+    after ``limit_s`` seconds (fix/stop.py; ``Run.stopped`` says so). ``binds``: an unrecorded run that
+    sees each file as its local copy (fix/localcopy.py)."""
     stem = stem or f"{side}-{index + 1}"
     manifest_path = work / f"{stem}.jsonl"
     settings, extra_env = (candidate.settings, candidate.env) if candidate else ({}, {})
@@ -72,7 +73,7 @@ def run_command(command, side, index, strategy, work: Path, device, cwd, recorde
                 raise
             trace_path = str(trace)
         else:
-            code, wall = _run_plain(command, env, cwd, work / f"{stem}.log")
+            code, wall = _run_plain(command, env, cwd, work / f"{stem}.log", binds)
             summary, trace_path = None, None
     _check_work(work, f"{side} run {index + 1}")
     manifest = read_manifest(manifest_path)
@@ -100,11 +101,12 @@ def _full(work: Path) -> bool:
         return False
 
 
-def _run_plain(command, env, cwd, log_path: Path) -> tuple[int, float]:
+def _run_plain(command, env, cwd, log_path: Path, binds=None) -> tuple[int, float]:
     """Run without recording; the command's output goes to ``log_path`` (stdout stays ours)."""
     with os.fdopen(new_file(log_path), "wb") as out:
         started = time.perf_counter()
-        code = child.run(command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        code = child.run(command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                         binds=binds)
         if code == 128 + signal.SIGINT:  # Ctrl-C reached the run first: stop like the user asked
             raise KeyboardInterrupt
         return code, time.perf_counter() - started

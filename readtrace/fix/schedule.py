@@ -127,7 +127,7 @@ def run_trials(rows: list[Ranked], baseline_s: float, floor: Floor | None, budge
             best = trial
         if floor is not None and floor.nothing_to_gain(trial.wall_s):
             out.floor_reached = (f"{label} ({trial.wall_s:.2f} s) is at most 3 % over the floor ({floor.total_s:.2f} s: "
-                                 f"{floor.read_how} + the load warm): no other candidate can "
+                                 f"{floor.read_how} + {floor.warm_how}): no other candidate can "
                                  "beat it by a margin worth measuring")
     return out
 

@@ -3,6 +3,7 @@ with what a baseline run decides for the others (the rank plan, early reads)."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -10,18 +11,22 @@ from pathlib import Path
 from readtrace.errors import ReadtraceError
 from readtrace.fix.candidates import ROUTED_CALLS, Candidate, Floor, sequential_read_s
 from readtrace.fix.levers import seen_in
+from readtrace.fix.localcopy import NoLocalCopy, local_copies
 from readtrace.fix.progress import Progress, figures, quiet
 from readtrace.fix.recorded import RecordedRun
 from readtrace.fix.runs import Recorder, Run, must_succeed, run_command
 from readtrace.fix.schedule import Budget
 from readtrace.fix.tracefacts import spans_by_path, trace_summary
 from readtrace.inject.manifest import Manifest
+from readtrace.loader.fileio import MiB
 from readtrace.measure.profile import cached_for_path
 from readtrace.pagecache.evict import Eviction, evict
 from readtrace.pagecache.prefetch import prefetch
 from readtrace.pagecache.residency import cache_survives_open
 from readtrace.rerun.protocol import prefetches
 from readtrace.rerun.rankplan import RankPlan, plan_from_spans, split_plan
+
+UNWARM = "this mount drops the page cache on every open, so the same load cannot run warm from it"
 
 
 @dataclass
@@ -101,15 +106,40 @@ class Session:
         streams = reader_streams(self.files)[0] or 1
         return (*sequential_read_s(self.files, streams=streams), streams)
 
-    def floor(self) -> tuple[Floor, Run]:
-        """(the floor, its warm run of the unchanged command: a manifest of the baseline's tensors)."""
-        size, read_s, streams = self.cold_read()
-        prefetch(self.files, progress=False)
-        self.log("floor: the same bytes read sequentially, then the command warm")
+    def floor(self, keeps_cache: bool) -> tuple[Floor | None, Run | None, str]:
+        """(the floor, its warm run of the unchanged command: a manifest of the baseline's tensors, why
+        there is none): the same bytes read cold as the own-fd loader reads them, then the command warm;
+        where the mount drops the page cache on every open, warm from a local copy (fix/localcopy.py)."""
+        if keeps_cache:
+            size, read_s, streams = self.cold_read()
+            prefetch(self.files, progress=False)
+            warm = self._warm("floor: the same bytes read sequentially, then the command warm")
+            must_succeed(warm)
+            return Floor(size, read_s, warm.wall_s, streams), warm, ""
+        self.evictions = evict(self.files)
+        try:
+            with local_copies(self.files, reader_streams(self.files)[0] or 1) as copies:
+                read = (f"{Floor(copies.bytes, copies.read_s, 0.0, copies.streams).read_how} "
+                        f"({copies.bytes / MiB:.1f} MiB) took {copies.read_s:.2f} s here")
+                warm = self._warm("floor: the same bytes read sequentially into a local copy, then the command "
+                                  "warm from it", copies.binds)
+        except NoLocalCopy as e:
+            size, read_s, streams = self.cold_read()
+            return None, None, (f"{UNWARM}, and {e}; {Floor(size, read_s, 0.0, streams).read_how} "
+                                f"({size / MiB:.1f} MiB) took {read_s:.2f} s here")
+        except subprocess.SubprocessError:  # the bind mounts failed in the child: the command never ran
+            return None, None, f"{UNWARM}, and its files could not be bound over by local copies; {read}"
+        if warm.exit_code != 0:
+            return None, None, (f"{UNWARM}, and the load failed (exit {warm.exit_code}) when run warm from local "
+                                f"copies of its files; {read}")
+        return Floor(copies.bytes, copies.read_s, warm.wall_s, copies.streams, local_copy=True), warm, ""
+
+    def _warm(self, what: str, binds: dict[str, str] | None = None) -> Run:
+        """The unchanged command, not recorded, its files cached (or bound over by local copies)."""
+        self.log(what)
         with self.progress.running("floor: the command warm", elapsed_s=self.budget.elapsed()):
-            warm = run_command(self.command, "warm", 0, "none", self.work, self.device, self.cwd, None, self.files)
-        must_succeed(warm)
-        return Floor(size, read_s, warm.wall_s, streams), warm
+            return run_command(self.command, "warm", 0, "none", self.work, self.device, self.cwd, None, self.files,
+                               binds=binds)
 
 
 def early_read_helps(baseline: Manifest) -> bool:

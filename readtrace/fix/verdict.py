@@ -120,7 +120,7 @@ def decide(baseline_s: Sequence[float], fixed_s: Sequence[float], *, left_alone:
         if floor is not None and floor.not_slow(base):
             near = (f"not slow: the baseline ({base:.2f} s) is within {round(100 * (SLOW_MARGIN - 1))} % + "
                     f"{SLOW_ABS_S:.0f} s of its floor ({floor.total_s:.2f} s: {floor.read_how} "
-                    f"{floor.read_s:.2f} s + the load warm {floor.warm_s:.2f} s)")
+                    f"{floor.read_s:.2f} s + {floor.warm_how} {floor.warm_s:.2f} s)")
             if unmeasured:
                 return Verdict(NOT_SLOW, f"{near}; {unmeasured}")
             if tried == 0:

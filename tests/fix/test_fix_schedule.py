@@ -19,10 +19,15 @@ from readtrace.fix.compare_report import render_table, to_json
 from readtrace.workloads import make_checkpoint
 
 # Deliberately slow under one lever (OMP_NUM_THREADS=1): it says its pid, then sleeps before loading.
+# Every run from the mount waits 1 s that the floor's warm run, from a local copy bound over the file
+# (fix/localcopy.py, another device than the file's directory), does not: no candidate reaches the
+# floor, so each one runs.
 LOAD = """
 import os, sys, time
 from concurrent.futures import ThreadPoolExecutor
 from safetensors import safe_open
+if os.stat(sys.argv[1]).st_dev == os.stat(os.path.dirname(sys.argv[1])).st_dev:
+    time.sleep(1)
 if os.environ.get("OMP_NUM_THREADS") == "1" and len(sys.argv) > 2:
     with open(sys.argv[2], "w") as f:
         f.write(str(os.getpid()))
@@ -37,7 +42,7 @@ print(len(state))
 
 @pytest.fixture
 def dropping_lab(tmp_path):
-    """8 MiB behind the lab mount at 20 ms, every open drops the page cache (no floor: every candidate runs)."""
+    """8 MiB behind the lab mount at 20 ms, every open drops the page cache."""
     with lab_mount(tmp_path, lambda src: make_checkpoint(src, 8)[0], latency_ms=20, keep_cache=False) as (mnt, path):
         (tmp_path / "load.py").write_text(LOAD)
         yield tmp_path, f"{mnt}/{path.name}"

@@ -1,0 +1,77 @@
+"""The floor on a mount that drops the page cache on every open (fix/localcopy.py): the files read once
+through the mount into local copies, and the command run warm with each file bound over by its copy in
+a private mount namespace. Real lab mounts without keep_cache, real processes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import lab_mount
+
+from readtrace.fix import child
+from readtrace.fix.compare import compare
+from readtrace.fix.localcopy import local_copies
+from readtrace.fix.verdict import verdict_of
+from readtrace.workloads import make_checkpoint
+
+pytestmark = [pytest.mark.fuse, pytest.mark.usefixtures("need_root")]
+MiB = 1 << 20
+
+
+def _weights(src, mib: int) -> str:
+    data = os.urandom(mib * MiB)
+    (src / "w.bin").write_bytes(data)
+    os.chmod(src / "w.bin", 0o640)
+    return hashlib.sha256(data).hexdigest()
+
+
+STAT = "import os, sys; st = os.stat(sys.argv[1]); print(st.st_dev, oct(st.st_mode & 0o777))"
+
+
+def test_copies_are_the_same_bytes_and_only_the_command_sees_them(tmp_path):
+    with lab_mount(tmp_path, lambda src: _weights(src, 8), latency_ms=2, keep_cache=False) as (mnt, sha):
+        file = str(mnt / "w.bin")
+        mount_dev = os.stat(file).st_dev
+        with local_copies([file], streams=2, chunk_bytes=1 * MiB) as copies:
+            (copy,) = copies.binds.values()
+            assert copies.bytes == 8 * MiB and copies.read_s > 0 and copies.streams == 2
+            assert hashlib.sha256(Path(copy).read_bytes()).hexdigest() == sha
+            out = tmp_path / "seen"
+            with open(out, "w") as f:
+                assert child.run([sys.executable, "-c", STAT, file], stdout=f, binds=copies.binds) == 0
+            dev, mode = out.read_text().split()
+            assert int(dev) == os.stat(copy).st_dev != mount_dev  # the command read the copy
+            assert mode == "0o440"  # the file's mode, read bits only
+            assert os.stat(file).st_dev == mount_dev  # everyone else still sees the mount
+        assert not os.path.exists(copy) and not os.path.exists(os.path.dirname(copy))
+        assert os.stat(file).st_dev == mount_dev
+
+
+def test_a_failed_bind_never_runs_the_command(tmp_path):
+    ran = tmp_path / "ran"
+    with pytest.raises(subprocess.SubprocessError):
+        child.run(["touch", str(ran)], binds={str(tmp_path / "missing"): str(tmp_path / "also-missing")})
+    assert not ran.exists()
+
+
+def test_a_load_at_its_floor_on_a_mount_that_drops_the_cache_is_left_alone_with_the_floor(tmp_path):
+    """A sequential safetensors load: at its floor. Without the local copy the floor was unknown there,
+    and every candidate ran."""
+    with lab_mount(tmp_path, lambda src: make_checkpoint(src, 16)[0], latency_ms=2, keep_cache=False) as (mnt, path):
+        file = str(mnt / path.name)
+        lines = []
+        cmd = [sys.executable, "-m", "readtrace.workloads.load", "--pattern", "sequential", file]
+        result = compare(cmd, files=[file], log=lines.append)
+    floor = result.choice.floor
+    assert floor is not None and floor.local_copy and floor.bytes == os.path.getsize(path), result.choice.floor_unknown
+    assert floor.warm_s > 0 and floor.read_s > 0
+    assert any("into a local copy, then the command warm from it" in line for line in lines), lines
+    verdict = verdict_of(result)
+    assert verdict.word == "not-slow" and "from a local copy" in verdict.why, verdict.why
+    assert result.choice.trials == []  # within noise of its floor: no candidate ran
+    assert result.unproven == [] and result.evictions
