@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from readtrace import runstate
 from readtrace.loader.fileio import MiB, open_fd, read_into
 from readtrace.loader.spans import split_pieces
+from readtrace.owners import writable_by_others
 from readtrace.replace import new_file
 
 CLONE_NEWNS = 0x00020000
@@ -60,12 +61,12 @@ def local_copies(files: list[str], streams: int = 1, chunk_bytes: int = 16 * MiB
         raise NoLocalCopy("not root: the load's files cannot be bound over by local copies")
     sizes = {path: os.stat(path).st_size for path in files}
     total = sum(sizes.values())
-    base = tempfile.gettempdir()
+    base = _root_only_base()
     free = shutil.disk_usage(base).free
     if free < total + ROOM_MARGIN:
         raise NoLocalCopy(f"no room for a local copy of its {total / MiB:.0f} MiB in {base} "
                           f"({free / MiB:.0f} MiB free)")
-    with tempfile.TemporaryDirectory(prefix=f"{runstate.PREFIX}copy-") as tmp, runstate.noted("copy", tmp):
+    with tempfile.TemporaryDirectory(prefix=f"{runstate.PREFIX}copy-", dir=base) as tmp, runstate.noted("copy", tmp):
         copies = {path: os.path.join(tmp, f"{i:04d}") for i, path in enumerate(files)}
         fds = {path: _new_copy(path, copy, sizes[path]) for path, copy in copies.items()}
         try:
@@ -74,6 +75,30 @@ def local_copies(files: list[str], streams: int = 1, chunk_bytes: int = 16 * MiB
             for fd in fds.values():
                 os.close(fd)
         yield LocalCopies(total, read_s, streams, copies)
+
+
+def _root_only_base() -> str:
+    """Where root's copies go: $TMPDIR, else /var/tmp, else /tmp, the first that no one but root can
+    swap out from under it (it and every directory above it root's, each writable by no one else or
+    sticky): root writes the file's bytes there."""
+    for base in dict.fromkeys([tempfile.gettempdir(), "/var/tmp", "/tmp"]):
+        if _root_only(base):
+            return base
+    raise NoLocalCopy("no temporary directory only root controls for a local copy ($TMPDIR, /var/tmp, /tmp)")
+
+
+def _root_only(path: str) -> bool:
+    path = os.path.realpath(path)
+    while True:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        if st.st_uid != 0 or (writable_by_others(st) and not st.st_mode & stat.S_ISVTX):
+            return False
+        if path == os.path.dirname(path):
+            return True
+        path = os.path.dirname(path)
 
 
 def _new_copy(path: str, copy: str, size: int) -> int:

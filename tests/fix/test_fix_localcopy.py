@@ -75,3 +75,22 @@ def test_a_load_at_its_floor_on_a_mount_that_drops_the_cache_is_left_alone_with_
     assert verdict.word == "not-slow" and "from a local copy" in verdict.why, verdict.why
     assert result.choice.trials == []  # within noise of its floor: no candidate ran
     assert result.unproven == [] and result.evictions
+
+
+def test_copies_never_go_where_another_user_could_swap_the_directory(tmp_path, monkeypatch):
+    """Root writes the file's bytes into the copy: never below a directory another user may write
+    (a $TMPDIR of theirs could be swapped for a symlink between the mkdir and the write)."""
+    import tempfile
+
+    from readtrace.fix.localcopy import _root_only_base
+
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    monkeypatch.setattr(tempfile, "tempdir", str(open_dir))
+    assert _root_only_base() in ("/var/tmp", "/tmp")
+    (tmp_path / "w.bin").write_bytes(b"x" * 4096)
+    with local_copies([str(tmp_path / "w.bin")]) as copies:
+        (copy,) = copies.binds.values()
+        assert not copy.startswith(str(open_dir)) and Path(copy).read_bytes() == b"x" * 4096
+    assert list(open_dir.iterdir()) == []
