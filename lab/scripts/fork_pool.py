@@ -17,6 +17,12 @@ FD = os.open(sys.argv[1], os.O_RDONLY)  # opened before the fork: every worker i
 HEADER = {k: v for k, v in json.loads(os.pread(FD, HEADER_LEN, 8)).items() if k != "__metadata__"}
 
 
+def wait_for_all(barrier):
+    """Pool initializer: every worker starts reading at once (on a busy machine the first forked worker
+    could otherwise finish its share before the last one starts, and no read would interleave)."""
+    barrier.wait()
+
+
 def load(names):
     out = {}
     for name in names:
@@ -33,6 +39,7 @@ if __name__ == "__main__":
     # contiguous shares: each worker reads its range in order; their reads interleave on the shared fd
     step = -(-len(names) // 4)
     shares = [names[i:i + step] for i in range(0, len(names), step)]
-    with get_context("fork").Pool(4) as pool:
+    ctx = get_context("fork")
+    with ctx.Pool(4, initializer=wait_for_all, initargs=(ctx.Barrier(4),)) as pool:
         digests = {k: v for part in pool.map(load, shares) for k, v in part.items()}
     combine("fork_pool", digests)
