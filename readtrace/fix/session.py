@@ -17,12 +17,14 @@ from readtrace.fix.recorded import RecordedRun
 from readtrace.fix.runs import Recorder, Run, must_succeed, run_command
 from readtrace.fix.schedule import Budget
 from readtrace.fix.tracefacts import spans_by_path, trace_summary
+from readtrace.inject.digestcache import CACHE_NAME, carry_over, file_key
 from readtrace.inject.manifest import Manifest
 from readtrace.loader.fileio import MiB
 from readtrace.measure.profile import cached_for_path
 from readtrace.pagecache.evict import Eviction, evict
 from readtrace.pagecache.prefetch import prefetch
 from readtrace.pagecache.residency import cache_survives_open
+from readtrace.record.launch import output_rights, sudo_credentials
 from readtrace.rerun.protocol import prefetches
 from readtrace.rerun.rankplan import RankPlan, plan_from_spans, split_plan
 
@@ -117,12 +119,14 @@ class Session:
             must_succeed(warm)
             return Floor(size, read_s, warm.wall_s, streams), warm, ""
         self.evictions = evict(self.files)
+        before = {path: file_key(path) for path in self.files}
         try:
             with local_copies(self.files, reader_streams(self.files)[0] or 1) as copies:
                 read = (f"{Floor(copies.bytes, copies.read_s, 0.0, copies.streams).read_how} "
                         f"({copies.bytes / MiB:.1f} MiB) took {copies.read_s:.2f} s here")
                 warm = self._warm("floor: the same bytes read sequentially into a local copy, then the command "
                                   "warm from it", copies.binds)
+                self._keep_digests(before, {path: file_key(copy) for path, copy in copies.binds.items()})
         except NoLocalCopy as e:
             size, read_s, streams = self.cold_read()
             return None, None, (f"{UNWARM}, and {e}; {Floor(size, read_s, 0.0, streams).read_how} "
@@ -133,6 +137,14 @@ class Session:
             return None, None, (f"{UNWARM}, and the load failed (exit {warm.exit_code}) when run warm from local "
                                 f"copies of its files; {read}")
         return Floor(copies.bytes, copies.read_s, warm.wall_s, copies.streams, local_copy=True), warm, ""
+
+    def _keep_digests(self, before: dict[str, str | None], copied: dict[str, str | None]) -> None:
+        """The warm run digested the copies' mapped tensors (inject/digestcache.py): keep them for each
+        file unchanged since before its copy was read, so the next run does not read it again for them."""
+        with output_rights(sudo_credentials()):  # the work directory is the invoking user's
+            for path, key in before.items():
+                if key is not None and file_key(path) == key:
+                    carry_over(self.work / CACHE_NAME, copied.get(path), key)
 
     def _warm(self, what: str, binds: dict[str, str] | None = None) -> Run:
         """The unchanged command, not recorded, its files cached (or bound over by local copies)."""

@@ -64,3 +64,13 @@ def remember(cache: Path, key: str, digests: dict[str, str]) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def carry_over(cache: Path, from_key: str | None, to_key: str | None) -> None:
+    """Keep the digests taken from the file of identity ``from_key`` (a local copy, fix/localcopy.py)
+    for the file of identity ``to_key`` too: the caller checked that they hold the same bytes."""
+    if from_key and to_key and from_key != to_key:
+        known = cached(cache, to_key)
+        found = {name: sha for name, sha in cached(cache, from_key).items() if name not in known}
+        if found:
+            remember(cache, to_key, found)

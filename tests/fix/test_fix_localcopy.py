@@ -94,3 +94,30 @@ def test_copies_never_go_where_another_user_could_swap_the_directory(tmp_path, m
         (copy,) = copies.binds.values()
         assert not copy.startswith(str(open_dir)) and Path(copy).read_bytes() == b"x" * 4096
     assert list(open_dir.iterdir()) == []
+
+
+MAPPED = """
+import sys
+from safetensors import safe_open
+with safe_open(sys.argv[1], "pt") as f:  # lazy slices: tensors mapped from the file, digested from its bytes
+    t = {k: f.get_slice(k)[:] if f.get_slice(k).get_shape() else f.get_tensor(k) for k in f.keys()}
+print(len(t))
+"""
+
+
+def test_the_warm_runs_digests_of_the_copy_are_kept_for_the_file(tmp_path):
+    """The floor's warm run digests the copy's mapped tensors; the file's next run (a recorded baseline's
+    first trial) finds them under the file's own identity and does not read the file again for them."""
+    from readtrace.fix.session import Session
+    from readtrace.inject.digestcache import CACHE_NAME, cached, file_key
+
+    with lab_mount(tmp_path, lambda src: make_checkpoint(src, 8)[0], latency_ms=2, keep_cache=False) as (mnt, path):
+        file = str(mnt / path.name)
+        work = tmp_path / "work"
+        work.mkdir()
+        session = Session([sys.executable, "-c", MAPPED, file], work, None, None, None, [file], True, print)
+        floor, warm, why = session.floor(keeps_cache=False)
+        assert floor is not None and floor.local_copy and warm.exit_code == 0, why
+        kept = cached(work / CACHE_NAME, file_key(file))
+    mapped = [t for t in warm.manifest.tensors if t.sha256]
+    assert kept and set(kept.values()) <= {t.sha256 for t in mapped}
