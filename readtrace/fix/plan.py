@@ -4,7 +4,7 @@ A command with side effects (appending to a ledger, writing a checkpoint, sendin
 every run: the user judges that from this plan.
 
 The count mirrors ``compare``: a discovery run unless the files are known (``--files``, a trace); then
-``repeat`` interleaved pairs; with ``auto`` (cold) the baseline, the floor's warm run, each candidate
+``repeat`` interleaved pairs; with ``auto`` (cold) the floor's warm run, the baseline, each candidate
 that can apply (at most those of ``candidates`` for a load that uses every routed call), fastest
 predicted first (fix/predict.py), a confirmation pair where the best gain is within noise
 (verdict.confirmation_needed), then the remaining pairs: a maximum, since auto stops early where the
@@ -55,13 +55,14 @@ def plan(strategy: str, repeat: int, *, files_known: bool, cold: bool = True, bu
     if strategy == "auto" and cold:
         with_cache, without = candidates(EVERY_CALL, True)[0], candidates(EVERY_CALL, False)[0]
         labels = list(dict.fromkeys(c.label for c in with_cache + without))
-        steps += ["baseline 1: the unchanged command, cold" + (
+        steps += ["floor: the same bytes read sequentially, then the command warm (where the mount drops the "
+                  "page cache on every open: read into a local copy, and the command warm from it, root only); "
+                  "first, so that the cold runs after it take the tensors' digests from it"
+                  + ("; its tensors stand for the recorded run's" if recorded else ""),
+                  "baseline 1: the unchanged command, cold" + (
                       " (the recorded run instead, where it was cold, on this machine, its files unchanged, and "
                       "the floor's warm run loads; where it cannot, the recorded run is baseline 2)"
-                      if recorded else ""),
-                  "floor: the same bytes read sequentially, then the command warm (where the mount drops the "
-                  "page cache on every open: read into a local copy, and the command warm from it, root only)"
-                  + ("; its tensors stand for the recorded run's" if recorded else "")]
+                      if recorded else "")]
         where = {c.label: ", only where the mount keeps the page cache" for c in with_cache} | \
             {c.label: ", only where the mount drops the page cache on every open" for c in without}
         for c in with_cache:

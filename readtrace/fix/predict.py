@@ -9,7 +9,10 @@ with readtrace's own-fd loader (``own-fd``: those reads, at start-up where the m
 A candidate's prediction is the baseline's measured wall minus its recorded wait plus that wait:
 start-up and compute carry over. A lever that changes no read (OMP_NUM_THREADS=1) is predicted at
 the baseline's time; one the model cannot replay (a pread backend, disable_mmap) has no prediction
-and runs after those that have one. The predictions only order the trials: every claim rests on
+and runs after those that have one. A candidate that keeps the script's own loader (a prefetch, a
+populate, an own fd per forked worker) is never predicted faster than the floor's warm run: that is
+the same load with every byte already cached. The predictions order the trials, and in the not-slow
+band of a measured floor decide which are worth a slow load (fix/auto.py); every claim rests on
 measured runs (fix/verdict.py).
 """
 
@@ -24,6 +27,7 @@ from readtrace.rerun.protocol import OWN_FD_PER_FORK, POPULATE
 # candidate strategy -> the model's fixed read pattern(s); the faster of several
 MODELLED = {"prefetch": ("prefetch",), "own-fd": ("own-fd",), "both": ("prefetch", "own-fd"),
             OWN_FD_PER_FORK: ("sequential",), POPULATE: ("sequential",)}
+LOADER_KEPT = ("prefetch", POPULATE, OWN_FD_PER_FORK)  # strategies that run the script's own loader
 NO_READ_CHANGE = ("lever omp-1",)  # changes threads, not reads: the model predicts the baseline's I/O
 POPULATE_AFTER_OPEN = "readtrace populate after open"  # strategy prefetch, but one in-order reader
 
@@ -51,7 +55,17 @@ def predicted_s(candidate: Candidate, baseline_s: float, model: dict | None) -> 
     return load_with(baseline_s, model, patterns)
 
 
-def ranked(found: Sequence[Candidate], baseline_s: float, model: dict | None) -> list[Ranked]:
-    """``found`` fastest predicted first; those without a prediction after them, in their own order."""
-    rows = [Ranked(c, *predicted_s(c, baseline_s, model)) for c in found]
+def ranked(found: Sequence[Candidate], baseline_s: float, model: dict | None,
+           warm_s: float | None = None) -> list[Ranked]:
+    """``found`` fastest predicted first; those without a prediction after them, in their own order.
+    ``warm_s``: the floor's warm run, the least a candidate that keeps the loader can take."""
+    rows = [_at_least_warm(Ranked(c, *predicted_s(c, baseline_s, model)), warm_s) for c in found]
     return sorted(rows, key=lambda r: (r.predicted_s is None, r.predicted_s or 0.0))
+
+
+def _at_least_warm(row: Ranked, warm_s: float | None) -> Ranked:
+    if warm_s is None or row.predicted_s is None or row.candidate.strategy not in LOADER_KEPT \
+            or row.predicted_s >= warm_s:
+        return row
+    return Ranked(row.candidate, warm_s, f"{row.basis}; at least the floor's warm run ({warm_s:.2f} s: the same "
+                  f"load with every byte cached), not {row.predicted_s:.2f} s")

@@ -19,14 +19,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from readtrace.fix.candidates import NO_HARM, Floor
+from readtrace.fix.candidates import NO_HARM, SLOW_MARGIN, Floor
 from readtrace.fix.predict import Ranked
 
 STOP_MARGIN = 1.25  # a trial 25 % (+ STOP_ABS_S) slower than the best measured one cannot win beyond noise
 STOP_ABS_S = 0.5
 STOP_RULE = (f"a trial is stopped once it has run {round(100 * (STOP_MARGIN - 1))} % + {STOP_ABS_S:.1f} s longer "
              f"than the fastest candidate measured so far, or longer than {round(100 * NO_HARM)} % of the baseline's "
-             "time (it can no longer be the fix)")
+             f"time ({round(100 / SLOW_MARGIN)} % where the baseline is within the not-slow band of its floor): it "
+             "can no longer be the fix")
 
 
 @dataclass(frozen=True)
@@ -84,22 +85,23 @@ def expected_s(row: Ranked, baseline_s: float, limit: float | None) -> float:
     return guess if limit is None else min(guess, limit)
 
 
-def _stopped_because(why_limit: str, best, baseline_s: float, budget: Budget) -> str:
+def _stopped_because(why_limit: str, best, baseline_s: float, budget: Budget, margin: float) -> str:
     if why_limit == "best":
         return f" (slower than {best.label} {best.wall_s:.2f} s)"
     if why_limit == "baseline":
-        return f" (not {round(100 * (1 - NO_HARM))} % faster than the baseline's {baseline_s:.2f} s: it cannot be the fix)"
+        return f" (not {round(100 * (1 - margin))} % faster than the baseline's {baseline_s:.2f} s: it cannot be the fix)"
     return f" (the --budget of {budget.seconds:g} s was spent)"
 
 
 def run_trials(rows: list[Ranked], baseline_s: float, floor: Floor | None, budget: Budget,
                run: Callable[[Ranked, float | None, float, float], object],
-               identical: Callable[[object], bool], digest_s: float = 0.0) -> Outcome:
+               identical: Callable[[object], bool], digest_s: float = 0.0, margin: float = NO_HARM) -> Outcome:
     """Run ``rows`` in order: ``run(row, limit_s, expected_s, left_s)`` -> Run (``.stopped`` set when the
     limit stopped it), ``identical(run)``: it loaded the baseline's tensors. ``digest_s``: the shim's
-    digest time in a run (on the stop clock, not in the wall)."""
+    digest time in a run (on the stop clock, not in the wall); ``margin``: how much faster than the
+    baseline a fix must be (auto._margin), so past ``margin`` x its time a trial cannot be the fix."""
     out = Outcome()
-    no_gain_s = NO_HARM * baseline_s + digest_s
+    no_gain_s = margin * baseline_s + digest_s
     best = None  # the fastest run with the baseline's tensors
     for i, row in enumerate(rows):
         label = row.candidate.label
@@ -118,7 +120,7 @@ def run_trials(rows: list[Ranked], baseline_s: float, floor: Floor | None, budge
         trial.predicted_s, trial.predicted_by = row.predicted_s, row.basis
         out.trials.append(trial)
         if trial.stopped:
-            trial.stopped += _stopped_because(why_limit, best, baseline_s, budget)
+            trial.stopped += _stopped_because(why_limit, best, baseline_s, budget, margin)
             continue
         if trial.exit_code != 0 or not identical(trial):
             continue

@@ -145,3 +145,44 @@ def test_a_gain_within_the_not_slow_band_of_the_floor_must_be_10_percent_to_be_c
     assert not confirmed([2.1, 2.05], [2.3, 2.2], _margin(near, runs))
     assert confirmed([1.9, 1.95], [2.3, 2.2], _margin(near, runs))  # 11 % faster: a gain even there
     assert _margin(None, runs) == NO_HARM  # no floor measured: the 3 % rule
+
+
+def test_in_the_not_slow_band_only_candidates_predicted_to_gain_the_margin_are_tried():
+    """Within the not-slow band of a measured floor a fix must be 9 % faster: a candidate predicted
+    slower than that, or not predicted, is not tried (the lab transformers load at 4.09 s, floor 3.83
+    s: six trials, each stopped at the baseline's time). Outside the band every candidate runs."""
+    from types import SimpleNamespace
+
+    from readtrace.fix.auto import _margin, _promising
+    from readtrace.fix.candidates import Candidate, Floor
+    from readtrace.fix.predict import Ranked
+
+    rows = [Ranked(Candidate(label, "none", ""), predicted, "model") for label, predicted in
+            (("readtrace prefetch", 3.41), ("readtrace own-fd", 3.80), ("lever omp-1", 4.09), ("lever pread", None))]
+    baseline = SimpleNamespace(wall_s=4.09)
+    near, far = Floor(220 << 20, 0.19, 3.64), Floor(220 << 20, 0.19, 1.2)
+    notes: list[str] = []
+    keep, skipped = _promising(rows, 4.09, _margin(near, [baseline]), near, notes)
+    assert [r.candidate.label for r in keep] == ["readtrace prefetch"]  # 3.41 <= 4.09 / 1.1 = 3.72
+    assert [n.label for n in skipped] == ["readtrace own-fd", "lever omp-1", "lever pread"]
+    assert "predicted at 3.80 s, a fix must take at most 3.72 s" in skipped[0].why
+    assert "not predicted" in skipped[2].why and len(notes) == 1 and "not-slow band" in notes[0]
+    assert _promising(rows, 4.09, _margin(far, [baseline]), far, []) == (rows, [])  # slow: all measured
+    assert _promising(rows, 4.09, _margin(near, [baseline]), None, []) == (rows, [])  # no model: all measured
+
+
+def test_a_candidate_that_keeps_the_loader_is_never_predicted_under_the_warm_run():
+    """A prefetch is the same load with its bytes fetched ahead: not faster than the same load with
+    every byte cached (the floor's warm run). The own-fd loader replaces the loader: not bounded so."""
+    from readtrace.fix.candidates import OWN, Candidate
+    from readtrace.fix.predict import ranked
+
+    model = {"profile": "gcsfuse", "latency_ms": 21.0, "probed": None, "recorded": 0.67, "prefetch": 0.0,
+             "sequential": 0.1, "own-fd": 0.1}
+    found = [Candidate("readtrace prefetch", "prefetch", OWN["prefetch"]),
+             Candidate("readtrace own-fd", "own-fd", OWN["own-fd"])]
+    rows = {r.candidate.label: r for r in ranked(found, 4.09, model, warm_s=3.64)}
+    assert rows["readtrace prefetch"].predicted_s == 3.64 and "floor's warm run (3.64 s" in rows["readtrace prefetch"].basis
+    assert rows["readtrace own-fd"].predicted_s == pytest.approx(4.09 - 0.67 + 0.1)
+    assert {r.candidate.label: r.predicted_s for r in ranked(found, 4.09, model)}["readtrace prefetch"] == \
+        pytest.approx(4.09 - 0.67)  # no floor: the model alone
