@@ -78,7 +78,8 @@ def plan(strategy: str, repeat: int, *, files_known: bool, cold: bool = True, bu
         tried = max(len(with_cache), len(without))  # a mount keeps the page cache or drops it
         most = (0 if files_known else 1) + 1 + 1 + tried + 2 + 2 * (repeat - 1)
         notes = ["the candidates run fastest predicted first (the what-if model on the baseline's trace), not in "
-                 "the order listed; " + STOP_RULE + "; none runs after one at most 3 % over the floor"
+                 "the order listed; " + STOP_RULE + "; none runs after one at most 3 % over the floor; where the "
+                 "baseline is within the not-slow band of its floor, only those predicted at 91 % of it or less run"
                  + ("; none starts that no longer fits the --budget, and one running is stopped at it" if budget else "")]
         return Plan(steps, most, exact=False, what=what, notes=notes)
     fixed = f"readtrace {strategy}"
