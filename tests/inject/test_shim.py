@@ -317,3 +317,25 @@ def test_a_file_is_read_for_its_digests_without_changing_what_is_cached(tmp_path
     evict([str(path)])
     assert uncached_bytes(str(path)) == data
     assert cached_pages(path)[0] == 0
+
+
+def test_a_files_bytes_are_parsed_for_digests_as_views_with_safetensors_digests(tmp_path):
+    """The digests of a mapped load come from the file's bytes parsed by readtrace's header parser as
+    views (no copy per tensor); they equal the digests of safetensors' own load, slices too; read-only
+    bytes go through safetensors' own load."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from readtrace.inject.loaded import lookup, safetensors_from_bytes, uncached_bytes
+    from readtrace.inject.manifest import tensor_digest
+
+    path = tmp_path / "m.safetensors"
+    save_file({"w": torch.randn(64, 32), "b": torch.arange(7, dtype=torch.int16), "h": torch.ones(3, dtype=torch.bfloat16),
+               "e": torch.empty(0, 4)}, path)
+    data = uncached_bytes(str(path))
+    views, ref = safetensors_from_bytes(data), load_file(path)
+    assert isinstance(data, bytearray) and views["w"].data_ptr() != ref["w"].data_ptr()
+    assert {k: (v.dtype, v.shape, tensor_digest(v)) for k, v in views.items()} == \
+        {k: (v.dtype, v.shape, tensor_digest(v)) for k, v in ref.items()}
+    assert tensor_digest(lookup(views, "w", (slice(3, 9), slice(None, None, 2)))) == tensor_digest(ref["w"][3:9, ::2])
+    assert tensor_digest(safetensors_from_bytes(bytes(data))["w"]) == tensor_digest(ref["w"])  # read-only: copies
