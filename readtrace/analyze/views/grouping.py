@@ -235,7 +235,9 @@ def top_values(codes: np.ndarray, n_groups: int, values: np.ndarray, k: int = 4,
     else:
         vcodes, vuniques = value_codes, values
     packed = vcodes if n_groups == 1 else codes.astype(np.int64) * len(vuniques) + vcodes
-    if n_groups * len(vuniques) <= 50_000_000:
+    # a count per possible pair only where the pairs are not far more than the rows: 6,433 reads of
+    # 4,194 library files with 3,895 sizes were 16 M counters to fill and scan (0.18 s), sorting 0.001 s
+    if n_groups * len(vuniques) <= min(50_000_000, max(8 * len(packed), 1 << 20)):
         counts = np.bincount(packed, minlength=n_groups * len(vuniques))
         pairs = np.flatnonzero(counts)
         counts = counts[pairs]
