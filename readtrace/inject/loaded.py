@@ -81,20 +81,18 @@ def _all_from_cache(path: str) -> bytearray | None:
 
     try:
         with open(path, "rb", buffering=0) as f:
-            return _whole(f) if all_cached(f.fileno()) else None
+            return _whole(f.fileno()) if all_cached(f.fileno()) else None
     except OSError:
         return None
 
 
-def _whole(f) -> bytearray:
-    """The rest of the open file ``f`` in one writable buffer (tensors may view it: no copy)."""
-    out = bytearray(os.fstat(f.fileno()).st_size)
-    view, pos = memoryview(out), 0
-    while pos < len(out) and (n := f.readinto(view[pos:])):
-        pos += n
-    del view
-    del out[pos:]
-    return out
+def _whole(fd: int) -> bytearray:
+    """The whole file open on ``fd`` in one writable buffer (tensors may view it: no copy)."""
+    from readtrace.loader.fileio import read_into
+
+    out = bytearray(os.fstat(fd).st_size)
+    got = read_into(fd, memoryview(out), 0, chunk_bytes=CHUNK)
+    return out if got == len(out) else out[:got]
 
 
 def _read_then_drop(path: str) -> bytearray:
@@ -102,7 +100,7 @@ def _read_then_drop(path: str) -> bytearray:
 
     cached_before = cached_pages(path)[0]
     with open(path, "rb", buffering=0) as f:
-        data = _whole(f)
+        data = _whole(f.fileno())
         if cached_before == 0:  # we brought every page in: give them back
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
     return data
