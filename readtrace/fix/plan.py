@@ -79,7 +79,9 @@ def plan(strategy: str, repeat: int, *, files_known: bool, cold: bool = True, bu
         most = (0 if files_known else 1) + 1 + 1 + tried + 2 + 2 * (repeat - 1)
         notes = ["the candidates run fastest predicted first (the what-if model on the baseline's trace), not in "
                  "the order listed; " + STOP_RULE + "; none runs after one at most 3 % over the floor; where the "
-                 "baseline is within the not-slow band of its floor, only those predicted at 91 % of it or less run"
+                 "baseline is within the not-slow band of its floor, only those predicted at 91 % of it or less run, "
+                 "and after one that did not get there, only those still predicted to with the time it took over its "
+                 "prediction added"
                  + ("; none starts that no longer fits the --budget, and one running is stopped at it" if budget else "")]
         return Plan(steps, most, exact=False, what=what, notes=notes)
     fixed = f"readtrace {strategy}"

@@ -161,3 +161,30 @@ def test_plan_says_at_most_and_how_it_orders(tmp_path):
     other = subprocess.run([sys.executable, "-m", "readtrace", "fix", "--compare", "--strategy", "prefetch",
                             "--budget", "9", "--", "true"], capture_output=True, text=True, timeout=60)
     assert other.returncode == 2 and "--budget caps the candidates of fix --compare --strategy auto" in other.stderr
+
+
+def test_in_the_band_a_trial_that_missed_its_prediction_corrects_the_rest():
+    """In the not-slow band (margin 1/1.10) a trial that took 0.5 s over its prediction and did not get
+    under 91 % of the baseline rules out the candidates whose prediction + 0.5 s is over it; one whose
+    corrected prediction still gets there runs. Out of the band (3 %) every candidate runs."""
+    from readtrace.fix.candidates import SLOW_MARGIN, Candidate
+    from readtrace.fix.predict import Ranked
+    from readtrace.fix.schedule import Budget, run_trials
+
+    class Trial:
+        def __init__(self, label, wall):
+            self.label, self.wall_s, self.exit_code, self.stopped = label, wall, 0, ""
+
+    walls = {"a": 3.9, "b": 3.95, "c": 3.0}
+    rows = [Ranked(Candidate(n, "none", ""), p, "model") for n, p in (("a", 3.4), ("b", 3.5), ("c", 3.2))]
+
+    def run(row, limit_s, expect_s, left_s):
+        return Trial(row.candidate.label, walls[row.candidate.label])
+
+    band = run_trials(rows, 4.2, None, Budget(None), run, lambda t: True, margin=1 / SLOW_MARGIN)
+    assert [t.label for t in band.trials] == ["a", "c"]  # need 3.82 s: b at 3.5 + 0.5 s is over, c at 3.7 s not
+    (b,) = band.not_tried
+    assert b.label == "b" and b.predicted_s == 3.5
+    assert b.why == ("predicted at 3.50 s, but a took 3.90 s against its 3.40 s predicted: 0.50 s later, so 4.00 s, "
+                     "over the 3.82 s a fix must take")
+    assert [t.label for t in run_trials(rows, 4.2, None, Budget(None), run, lambda t: True).trials] == ["a", "b", "c"]
