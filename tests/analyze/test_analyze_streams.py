@@ -148,14 +148,42 @@ def test_gcsfuse_replay_sequential_and_random():
     assert h["gcsfuse_sequential_requests"] == 1
 
 
-def test_readahead_requests_overtaking_each_other_are_no_seek():
+def test_a_step_back_is_a_seek_for_gcsfuse_however_small():
+    """gcsfuse closes its reader at any read but the expected offset (a forward skip under 8 MiB is read
+    through): readahead requests that overtook each other are seeks, as the lab mount's reader counts."""
+    from readtrace.simfs.model import HandleReader
+
     k = 128 * 1024
     swapped = [(0, k), (2 * k, k), (k, k), (3 * k, k), (5 * k, k), (4 * k, k)] + [(i * k, k) for i in range(6, 40)]
     h = stream(analyze(_fuse_only(swapped)), "fuse_handle")
-    assert h["gcsfuse_seeks"] == 0 and h["gcsfuse_read_type"] == "sequential" and h["gcsfuse_requests"] == 1
-    assert h["consecutive_count_fraction"] < 1  # Darshan's words still see the swaps
+    reader = HandleReader(1 << 62)
+    plans = [reader.plan(o, n) for o, n in swapped]
+    assert h["gcsfuse_seeks"] == sum(p.seek for p in plans) == 2
+    assert h["gcsfuse_requests"] == sum(p.new_request for p in plans)
+    assert h["consecutive_count_fraction"] < 1
     back = [(0, k), (4 * MiB, k), (2 * MiB, k)]  # a step back of 2 MiB + 128 KiB is a seek
     assert stream(analyze(_fuse_only(back)), "fuse_handle")["gcsfuse_seeks"] == 1
+
+
+@pytest.mark.parametrize("exact_rows", [None, 0], ids=["read-by-read", "vectorized"])
+def test_a_long_run_after_a_few_seeks_grows_its_requests_as_gcsfuse_does(exact_rows, monkeypatch):
+    """After 3 small seeks a 120 MiB run in order opens random (1 MiB requests), and each next request
+    is sized from the average read per seek at its start, up to 8 MiB, then sequential: the lab
+    mount's reader makes the same number of requests (one per 1 MiB would be 120), and so does the
+    vectorized replay of large traces."""
+    from readtrace.analyze.storage import gcsfuse_replay
+    from readtrace.simfs.model import HandleReader
+
+    if exact_rows is not None:
+        monkeypatch.setattr(gcsfuse_replay, "EXACT_ROWS", exact_rows)
+
+    k = 256 * 1024
+    rows = [(300 * MiB, k), (200 * MiB, k), (400 * MiB, k), (100 * MiB, k)]
+    rows += [(100 * MiB + k + i * k, k) for i in range(480)]
+    reader = HandleReader(1 << 62)
+    logged = sum(reader.plan(o, n).new_request for o, n in rows)
+    h = stream(analyze(_fuse_only(rows)), "fuse_handle")
+    assert h["gcsfuse_requests"] == pytest.approx(logged, abs=1) and logged < 40
 
 
 def _fuse_only(rows, fh=1, tid=50):

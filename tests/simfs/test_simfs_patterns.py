@@ -110,3 +110,24 @@ def test_nfs_profile_sharing_a_handle_costs_nothing_extra(nfs, checkpoint):
         assert reads["new_request"].all() and not reads["seek"].any()
     assert abs(len(shared_reads) - len(own_reads)) <= 0.1 * len(own_reads)
     assert shared.seconds <= 1.5 * own.seconds + 0.3
+
+
+def test_the_replay_counts_the_backend_requests_the_daemon_made(gcs_runs):
+    """analyze's gcsfuse replay, fed each handle's READs in the daemon's order, counts the backend
+    requests the lab mount's reader (gcsfuse's rules) logged, within 10 % per pattern: shared handles
+    whose readahead requests overtake each other included (each such step back is a seek there)."""
+    import numpy as np
+
+    from readtrace.analyze import Thresholds
+    from readtrace.analyze.storage.gcsfuse_replay import replay
+
+    for pattern, (_, reads) in gcs_runs.items():
+        reads = reads[reads["size"] > 0].sort_values("fh", kind="stable")
+        codes = pd.factorize(reads["fh"])[0]
+        starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+        offset, nbytes = reads["offset"].to_numpy(np.int64), reads["size"].to_numpy(np.int64)
+        gap = offset - np.r_[0, (offset + nbytes)[:-1]]
+        gap[starts] = 0
+        counted = int(replay(codes, starts, offset, gap, nbytes, Thresholds()).requests.sum())
+        logged = int(reads["new_request"].sum())
+        assert abs(counted - logged) <= max(2, 0.1 * logged), (pattern, counted, logged)

@@ -1,13 +1,22 @@
 """Replay of gcsfuse's per-handle reader on a stream (internal/gcsx/random_reader.go).
 
-A *seek* is a read that starts before the expected offset (the previous end) or more than
-``gcsfuse_seek_window`` past it. Once the handle has seen >= 2 seeks with less than 8 MiB read per seek
-on average it reads "random": each backend request fetches the average read size rounded up to the
-next MiB (1..8 MiB) instead of up to ``--sequential-read-size-mb`` (200 MiB). A new backend request
-starts at the first read, at every seek, and whenever a read runs past the current request's end.
-Simplification: a run's requests are ceil(span / chunk) with the chunk chosen when the run opens.
-Deviation: a step back of at most ``reorder_window`` is not a seek (kernel readahead requests in
-flight overtake each other; counting them turned every small own-fd handle "random").
+A *seek* is a read that starts anywhere but the expected offset (the previous end), unless at most
+``gcsfuse_seek_window`` past it (gcsfuse reads a short forward skip through). The reader's type is
+decided whenever it opens a backend request: once the handle has seen >= 2 seeks with less than 8 MiB
+read per seek on average it reads "random": the request fetches the average read size rounded up to
+the next MiB (1..8 MiB) instead of up to ``--sequential-read-size-mb`` (200 MiB). A new backend request
+starts at the first read, at every seek, and whenever a read runs past the current request's end; the
+average is taken again there, so a long run after a few seeks grows its requests and may turn
+sequential (the lab mount, 4 threads faulting one 256 MiB mapping: 176 requests logged by the daemon,
+295 when each run kept the size chosen at its first request, 176 now).
+A step back is a seek however small: gcsfuse, and the lab mount that follows it, close the reader
+there. (An earlier deviation forgave steps back of up to 1 MiB as readahead reordering: the lab mount
+logged 922 requests for a 4-thread load, 786 of its seeks such steps, and the replay counted 163.)
+
+Up to EXACT_ROWS reads the replay is gcsfuse's reader itself, read by read (``simfs.model.HandleReader``,
+the lab mount's: one home for its rules): a forward skip past a random request's end is a seek there,
+which runs between seeks cannot see (4 threads faulting a 32 MiB mapping: 233 requests logged, 401 by
+runs). Beyond it (a 10 M-event trace) the runs below, vectorized, approximate it.
 """
 
 from __future__ import annotations
@@ -18,6 +27,8 @@ import numpy as np
 
 from readtrace.analyze.rules.thresholds import MiB, Thresholds
 from readtrace.analyze.views.grouping import BLOCK, FEW_GROUPS, sorted_sum
+
+EXACT_ROWS = 250_000  # reads replayed one by one through gcsfuse's reader (~1.3 s per million)
 
 
 @dataclass
@@ -44,7 +55,9 @@ def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, gap: np.nd
     if n == 0:
         zeros = np.zeros(n_groups, dtype=np.int64)
         return Replay(seeks=zeros, requests=zeros, random_bytes=zeros, random_after=zeros)
-    opens = is_seek(gap, th)  # seeks ...
+    if n <= EXACT_ROWS:
+        return _read_by_read(starts, offset, nbytes)
+    opens = is_seek(gap, th, reorder_window=0)  # seeks ...
     seeks = sorted_sum(starts, opens)
     opens[starts] = True  # ... and each group's first read
     # every read opens a run (a shared handle read in turns): run i is row i, no index of the runs
@@ -72,6 +85,9 @@ def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, gap: np.nd
         np.less(bytes_before[i:i + BLOCK] // th.gcsfuse_max_random_read, seeks_before[i:i + BLOCK],
                 out=is_random[i:i + BLOCK])
     is_random &= seeks_before >= th.gcsfuse_min_seeks_for_random
+    # random runs longer than a request: sized again at each request (``_regrown``); what their first saw
+    longer = np.flatnonzero(is_random & (span > th.gcsfuse_min_random_read))
+    opened_after, seeks_at = bytes_before[longer], seeks_before[longer]
     chunk = bytes_before  # in place from here on: the average read per seek, rounded up to the next MiB
     chunk //= np.maximum(seeks_before, 1, out=seeks_before)
     del seeks_before, bytes_before
@@ -85,19 +101,70 @@ def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, gap: np.nd
         np.floor_divide(span[i:i + BLOCK] - 1, chunk[i:i + BLOCK], out=per_run[i:i + BLOCK])
     per_run += 1
     del chunk
+    regrown, random_read = _regrown(span[longer], run_bytes[longer], opened_after, seeks_at, th)
+    per_run[longer] = regrown
     requests = sorted_sum(group_first_run, np.maximum(1, per_run, out=per_run))
     random_after = np.zeros(n_groups, dtype=np.int64)
     first_random, g = _first_in_groups(is_random, group_first_run, run_group)
     if len(first_random):
         random_after[g] = (first_random if runs is None else runs[first_random]) - starts[g] + 1
-    random_bytes = sorted_sum(group_first_run, np.multiply(run_bytes, is_random, out=per_run))
+    random_run_bytes = np.multiply(run_bytes, is_random, out=per_run)
+    random_run_bytes[longer] = random_read
+    random_bytes = sorted_sum(group_first_run, random_run_bytes)
     return Replay(seeks=seeks, requests=requests, random_bytes=random_bytes, random_after=random_after)
 
 
-def is_seek(gap: np.ndarray, th: Thresholds) -> np.ndarray:
-    """Reads that start a new run: before the previous end (beyond the reorder window) or past the
+def _read_by_read(starts: np.ndarray, offset: np.ndarray, nbytes: np.ndarray) -> Replay:
+    """The replay by gcsfuse's reader itself, one per group, fed its reads in order."""
+    from readtrace.simfs.model import HandleReader
+
+    out = np.zeros((4, len(starts)), dtype=np.int64)  # seeks, requests, random bytes, random after
+    ends = [*starts[1:].tolist(), len(offset)]
+    for g, (first, last) in enumerate(zip(starts.tolist(), ends, strict=True)):
+        reader = HandleReader(1 << 62)  # the file's end does not matter to the count
+        seeks = requests = random_bytes = random_after = 0
+        for i, (o, size) in enumerate(zip(offset[first:last].tolist(), nbytes[first:last].tolist(), strict=True)):
+            plan = reader.plan(o, size)
+            seeks += plan.seek
+            requests += plan.new_request
+            if plan.mode == "random":
+                random_bytes += size
+                random_after = random_after or i + 1
+        out[:, g] = seeks, max(requests, 1), random_bytes, random_after
+    return Replay(seeks=out[0], requests=out[1], random_bytes=out[2], random_after=out[3])
+
+
+def is_seek(gap: np.ndarray, th: Thresholds, reorder_window: int | None = None) -> np.ndarray:
+    """Reads that start a new run: before the previous end (by more than ``reorder_window``, default
+    the thresholds': a per-handle prefetcher waits for requests that overtook each other) or past the
     seek window."""
-    return (gap < -th.reorder_window) | (gap > th.gcsfuse_seek_window)
+    back = th.reorder_window if reorder_window is None else reorder_window
+    return (gap < -back) | (gap > th.gcsfuse_seek_window)
+
+
+def _regrown(span: np.ndarray, run_bytes: np.ndarray, read_before: np.ndarray, seeks: np.ndarray,
+             th: Thresholds) -> tuple[np.ndarray, np.ndarray]:
+    """(backend requests, bytes read while random) of runs that opened random: each next request is
+    sized from the average read per seek at its start (the run's bytes so far count; its seeks do not
+    change), and once that average reaches ``gcsfuse_max_random_read`` the reader turns sequential.
+    All runs advance one request per step."""
+    m = len(span)
+    density = run_bytes / np.maximum(span, 1)  # bytes read per byte of the run's extent (skips read through)
+    pos, read, rand = np.zeros(m), np.zeros(m), np.zeros(m)
+    count = np.zeros(m, dtype=np.int64)
+    active = np.arange(m)
+    while len(active):
+        total = read_before[active] + read[active].astype(np.int64)
+        random = total // th.gcsfuse_max_random_read < seeks[active]
+        size = np.clip((total // seeks[active] // MiB + 1) * MiB, th.gcsfuse_min_random_read,
+                       th.gcsfuse_max_random_read)
+        step = np.minimum(np.where(random, size, th.gcsfuse_sequential_read), span[active] - pos[active])
+        count[active] += 1
+        rand[active] += np.where(random, step * density[active], 0.0)
+        read[active] += step * density[active]
+        pos[active] += step
+        active = active[pos[active] < span[active]]
+    return count, np.minimum(rand.round().astype(np.int64), run_bytes)
 
 
 def _first_in_groups(flags: np.ndarray, group_first: np.ndarray, group: np.ndarray
