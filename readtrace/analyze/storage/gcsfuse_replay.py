@@ -116,22 +116,42 @@ def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, gap: np.nd
 
 def _read_by_read(starts: np.ndarray, offset: np.ndarray, nbytes: np.ndarray) -> Replay:
     """The replay by gcsfuse's reader itself, one per group, fed its reads in order."""
+    seek, new, random = _plans(starts, offset, nbytes)
+    first_random = np.where(random, np.arange(len(offset)), len(offset))
+    group_first_random = np.minimum.reduceat(first_random, starts)
+    random_after = np.where(group_first_random < len(offset), group_first_random - starts + 1, 0)
+    return Replay(seeks=np.add.reduceat(seek, starts).astype(np.int64),
+                  requests=np.maximum(np.add.reduceat(new, starts), 1).astype(np.int64),
+                  random_bytes=np.add.reduceat(np.where(random, nbytes, 0), starts).astype(np.int64),
+                  random_after=random_after.astype(np.int64))
+
+
+def new_requests(starts: np.ndarray, offset: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+    """Per read (rows ordered by group, then time; ``starts``: each group's first row): whether gcsfuse's
+    reader opens a backend request for it, which pays a first byte; up to EXACT_ROWS reads, else the
+    reads that do not continue the one before (contiguity only)."""
+    if len(offset) <= EXACT_ROWS:
+        return _plans(starts, offset, nbytes)[1]
+    opened = offset != np.r_[0, (offset + nbytes)[:-1]]
+    opened[starts] = True
+    return opened
+
+
+def _plans(starts: np.ndarray, offset: np.ndarray, nbytes: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(seek, new request, random mode) per read, from one ``simfs.model.HandleReader`` per group."""
     from readtrace.simfs.model import HandleReader
 
-    out = np.zeros((4, len(starts)), dtype=np.int64)  # seeks, requests, random bytes, random after
-    ends = [*starts[1:].tolist(), len(offset)]
-    for g, (first, last) in enumerate(zip(starts.tolist(), ends, strict=True)):
+    n = len(offset)
+    seek, new, random = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    ends = [*starts[1:].tolist(), n]
+    for first, last in zip(starts.tolist(), ends, strict=True):
         reader = HandleReader(1 << 62)  # the file's end does not matter to the count
-        seeks = requests = random_bytes = random_after = 0
-        for i, (o, size) in enumerate(zip(offset[first:last].tolist(), nbytes[first:last].tolist(), strict=True)):
+        for i, o, size in zip(range(first, last), offset[first:last].tolist(), nbytes[first:last].tolist(),
+                              strict=True):
             plan = reader.plan(o, size)
-            seeks += plan.seek
-            requests += plan.new_request
-            if plan.mode == "random":
-                random_bytes += size
-                random_after = random_after or i + 1
-        out[:, g] = seeks, max(requests, 1), random_bytes, random_after
-    return Replay(seeks=out[0], requests=out[1], random_bytes=out[2], random_after=out[3])
+            seek[i], new[i], random[i] = plan.seek, plan.new_request, plan.mode == "random"
+    return seek, new, random
 
 
 def is_seek(gap: np.ndarray, th: Thresholds, reorder_window: int | None = None) -> np.ndarray:

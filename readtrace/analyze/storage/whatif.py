@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import pandas as pd
 
-from readtrace.analyze.storage.gcsfuse_replay import is_seek
+from readtrace.analyze.storage.gcsfuse_replay import is_seek, new_requests
 from readtrace.analyze.views.grouping import running_max_in_group, union_length
 from readtrace.fs.knowledge import fs_profile
 from readtrace.measure.profile import MountProfile
@@ -449,8 +449,10 @@ def _recorded_costs(a, data: pd.DataFrame, name: str, request_quantile: float | 
         # ended (4 threads on one shared fd, recorded mid-load: the median of the few continuing ones was -67 ms)
         service_ms = np.maximum(end - np.where(first, ts, np.maximum(ts, free_at)), 0) / 1e6
         in_flight = 1.0
-    prev_end = np.r_[0, (off + size)[:-1]]
-    opened = first | (off != prev_end)  # not the continuation of the read before it in the stream
+    if DEFAULTS[name].model == "gcsfuse":  # the requests its reader opened a backend request for
+        opened = new_requests(np.flatnonzero(first), off, size)
+    else:  # not the continuation of the read before it in the stream
+        opened = first | (off != np.r_[0, (off + size)[:-1]])
     continuing = service_ms[~opened]
     if not len(continuing):
         request = 0.0
