@@ -47,7 +47,7 @@ class MountPrediction:
     mount_latency_ms: float  # its first-byte latency
     mount_request_ms: float  # its time per request of a stream already open
     predicted_fixed_s: float | None  # the load's wall fixed, predicted (None: no wall)
-    fixed_strategy: str  # the fix it predicts: "prefetch" | "own-fd"
+    fixed_strategy: str  # the fix it predicts: "prefetch" | "own-fd" | "sequential"
 
 
 @dataclass

@@ -41,7 +41,8 @@ def pread_lever(path: str | None) -> str:
     suffix = os.path.splitext(path or "")[1].lower()
     return PREAD_LEVERS.get(suffix, OTHER_PREAD_LEVER if path else PREAD_LEVER)
 FIXED_HOW = {"prefetch": "fix's prefetch: 4 own-fd streams in order, from start-up",
-             "own-fd": "fix's own-fd loader: each file read once in order"}
+             "own-fd": "fix's own-fd loader: each file read once in order",
+             "sequential": "fix's own fd per forked worker or populate: each file read once in order"}
 MAX_CHAINS_NAMED = 3  # the headline names the innermost calls of this many of an entry point's chains
 
 

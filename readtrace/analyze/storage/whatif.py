@@ -283,7 +283,11 @@ def routed(a) -> bool:
 
 def _fixed_plan(a, data: pd.DataFrame, need: list[int], p: Profile) -> tuple[str, float, int, int, float]:
     """(strategy, I/O seconds the load still waits, backend requests, bytes, start-up s) of the fix
-    ``fix --compare`` would choose here: the start-up prefetch, or the own-fd loader where it applies."""
+    ``fix --compare`` would choose here: the start-up prefetch, or the own-fd loader where it applies;
+    where the mount was measured to drop the page cache on open, never the prefetch when something else
+    applies: the own-fd loader, else one in-order reader per file ("sequential": fix's own fd per
+    forked worker or populate; sshfs 64 MiB fork pool: a prefetch predicted at 1.40 s, fix measured its
+    own fd per worker at 3.73 s)."""
     startup = _startup_s(a, data)
     t, requests, nbytes = _predict_fixed(need, p, PREFETCH_STREAMS)
     measured = getattr(a, "measured", None)
@@ -291,9 +295,22 @@ def _fixed_plan(a, data: pd.DataFrame, need: list[int], p: Profile) -> tuple[str
     if routed(a):
         t, requests, nbytes = _predict_fixed(need, p, 1)
         plans.append(("own-fd", _own_fd_s(need, p, measured, t, startup), requests, nbytes))
-    if measured is not None and not measured.cache_survives_open and len(plans) > 1:
-        plans = plans[1:]  # measured: the mount drops the page cache on open, a prefetch cannot gain
+    if measured is not None and not measured.cache_survives_open:  # a prefetch cannot gain there
+        if len(plans) > 1:
+            plans = plans[1:]
+        elif _forked_or_mapped(a, data):  # fix's own fd per forked worker, or a populate of the mapping
+            t, requests, nbytes = _predict_fixed(need, p, 1)
+            plans = [("sequential", _measured_s(need, p, measured, 1, t), requests, nbytes)]
     return (*min(plans, key=lambda plan: plan[1]), startup)
+
+
+def _forked_or_mapped(a, data: pd.DataFrame) -> bool:
+    """The load mapped a data file, or read one from several processes (forked workers): what fix's
+    populate and own fd per forked worker act on where the loader is not one it routes."""
+    if (data["page_faults"].fillna(0) > 0).any():
+        return True
+    on = np.isin(a.app.file, data.index.to_numpy())
+    return len(np.unique(a.app.pid[on])) > 1
 
 
 def fixed_io_s(a, p: Profile) -> dict[str, float]:
