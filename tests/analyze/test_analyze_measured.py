@@ -184,3 +184,16 @@ def test_each_lever_carries_its_predicted_time_and_one_predicted_not_to_gain_is_
         assert {r["lever"] for r in f.not_expected} == {"own fd", "prefetch"}
         assert "open one fd per worker" not in rec and "prefetch the file" not in rec
         assert "own fd: not expected to help here, because the load is predicted at ~3." in rec
+
+
+@pytest.mark.parametrize("keeps_cache", [True, False])
+def test_the_fixed_prediction_is_what_fix_can_run_on_the_mount(keeps_cache):
+    """Two forked workers on one fd, a load fix does not route: where the mount keeps the page cache the
+    fixed prediction is fix's start-up prefetch; where it was measured to drop it on open, one in-order
+    reader per file (fix's own fd per forked worker), never the prefetch fix cannot run there."""
+    from readtrace.report.prose import fixed_line
+
+    a = _analyze(4, [_profile(5.0, keeps_cache=keeps_cache)])
+    assert a.summary.prediction.fixed_strategy == ("prefetch" if keeps_cache else "sequential")
+    line = fixed_line(a.summary)
+    assert ("fix's prefetch" if keeps_cache else "fix's own fd per forked worker") in line, line
