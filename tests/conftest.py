@@ -73,6 +73,29 @@ def lab_mount(tmp_path, fill, profile: str = "gcsfuse", **options):
         force_unmount(mnt)
 
 
+def recorded_lab_loads(tmp_path, size_mib: int, loaders: tuple[str, ...], **mount_options) -> dict:
+    """Each of ``loaders`` (lab/loaders.py) reading a ``size_mib`` checkpoint through a lab mount
+    (``mount_options``), recorded cold with the eBPF recorder (the backing file cold too: each load pays
+    the mount alone) and analysed: {loader: Analysis}. Needs root."""
+    from lab.loaders import LOADERS
+    from readtrace.analyze import analyze
+    from readtrace.pagecache.evict import evict
+    from readtrace.record import record_command
+    from readtrace.trace import load_trace
+    from readtrace.workloads import make_checkpoint
+
+    require(os.geteuid() == 0, "recording needs root")
+    out = {}
+    with lab_mount(tmp_path, lambda src: make_checkpoint(src, size_mib)[0], **mount_options) as (mnt, ck):
+        for name in loaders:
+            evict([str(ck)])
+            command = LOADERS[name].command(mnt, tmp_path / f"{name}.digests")
+            command[2] = str(mnt / ck.name)
+            result = record_command(command, tmp_path / f"{name}.rtrace", quiet=True)
+            out[name] = analyze(load_trace(result.trace_path))
+    return out
+
+
 def validate_fix_json(data: dict) -> dict:
     """``fix --compare --json`` output checked against its one schema (docs/fix-compare.schema.json)."""
     import json

@@ -6,34 +6,21 @@ the one before as a first byte measured 0.11 ms for a 64 MiB load (its own trace
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from conftest import lab_mount, require
+from conftest import recorded_lab_loads
 
-from lab.loaders import LOADERS
-from readtrace.analyze import analyze
 from readtrace.analyze.storage.whatif import mount_profile, own_mount_predictions
-from readtrace.trace import load_trace
 
 pytestmark = [pytest.mark.ebpf, pytest.mark.fuse, pytest.mark.slow]
-recorder = pytest.importorskip("readtrace.record", reason="the recorder is not available")
+pytest.importorskip("readtrace.record", reason="the recorder is not available")
 WITHIN = 0.30  # issue 21's target for every prediction
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    from readtrace.pagecache.evict import evict
-    from readtrace.workloads import make_checkpoint
-
-    require(os.geteuid() == 0, "recording needs root")
-    tmp = tmp_path_factory.mktemp("gcsfuse-costs")
-    with lab_mount(tmp, lambda src: make_checkpoint(src, 64)[0], latency_ms=20.0, keep_cache=False) as (mnt, ck):
-        evict([str(ck)])
-        command = LOADERS["safe_open_threads"].command(mnt, tmp / "digests.jsonl")
-        command[2] = str(mnt / ck.name)
-        result = recorder.record_command(command, tmp / "load.rtrace", quiet=True)
-        return analyze(load_trace(result.trace_path))
+    loads = recorded_lab_loads(tmp_path_factory.mktemp("gcsfuse-costs"), 64, ("safe_open_threads",),
+                               latency_ms=20.0, keep_cache=False)
+    return loads["safe_open_threads"]
 
 
 def test_the_first_byte_is_measured_on_the_requests_that_opened_a_backend_request(recorded):

@@ -6,38 +6,20 @@ trace predict another load's pattern on that mount (the donor is not the load pr
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from conftest import lab_mount, require
+from conftest import recorded_lab_loads
 
-from lab.loaders import LOADERS
-from readtrace.analyze import analyze
 from readtrace.analyze.storage.whatif import mount_profile, own_mount_predictions, what_if
-from readtrace.trace import load_trace
 
 pytestmark = [pytest.mark.ebpf, pytest.mark.fuse, pytest.mark.slow]
-recorder = pytest.importorskip("readtrace.record", reason="the recorder is not available")
+pytest.importorskip("readtrace.record", reason="the recorder is not available")
 WITHIN = 0.30  # issue 21's target for every prediction
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    from readtrace.pagecache.evict import evict
-    from readtrace.workloads import make_checkpoint
-
-    require(os.geteuid() == 0, "recording needs root")
-    tmp = tmp_path_factory.mktemp("inflight")
-    out = {}
-    with lab_mount(tmp, lambda src: make_checkpoint(src, 32)[0], profile="nfs", latency_ms=20.0) as (mnt, ck):
-        path = mnt / ck.name
-        for name in ("load_file", "fork_pool"):
-            evict([str(ck)])  # the backing file cold too: each load pays the mount alone
-            command = LOADERS[name].command(mnt, tmp / f"{name}.digests")
-            command[2] = str(path)
-            result = recorder.record_command(command, tmp / f"{name}.rtrace", quiet=True)
-            out[name] = analyze(load_trace(result.trace_path))
-    return out
+    return recorded_lab_loads(tmp_path_factory.mktemp("inflight"), 32, ("load_file", "fork_pool"), profile="nfs",
+                              latency_ms=20.0)
 
 
 def test_a_streams_requests_in_flight_are_measured(recorded):
