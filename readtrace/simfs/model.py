@@ -49,12 +49,25 @@ class Plan:
     range_end: int  # end of the backend range serving this read (-1 when stateless)
 
 
+@dataclass(frozen=True)
+class ReaderRules:
+    """gcsfuse's reader settings; analyze's replay takes them from its thresholds (``--threshold``)."""
+
+    max_skip: int = MAX_SKIP  # forward skips below this are read through
+    min_seeks_for_random: int = MIN_SEEKS_FOR_RANDOM
+    random_average: int = MAX_SKIP  # random once the average read per seek is below this
+    min_random_range: int = MIN_RANDOM_RANGE
+    max_random_range: int = MAX_RANDOM_RANGE
+    sequential_range: int = SEQUENTIAL_RANGE
+
+
 class HandleReader:
     """gcsfuse's per-handle random reader, reduced to its bookkeeping. Not thread-safe: the
     caller serialises reads of one handle (gcsfuse holds the handle's lock across a read)."""
 
-    def __init__(self, file_size: int):
+    def __init__(self, file_size: int, rules: ReaderRules = ReaderRules()):
         self.file_size = file_size
+        self.rules = rules
         self.start = -1  # next offset of the open stream; -1: no stream open
         self.limit = -1  # end of the open stream's range
         self.seeks = 0
@@ -65,7 +78,7 @@ class HandleReader:
         """Advance the state for a read of ``size`` bytes at ``offset`` and return its cost."""
         size = max(0, min(size, self.file_size - offset))
         skipped = 0
-        if self.start >= 0 and self.start < offset and offset - self.start < MAX_SKIP:
+        if self.start >= 0 and self.start < offset and offset - self.start < self.rules.max_skip:
             skipped = min(offset, self.limit) - self.start
             self.start += skipped
         seek = False
@@ -87,13 +100,14 @@ class HandleReader:
     def _open_stream(self, offset: int) -> None:
         end = self.file_size
         average = self.total_read // self.seeks if self.seeks else 0
-        if self.seeks >= MIN_SEEKS_FOR_RANDOM and average < MAX_SKIP:
+        r = self.rules
+        if self.seeks >= r.min_seeks_for_random and average < r.random_average:
             self.mode = "random"
-            end = offset + min(max((average // MiB + 1) * MiB, MIN_RANDOM_RANGE), MAX_RANDOM_RANGE)
+            end = offset + min(max((average // MiB + 1) * MiB, r.min_random_range), r.max_random_range)
         else:
             self.mode = "sequential"
         self.start = offset
-        self.limit = min(end, offset + SEQUENTIAL_RANGE, self.file_size)
+        self.limit = min(end, offset + self.rules.sequential_range, self.file_size)
 
 
 def stateless_plan(offset: int, size: int) -> Plan:

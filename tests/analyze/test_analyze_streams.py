@@ -148,6 +148,22 @@ def test_gcsfuse_replay_sequential_and_random():
     assert h["gcsfuse_sequential_requests"] == 1
 
 
+@pytest.mark.parametrize("exact_rows", [None, 0], ids=["read-by-read", "vectorized"])
+def test_the_replay_follows_the_gcsfuse_thresholds_the_user_set(exact_rows, monkeypatch):
+    """--threshold gcsfuse_sequential_read (a mount's --sequential-read-size-mb) sizes the sequential
+    requests in both replays: 300 MiB in order is 2 requests of 200 MiB, 3 of 100 MiB."""
+    from dataclasses import replace
+
+    from readtrace.analyze.storage import gcsfuse_replay
+
+    if exact_rows is not None:
+        monkeypatch.setattr(gcsfuse_replay, "EXACT_ROWS", exact_rows)
+    seq = _fuse_only([(i * MiB, MiB) for i in range(300)])
+    assert stream(analyze(seq), "fuse_handle")["gcsfuse_requests"] == 2
+    smaller = replace(Thresholds(), gcsfuse_sequential_read=100 * MiB)
+    assert stream(analyze(seq, smaller), "fuse_handle")["gcsfuse_requests"] == 3
+
+
 def test_a_step_back_is_a_seek_for_gcsfuse_however_small():
     """gcsfuse closes its reader at any read but the expected offset (a forward skip under 8 MiB is read
     through): readahead requests that overtook each other are seeks, as the lab mount's reader counts."""

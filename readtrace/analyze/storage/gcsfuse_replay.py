@@ -56,7 +56,7 @@ def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, gap: np.nd
         zeros = np.zeros(n_groups, dtype=np.int64)
         return Replay(seeks=zeros, requests=zeros, random_bytes=zeros, random_after=zeros)
     if n <= EXACT_ROWS:
-        return _read_by_read(starts, offset, nbytes)
+        return _read_by_read(starts, offset, nbytes, th)
     opens = is_seek(gap, th, reorder_window=0)  # seeks ...
     seeks = sorted_sum(starts, opens)
     opens[starts] = True  # ... and each group's first read
@@ -114,9 +114,9 @@ def replay(codes: np.ndarray, starts: np.ndarray, offset: np.ndarray, gap: np.nd
     return Replay(seeks=seeks, requests=requests, random_bytes=random_bytes, random_after=random_after)
 
 
-def _read_by_read(starts: np.ndarray, offset: np.ndarray, nbytes: np.ndarray) -> Replay:
+def _read_by_read(starts: np.ndarray, offset: np.ndarray, nbytes: np.ndarray, th: Thresholds) -> Replay:
     """The replay by gcsfuse's reader itself, one per group, fed its reads in order."""
-    seek, new, random = _plans(starts, offset, nbytes)
+    seek, new, random = _plans(starts, offset, nbytes, th)
     first_random = np.where(random, np.arange(len(offset)), len(offset))
     group_first_random = np.minimum.reduceat(first_random, starts)
     random_after = np.where(group_first_random < len(offset), group_first_random - starts + 1, 0)
@@ -126,27 +126,26 @@ def _read_by_read(starts: np.ndarray, offset: np.ndarray, nbytes: np.ndarray) ->
                   random_after=random_after.astype(np.int64))
 
 
-def new_requests(starts: np.ndarray, offset: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+def new_requests(starts: np.ndarray, offset: np.ndarray, nbytes: np.ndarray, th: Thresholds) -> np.ndarray | None:
     """Per read (rows ordered by group, then time; ``starts``: each group's first row): whether gcsfuse's
-    reader opens a backend request for it, which pays a first byte; up to EXACT_ROWS reads, else the
-    reads that do not continue the one before (contiguity only)."""
-    if len(offset) <= EXACT_ROWS:
-        return _plans(starts, offset, nbytes)[1]
-    opened = offset != np.r_[0, (offset + nbytes)[:-1]]
-    opened[starts] = True
-    return opened
+    reader opens a backend request for it, which pays a first byte; None over EXACT_ROWS reads."""
+    return _plans(starts, offset, nbytes, th)[1] if len(offset) <= EXACT_ROWS else None
 
 
-def _plans(starts: np.ndarray, offset: np.ndarray, nbytes: np.ndarray
+def _plans(starts: np.ndarray, offset: np.ndarray, nbytes: np.ndarray, th: Thresholds
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(seek, new request, random mode) per read, from one ``simfs.model.HandleReader`` per group."""
-    from readtrace.simfs.model import HandleReader
+    """(seek, new request, random mode) per read, from one ``simfs.model.HandleReader`` per group, with
+    the reader settings of ``th``."""
+    from readtrace.simfs.model import HandleReader, ReaderRules
 
+    rules = ReaderRules(max_skip=th.gcsfuse_seek_window, min_seeks_for_random=th.gcsfuse_min_seeks_for_random,
+                        random_average=th.gcsfuse_max_random_read, min_random_range=th.gcsfuse_min_random_read,
+                        max_random_range=th.gcsfuse_max_random_read, sequential_range=th.gcsfuse_sequential_read)
     n = len(offset)
     seek, new, random = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
     ends = [*starts[1:].tolist(), n]
     for first, last in zip(starts.tolist(), ends, strict=True):
-        reader = HandleReader(1 << 62)  # the file's end does not matter to the count
+        reader = HandleReader(1 << 62, rules)  # the file's end does not matter to the count
         for i, o, size in zip(range(first, last), offset[first:last].tolist(), nbytes[first:last].tolist(),
                               strict=True):
             plan = reader.plan(o, size)

@@ -466,9 +466,10 @@ def _recorded_costs(a, data: pd.DataFrame, name: str, request_quantile: float | 
         # ended (4 threads on one shared fd, recorded mid-load: the median of the few continuing ones was -67 ms)
         service_ms = np.maximum(end - np.where(first, ts, np.maximum(ts, free_at)), 0) / 1e6
         in_flight = 1.0
-    if DEFAULTS[name].model == "gcsfuse":  # the requests its reader opened a backend request for
-        opened = new_requests(np.flatnonzero(first), off, size)
-    else:  # not the continuation of the read before it in the stream
+    # the requests gcsfuse's reader opened a backend request for, else those not continuing the one before
+    opened = new_requests(np.flatnonzero(first), off, size, a.thresholds) if DEFAULTS[name].model == "gcsfuse" \
+        else None
+    if opened is None:
         opened = first | (off != np.r_[0, (off + size)[:-1]])
     continuing = service_ms[~opened]
     if not len(continuing):
