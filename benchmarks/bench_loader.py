@@ -62,9 +62,10 @@ def touch(tensors) -> None:
         torch.cuda.synchronize()
 
 
-def own_fd(threads: int, cpu_storage: str = "copy") -> Loader:
+def own_fd(threads: int, cpu_storage: str = "copy", register_cached: bool = True) -> Loader:
     def make(path, device):
-        return lambda: touch(load_file(path, device, threads=threads, cpu_storage=cpu_storage).values())
+        return lambda: touch(load_file(path, device, threads=threads, cpu_storage=cpu_storage,
+                                       register_cached=register_cached).values())
     return make
 
 
@@ -163,18 +164,22 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--threads", type=int, nargs="+", default=None,
-                   help="own-fd reader thread counts to try (default: 1 2 on CPU, 1 4 8 on CUDA)")
+                   help="own-fd reader thread counts to try (default: 1 2 on CPU, 4 16 on CUDA)")
     p.add_argument("--out", default="bench-results/bench_loader.json")
+    p.add_argument("--checkpoint", help="an existing checkpoint to read (never written) instead of making one")
+    p.add_argument("--only", nargs="+", help="only the loaders whose names contain one of these words")
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("bench_loader: --device cuda but no CUDA GPU", file=sys.stderr)
         return 3
-    threads = args.threads or ([1, 2] if args.device == "cpu" else [1, 8])
+    threads = args.threads or ([1, 2] if args.device == "cpu" else [4, 16])
     loaders: dict[str, Loader] = {"dd bs=16M": dd}
     copy = " (copy)" if args.device == "cpu" else ""
     loaders.update({f"readtrace own-fd{copy} x{t}": own_fd(t) for t in threads})
     if args.device == "cpu":
         loaders["readtrace own-fd (map) x1"] = own_fd(1, "map")
+    else:  # warm: the cached pages registered for DMA (the default) against the staging buffers
+        loaders[f"readtrace own-fd x{max(threads)} (staging only)"] = own_fd(max(threads), register_cached=False)
     loaders.update({"readtrace prefetch + mmap load": prefetch_then_mmap,
                     "safetensors load_file (mmap)": safetensors_mmap,
                     "safetensors load_file (pread)": safetensors_pread,
@@ -182,9 +187,12 @@ def main(argv=None) -> int:
     if args.device == "cuda":
         loaders["pinned H2D copy (reference)"] = pinned_h2d
 
+    if args.only:
+        loaders = {n: f for n, f in loaders.items() if any(w in n for w in args.only)}
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="bench-loader-") as tmp:
-        path = os.path.join(tmp, "model.safetensors")
-        make_checkpoint(path, args.size_mib * MiB)
+        path = args.checkpoint or os.path.join(tmp, "model.safetensors")
+        if not args.checkpoint:
+            make_checkpoint(path, args.size_mib * MiB)
         size = os.path.getsize(path)
         skipped = {name: why for name in loaders if (why := available(name))}
         runs = {name: make(path, args.device) for name, make in loaders.items() if name not in skipped}

@@ -16,13 +16,13 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
 from readtrace.fs.knowledge import is_remote
+from readtrace.loader.devicecopy import copy_range
 from readtrace.loader.errors import CheckpointFormatError, DeviceUnavailableError
 from readtrace.loader.fileio import DEFAULT_CHUNK_BYTES, open_fd, read_into, tensor_bytes
 from readtrace.loader.header import Header, header_from_bytes, read_header
@@ -42,6 +42,7 @@ def load_file(
     threads: int | None = None,
     num_buffers: int = DEFAULT_BUFFERS,
     cpu_storage: str = "auto",
+    register_cached: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Load every tensor of the safetensors file ``path`` onto ``device``.
 
@@ -55,7 +56,9 @@ def load_file(
     paying for first touch of fresh memory (one fd, one open: it works on FUSE mounts that drop the
     cache on every open). ``auto`` (default): ``map`` on local file systems, ``copy`` on FUSE and
     network ones, where a later open() by anyone may invalidate the cached pages under a mapping
-    and every touch would fetch them again. Raises ``CheckpointFormatError`` (a ValueError) for a malformed,
+    and every touch would fetch them again. ``register_cached`` (CUDA): a reader's range that is all
+    in the page cache is copied straight from the cached pages (registered for DMA), not through the
+    staging buffers (``readtrace.loader.devicecopy``). Raises ``CheckpointFormatError`` (a ValueError) for a malformed,
     truncated or empty file.
     """
     target = resolve_device(device)
@@ -74,10 +77,10 @@ def load_file(
         stage_on = target if target.type in ("cpu", "cuda") else torch.device("cpu")
         storage = torch.empty(header.data_len, dtype=torch.uint8, device=stage_on)
         if stage_on.type == "cuda":
-            reader = _device_reader(chunk_bytes, pinned, num_buffers)
+            reader = _device_reader(chunk_bytes, pinned, num_buffers, register_cached)
         else:
             reader = _host_reader(chunk_bytes)
-        _read_section(path, fd, header, storage, reader, threads)
+        _read_section(path, fd, header, storage, reader, threads, in_threads=stage_on.type == "cuda")
     if storage.device != target:
         storage = storage.to(target)
     return tensor_views(header, storage)
@@ -151,7 +154,10 @@ def _read_then_map(path, fd: int, header: Header, chunk_bytes: int) -> torch.Ten
 Reader = Callable[[int, int, torch.Tensor], int]
 
 
-def _read_section(path, fd: int, header: Header, storage: torch.Tensor, reader: Reader, threads: int) -> None:
+def _read_section(path, fd: int, header: Header, storage: torch.Tensor, reader: Reader, threads: int,
+                  in_threads: bool = False) -> None:
+    """``in_threads``: read even a single span in a thread of its own (a CUDA error the reader leaves
+    in its thread, e.g. a refused host registration, must not surface in the caller's next launch)."""
     spans = split_spans(header.data_len, threads)
 
     def read_span(index: int) -> None:
@@ -165,11 +171,11 @@ def _read_section(path, fd: int, header: Header, storage: torch.Tensor, reader: 
             raise CheckpointFormatError(path, f"truncated while reading: got {got} of {end - start} bytes "
                                               f"at data offset {start}")
 
-    if len(spans) <= 1:
+    if len(spans) <= 1 and not in_threads:
         for i in range(len(spans)):
             read_span(i)
         return
-    with ThreadPoolExecutor(len(spans), thread_name_prefix="readtrace-load") as pool:
+    with ThreadPoolExecutor(max(len(spans), 1), thread_name_prefix="readtrace-load") as pool:
         for future in [pool.submit(read_span, i) for i in range(len(spans))]:
             future.result()
 
@@ -181,73 +187,10 @@ def _host_reader(chunk_bytes: int) -> Reader:
     return read
 
 
-def _device_reader(chunk_bytes: int, pinned: bool, num_buffers: int) -> Reader:
+def _device_reader(chunk_bytes: int, pinned: bool, num_buffers: int, register_cached: bool) -> Reader:
     def read(fd: int, offset: int, dest: torch.Tensor) -> int:
-        size = dest.numel()
-        slot_bytes = min(chunk_bytes, size)
         with torch.cuda.device(dest.device):  # reader threads start on device 0
-            return _copy_through_staging(fd, offset, dest, slot_bytes, pinned, num_buffers)
+            return copy_range(fd, offset, dest, chunk_bytes, pinned=pinned, num_buffers=num_buffers,
+                              register_cached=register_cached)
 
     return read
-
-
-def _copy_through_staging(fd: int, offset: int, dest: torch.Tensor, slot_bytes: int, pinned: bool,
-                          num_buffers: int) -> int:
-    """Read ``dest.numel()`` bytes at ``offset`` into ``dest`` through ``num_buffers`` staging buffers.
-
-    On a GPU the copies run on a side stream and an event per buffer guards its reuse; a CPU ``dest``
-    (tests) takes the same path with plain synchronous copies.
-    """
-    size = dest.numel()
-    slots = _STAGING.take(num_buffers, slot_bytes, pinned)
-    events: list[torch.cuda.Event | None] = [None] * num_buffers
-    stream = torch.cuda.Stream(device=dest.device) if dest.is_cuda else None
-    try:
-        for i, pos in enumerate(range(0, size, slot_bytes)):
-            n = min(slot_bytes, size - pos)
-            slot, event = slots[i % num_buffers], events[i % num_buffers]
-            if event is not None:
-                event.synchronize()  # the copy out of this buffer has finished: safe to refill
-            got = read_into(fd, tensor_bytes(slot)[:n], offset + pos, chunk_bytes=n)
-            if got != n:
-                return pos + got
-            if stream is None:
-                dest[pos:pos + n].copy_(slot[:n])
-                continue
-            with torch.cuda.stream(stream):
-                dest[pos:pos + n].copy_(slot[:n], non_blocking=True)
-                events[i % num_buffers] = torch.cuda.Event()
-                events[i % num_buffers].record(stream)
-        return size
-    finally:
-        if stream is not None:
-            stream.synchronize()
-        _STAGING.give(slots)
-
-
-class _StagingPool:
-    """Reuses pinned staging buffers across loads (pinning memory costs milliseconds per buffer)."""
-
-    def __init__(self):
-        self._free: list[torch.Tensor] = []
-        self._lock = threading.Lock()
-
-    def take(self, count: int, size: int, pinned: bool) -> list[torch.Tensor]:
-        with self._lock:
-            fits = [b for b in self._free if b.numel() >= size and b.is_pinned() == pinned][:count]
-            taken = {id(b) for b in fits}  # by identity: == on tensors compares elements
-            self._free = [b for b in self._free if id(b) not in taken]
-        fits += [torch.empty(size, dtype=torch.uint8, pin_memory=pinned) for _ in range(count - len(fits))]
-        return fits
-
-    def give(self, buffers: list[torch.Tensor]) -> None:
-        with self._lock:
-            self._free.extend(buffers)
-            del self._free[:-2 * MAX_CUDA_THREADS * DEFAULT_BUFFERS]  # enough for one load, no more
-
-    def clear(self) -> None:
-        with self._lock:
-            self._free.clear()
-
-
-_STAGING = _StagingPool()

@@ -242,18 +242,18 @@ def test_cuda_equals_safetensors_on_random_files(tensors, chunk, threads, buffer
 @pytest.mark.parametrize("slot,buffers", [(1, 1), (7, 2), (4096, 3), (1 << 20, 2)])
 def test_staging_pipeline_on_cpu(tmp_path, slot, buffers):
     """The CUDA path's staging loop (buffer rotation, chunking, short files), run with a CPU target."""
+    from readtrace.loader.devicecopy import copy_through_staging
     from readtrace.loader.fileio import open_fd
-    from readtrace.loader.loader import _copy_through_staging
 
     data = os.urandom(10_000)
     path = tmp_path / "blob.bin"
     path.write_bytes(data)
     dest = torch.empty(9_990, dtype=torch.uint8)
     with open_fd(path) as fd:
-        assert _copy_through_staging(fd, 10, dest, min(slot, 9_990), False, buffers) == 9_990
+        assert copy_through_staging(fd, 10, dest, min(slot, 9_990), False, buffers) == 9_990
         assert bytes(dest.numpy()) == data[10:]
         short = torch.empty(100, dtype=torch.uint8)
-        assert _copy_through_staging(fd, 9_950, short, min(slot, 100), False, buffers) == 50  # file ends
+        assert copy_through_staging(fd, 9_950, short, min(slot, 100), False, buffers) == 50  # file ends
 
 
 def test_mapped_tensors_are_private_and_outlive_the_fd(tmp_path):

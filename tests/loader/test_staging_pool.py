@@ -3,11 +3,11 @@ the CUDA path: the pool is the same for pinned and pageable buffers)."""
 
 import torch
 
-from readtrace.loader.loader import _StagingPool
+from readtrace.loader.devicecopy import StagingPool
 
 
 def test_take_hands_out_distinct_buffers_and_keeps_the_rest():
-    pool = _StagingPool()
+    pool = StagingPool()
     buffers = [torch.zeros(16, dtype=torch.uint8) for _ in range(3)]  # equal contents on purpose
     pool.give(buffers)
     taken = pool.take(2, 8, pinned=False)
@@ -18,14 +18,14 @@ def test_take_hands_out_distinct_buffers_and_keeps_the_rest():
 
 
 def test_take_allocates_when_nothing_fits():
-    pool = _StagingPool()
+    pool = StagingPool()
     pool.give([torch.zeros(4, dtype=torch.uint8)])
     (big,) = pool.take(1, 64, pinned=False)
     assert big.numel() == 64
 
 
 def test_take_skips_buffers_that_do_not_fit():
-    pool = _StagingPool()
+    pool = StagingPool()
     small, big = torch.zeros(1, dtype=torch.uint8), torch.zeros(16, dtype=torch.uint8)
     pool.give([small, big])
     (got,) = pool.take(1, 8, pinned=False)
