@@ -12,7 +12,7 @@
 # Results land in $OUT (or ./gpu-check-out), at most 8 files: gpu_check.log, pytest.txt, gpu_paths.json,
 # bench_2g.json, bench_big.json, fix_cuda.json, identity.txt, summary.txt.
 # Tunables: GPU_CHECK_SIZE_MIB (2048), GPU_CHECK_BIG_MIB (8192; 0 skips), GPU_CHECK_REPEAT (3),
-# GPU_CHECK_DIR (a disk dir, /var/tmp), GPU_CHECK_STEPS (default "tests paths bench fix big").
+# GPU_CHECK_DIR (a disk dir, /var/tmp), GPU_CHECK_STEPS (default "tests paths fix bench big").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 WHEELS=.whl
@@ -31,7 +31,7 @@ OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/gpu_check.log") 2>&1
 started=$(date +%s)
-STEPS=${GPU_CHECK_STEPS:-tests paths bench fix big}
+STEPS=${GPU_CHECK_STEPS:-tests paths fix bench big}
 DIR=${GPU_CHECK_DIR:-/var/tmp}/readtrace-gpu-check
 SIZE=${GPU_CHECK_SIZE_MIB:-2048}
 BIG=${GPU_CHECK_BIG_MIB:-8192}
@@ -74,11 +74,6 @@ if step paths; then
     echo "== where a warm load's time goes ($(elapsed))"
     timeout 120 $PY benchmarks/gpu_paths.py --checkpoint "$CKPT" --out "$OUT/gpu_paths.json"; paths_rc=$?
 fi
-if step bench; then
-    echo "== loaders, cold and warm, ${SIZE} MiB ($(elapsed))"
-    timeout 150 $PY benchmarks/bench_loader.py --device cuda --checkpoint "$CKPT" --repeat "${GPU_CHECK_REPEAT:-3}" \
-        --out "$OUT/bench_2g.json"; bench_rc=$?
-fi
 if step fix; then
     echo "== fix --compare --device cuda ($(elapsed))"
     timeout 100 $PY -m readtrace fix --compare --no-record --strategy own-fd --device cuda --json \
@@ -103,6 +98,11 @@ print(f"{len(cpu)} tensors: readtrace cuda (registered, staging) and safetensors
 sys.exit(1 if bad else 0)
 PY
     ident_rc=$?; cat "$OUT/identity.txt"
+fi
+if step bench; then
+    echo "== loaders, cold and warm, ${SIZE} MiB ($(elapsed))"
+    timeout 150 $PY benchmarks/bench_loader.py --device cuda --checkpoint "$CKPT" --repeat "${GPU_CHECK_REPEAT:-3}" \
+        --out "$OUT/bench_2g.json"; bench_rc=$?
 fi
 if step big && [ "$BIG" -gt 0 ]; then
     echo "== loaders, cold and warm, ${BIG} MiB ($(elapsed))"
