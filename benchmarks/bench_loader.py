@@ -33,6 +33,7 @@ from safetensors.torch import load_file as st_load_file
 from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from readtrace.loader.devicecopy import wait_unpinned  # noqa: E402
 from readtrace.loader.loader import load_file  # noqa: E402
 from readtrace.pagecache.evict import evict  # noqa: E402
 from readtrace.pagecache.prefetch import prefetch  # noqa: E402
@@ -150,6 +151,7 @@ def measure(run: Callable[[], None], path: str, cold: bool) -> float:
     # Give freed heap memory back to the kernel: a real load gets fresh memory and pays for touching
     # it first; without this, loaders allocating many small tensors would reuse the last run's pages.
     _libc.malloc_trim(0)
+    wait_unpinned()  # the last load's registered pages, let go in the background
     started = time.perf_counter()
     run()
     elapsed = time.perf_counter() - started

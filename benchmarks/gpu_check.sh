@@ -12,7 +12,8 @@
 # Results land in $OUT (or ./gpu-check-out), at most 8 files: gpu_check.log, pytest.txt, gpu_paths.json,
 # bench_2g.json, bench_big.json, fix_cuda.json, identity.txt, summary.txt.
 # Tunables: GPU_CHECK_SIZE_MIB (2048), GPU_CHECK_BIG_MIB (8192; 0 skips), GPU_CHECK_REPEAT (3),
-# GPU_CHECK_DIR (a disk dir, /var/tmp), GPU_CHECK_STEPS (default "tests paths fix bench big").
+# GPU_CHECK_DIR (a disk dir, /var/tmp), GPU_CHECK_STEPS (default "tests paths fix bench big"),
+# GPU_CHECK_PYTEST_MARK ("cuda or not slow"; "cuda" runs only the tests that need the GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 WHEELS=.whl
@@ -66,7 +67,7 @@ tests_rc=-; paths_rc=-; bench_rc=-; fix_rc=-; ident_rc=-; big_rc=-
 if step tests; then
     echo "== CUDA tests ($(elapsed))"
     timeout 150 $PY -m pytest -q -rs -p no:cacheprovider tests/loader/test_loader.py tests/loader/test_devicecopy.py \
-        tests/inject/test_shim.py tests/loader/test_staging_pool.py tests/test_workloads.py -m "cuda or not slow" \
+        tests/inject/test_shim.py tests/loader/test_staging_pool.py tests/test_workloads.py -m "${GPU_CHECK_PYTEST_MARK:-cuda or not slow}" \
         > "$OUT/pytest.txt" 2>&1
     tests_rc=$?; tail -25 "$OUT/pytest.txt"
 fi
@@ -89,11 +90,11 @@ from readtrace.inject.manifest import raw_bytes
 from readtrace.loader.loader import load_file
 path = sys.argv[1]
 cpu, ours, theirs = st_load(path), load_file(path, "cuda"), st_load(path, device="cuda")
-cold = load_file(path, "cuda", register_cached=False)
-bad = [n for n in cpu for other in (ours, theirs, cold)
+staged = load_file(path, "cuda", register_cached=False)
+bad = [n for n in cpu for other in (ours, theirs, staged)
        if other[n].dtype != cpu[n].dtype or other[n].shape != cpu[n].shape
        or not torch.equal(raw_bytes(other[n].cpu()), raw_bytes(cpu[n]))]
-print(f"{len(cpu)} tensors: readtrace cuda (registered, staging) and safetensors cuda vs the CPU load:",
+print(f"{len(cpu)} tensors: readtrace cuda (registered + staging, staging only) and safetensors cuda vs the CPU load:",
       "identical" if not bad else f"DIFFERENT: {sorted(set(bad))}")
 sys.exit(1 if bad else 0)
 PY

@@ -5,8 +5,9 @@ On one checkpoint already in the page cache, side by side in one run (median of 
 - the host side alone: N threads pread-ing the file into pinned buffers (no GPU);
 - registration alone: cudaHostRegister + cudaHostUnregister of the cached pages, N threads;
 - a pageable copy: the file's mapping copied with one ``.to("cuda")``;
-- readtrace's loader through staging buffers and from registered page-cache pages, by threads and
-  chunk size; safetensors ``load_file(device="cuda")`` for context.
+- readtrace's cached copy: readers sharing units, some from registered page-cache pages, the rest
+  through staging buffers, by readers, registering readers and unit size; the loader with its
+  defaults and with staging only; safetensors ``load_file(device="cuda")`` for context.
 
     python benchmarks/gpu_paths.py --size-mib 2048 --out gpu_paths.json
 
@@ -31,7 +32,7 @@ from safetensors.torch import load_file as st_load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.bench_loader import machine, make_checkpoint  # noqa: E402
-from readtrace.loader.devicecopy import ReadOnlyMapping, register_chunks  # noqa: E402
+from readtrace.loader.devicecopy import ReadOnlyMapping, copy_cached, register_chunks, wait_unpinned  # noqa: E402
 from readtrace.loader.fileio import open_fd, read_into, tensor_bytes  # noqa: E402
 from readtrace.loader.loader import load_file  # noqa: E402
 from readtrace.loader.spans import split_spans  # noqa: E402
@@ -45,6 +46,7 @@ def timed(run: Callable[[], object], repeat: int, path: str) -> float:
     times = []
     for _ in range(repeat):
         prefetch([path], progress=False)
+        wait_unpinned()
         torch.cuda.synchronize()
         started = time.perf_counter()
         run()
@@ -77,20 +79,35 @@ def pread_only(chunk: int) -> Callable[[int, int, int], None]:
     return work
 
 
-def register_only(chunk: int) -> Callable[[int, int, int], None]:
+def register_only(chunk: int, unregister: bool = True) -> Callable[[int, int, int], None]:
+    """Register each chunk's pages (and unregister them at once, or after the timing: ``unregister``)."""
     cudart = torch.cuda.cudart()
 
     def work(fd, start, end):
         mapping = ReadOnlyMapping(fd, start, end)
-        try:
-            for a, b in register_chunks(start, end - start, chunk):
-                page = mapping.address(a - a % 4096)
-                n = -(-(mapping.address(b) - page) // 4096) * 4096
-                assert int(cudart.cudaHostRegister(page, n, 8)) == 0, "cudaHostRegister refused"
+        pages = []
+        for a, b in register_chunks(start, end - start, chunk):
+            page = mapping.address(a - a % 4096)
+            n = -(-(mapping.address(b) - page) // 4096) * 4096
+            assert int(cudart.cudaHostRegister(page, n, 8)) == 0, "cudaHostRegister refused"
+            if unregister:
                 cudart.cudaHostUnregister(page)
-        finally:
-            mapping.close()
+            else:
+                pages.append(page)
+        LATER.append((mapping, pages))
     return work
+
+
+LATER: list = []  # (mapping, registered pages) let go after a timing
+
+
+def let_go() -> None:
+    cudart = torch.cuda.cudart()
+    while LATER:
+        mapping, pages = LATER.pop()
+        for page in pages:
+            cudart.cudaHostUnregister(page)
+        mapping.close()
 
 
 def main(argv=None) -> int:
@@ -119,7 +136,8 @@ def main(argv=None) -> int:
                 rows.append({"group": group, "way": name, "s": s, "gbps": size / s / 1e9})
             except Exception as e:  # noqa: BLE001 - a way that fails here is a result
                 rows.append({"group": group, "way": name, "error": f"{type(e).__name__}: {e}"})
-            print(f"  {group:10} {name:44} {rows[-1].get('s', float('nan')):.3f} s", flush=True)
+            let_go()
+            print(f"  {group:10} {name:56} {rows[-1].get('s', float('nan')):.3f} s", flush=True)
 
         add("limit", "pinned H2D, one copy", lambda: buf["dst"].copy_(buf["src"], non_blocking=True))
 
@@ -129,8 +147,11 @@ def main(argv=None) -> int:
         add("limit", "pinned H2D, 16 MiB pieces", pieces)
         for t in (1, 4, 8, 16):
             add("host", f"pread into pinned, {t} threads", in_threads(path, t, pread_only(16 * MiB)))
-        for t, chunk in ((1, 64), (4, 64), (8, 16), (8, 64), (16, 64)):
+        for t, chunk in ((1, 64), (4, 64), (1, 256)):
             add("register", f"register+unregister, {t} threads, {chunk} MiB", in_threads(path, t, register_only(chunk * MiB)))
+        for t, chunk in ((1, 64), (2, 64), (1, 256)):
+            add("register", f"register only, {t} threads, {chunk} MiB",
+                in_threads(path, t, register_only(chunk * MiB, unregister=False)))
 
         def pageable():
             with open_fd(path) as fd:
@@ -140,24 +161,31 @@ def main(argv=None) -> int:
                 finally:
                     mapping.close()
         add("pageable", "mapping.to(cuda), one copy", pageable)
+
+        def cached(readers: int, registering: int, unit_mib: int, chunk_mib: int = 16):
+            with open(path, "rb") as f:
+                offset = 8 + int.from_bytes(f.read(8), "little")  # the data section's start
+            dest = buf["dst"][:size - offset]
+            return lambda: copy_cached(path, offset, dest, readers=readers, registering=registering,
+                                       chunk_bytes=chunk_mib * MiB, unit_bytes=unit_mib * MiB)
+        for readers, registering, unit in ((16, 0, 64), (16, 1, 64), (16, 1, 32), (16, 1, 128), (16, 2, 64),
+                                           (8, 1, 64), (4, 1, 64), (2, 1, 64), (1, 1, 64), (12, 1, 64)):
+            add("cached", f"{readers} readers, {registering} registering, {unit} MiB units",
+                cached(readers, registering, unit))
+        add("cached", "16 readers, 1 registering, 64 MiB units, 8 MiB chunks", cached(16, 1, 64, 8))
         buf.clear()  # the loads below allocate their own
-        for t in (4, 8, 16):
-            for chunk in (16, 64):
-                add("staging", f"own-fd x{t}, {chunk} MiB chunks", lambda t=t, c=chunk: load_file(
-                    path, "cuda", threads=t, chunk_bytes=c * MiB, register_cached=False))
-        for t in (1, 2, 4, 8, 16):
-            for chunk in (16, 64, 256):
-                add("registered", f"own-fd x{t}, {chunk} MiB chunks", lambda t=t, c=chunk: load_file(
-                    path, "cuda", threads=t, chunk_bytes=c * MiB))
-        add("registered", "own-fd, defaults", lambda: load_file(path, "cuda"))
+        add("loader", "own-fd x16, staging only", lambda: load_file(path, "cuda", threads=16, register_cached=False))
+        for t in (4, 8):
+            add("loader", f"own-fd x{t}", lambda t=t: load_file(path, "cuda", threads=t))
+        add("loader", "own-fd, defaults", lambda: load_file(path, "cuda"))
         add("peer", "safetensors load_file(device=cuda)", lambda: st_load_file(path, device="cuda"))
     limit = next(r["s"] for r in rows if r["way"] == "pinned H2D, one copy")
     print(f"\n{size / (1 << 30):.2f} GiB, warm, median of {args.repeat}, {machine()}")
-    print(f"{'group':10} {'way':44} {'s':>7} {'GB/s':>6} {'x H2D':>6}")
+    print(f"{'group':10} {'way':56} {'s':>7} {'GB/s':>6} {'x H2D':>6}")
     for r in rows:
         r["vs_h2d"] = limit / r["s"] if "s" in r else None
         cells = f"{r['s']:7.3f} {r['gbps']:6.1f} {r['vs_h2d']:6.2f}" if "s" in r else r["error"]
-        print(f"{r['group']:10} {r['way']:44} {cells}")
+        print(f"{r['group']:10} {r['way']:56} {cells}")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump({"machine": machine(), "size_bytes": size, "repeat": args.repeat, "rows": rows}, f, indent=2)

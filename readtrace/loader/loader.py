@@ -22,11 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from readtrace.fs.knowledge import is_remote
-from readtrace.loader.devicecopy import copy_range
+from readtrace.loader.devicecopy import copy_cached, copy_through_staging
 from readtrace.loader.errors import CheckpointFormatError, DeviceUnavailableError
 from readtrace.loader.fileio import DEFAULT_CHUNK_BYTES, open_fd, read_into, tensor_bytes
 from readtrace.loader.header import Header, header_from_bytes, read_header
 from readtrace.loader.spans import split_spans
+from readtrace.pagecache.residency import range_cached
 
 DEFAULT_BUFFERS = 2
 MAX_CUDA_THREADS = 16
@@ -56,10 +57,10 @@ def load_file(
     paying for first touch of fresh memory (one fd, one open: it works on FUSE mounts that drop the
     cache on every open). ``auto`` (default): ``map`` on local file systems, ``copy`` on FUSE and
     network ones, where a later open() by anyone may invalidate the cached pages under a mapping
-    and every touch would fetch them again. ``register_cached`` (CUDA): a reader's range that is all
-    in the page cache is copied straight from the cached pages (registered for DMA), not through the
-    staging buffers (``readtrace.loader.devicecopy``). Raises ``CheckpointFormatError`` (a ValueError) for a malformed,
-    truncated or empty file.
+    and every touch would fetch them again. ``register_cached`` (CUDA): a data section that is all in
+    the page cache is copied partly straight from the cached pages (registered for DMA), partly
+    through the staging buffers, the readers sharing it unit by unit (``readtrace.loader.devicecopy``).
+    Raises ``CheckpointFormatError`` (a ValueError) for a malformed, truncated or empty file.
     """
     target = resolve_device(device)
     if threads is None:
@@ -76,11 +77,16 @@ def load_file(
             return tensor_views(header, _read_then_map(path, fd, header, chunk_bytes))
         stage_on = target if target.type in ("cpu", "cuda") else torch.device("cpu")
         storage = torch.empty(header.data_len, dtype=torch.uint8, device=stage_on)
-        if stage_on.type == "cuda":
-            reader = _device_reader(chunk_bytes, pinned, num_buffers, register_cached)
+        if stage_on.type == "cuda" and register_cached and header.data_len and \
+                range_cached(fd, header.data_start, header.data_len):
+            got = copy_cached(path, header.data_start, storage, readers=threads, chunk_bytes=chunk_bytes,
+                              pinned=pinned, num_buffers=num_buffers)
+            if got != header.data_len:
+                raise CheckpointFormatError(path, f"truncated while reading: got {got} of {header.data_len} bytes")
         else:
-            reader = _host_reader(chunk_bytes)
-        _read_section(path, fd, header, storage, reader, threads, in_threads=stage_on.type == "cuda")
+            reader = _device_reader(chunk_bytes, pinned, num_buffers) if stage_on.type == "cuda" \
+                else _host_reader(chunk_bytes)
+            _read_section(path, fd, header, storage, reader, threads)
     if storage.device != target:
         storage = storage.to(target)
     return tensor_views(header, storage)
@@ -154,10 +160,7 @@ def _read_then_map(path, fd: int, header: Header, chunk_bytes: int) -> torch.Ten
 Reader = Callable[[int, int, torch.Tensor], int]
 
 
-def _read_section(path, fd: int, header: Header, storage: torch.Tensor, reader: Reader, threads: int,
-                  in_threads: bool = False) -> None:
-    """``in_threads``: read even a single span in a thread of its own (a CUDA error the reader leaves
-    in its thread, e.g. a refused host registration, must not surface in the caller's next launch)."""
+def _read_section(path, fd: int, header: Header, storage: torch.Tensor, reader: Reader, threads: int) -> None:
     spans = split_spans(header.data_len, threads)
 
     def read_span(index: int) -> None:
@@ -171,11 +174,11 @@ def _read_section(path, fd: int, header: Header, storage: torch.Tensor, reader: 
             raise CheckpointFormatError(path, f"truncated while reading: got {got} of {end - start} bytes "
                                               f"at data offset {start}")
 
-    if len(spans) <= 1 and not in_threads:
+    if len(spans) <= 1:
         for i in range(len(spans)):
             read_span(i)
         return
-    with ThreadPoolExecutor(max(len(spans), 1), thread_name_prefix="readtrace-load") as pool:
+    with ThreadPoolExecutor(len(spans), thread_name_prefix="readtrace-load") as pool:
         for future in [pool.submit(read_span, i) for i in range(len(spans))]:
             future.result()
 
@@ -187,10 +190,9 @@ def _host_reader(chunk_bytes: int) -> Reader:
     return read
 
 
-def _device_reader(chunk_bytes: int, pinned: bool, num_buffers: int, register_cached: bool) -> Reader:
+def _device_reader(chunk_bytes: int, pinned: bool, num_buffers: int) -> Reader:
     def read(fd: int, offset: int, dest: torch.Tensor) -> int:
         with torch.cuda.device(dest.device):  # reader threads start on device 0
-            return copy_range(fd, offset, dest, chunk_bytes, pinned=pinned, num_buffers=num_buffers,
-                              register_cached=register_cached)
+            return copy_through_staging(fd, offset, dest, min(chunk_bytes, dest.numel()), pinned, num_buffers)
 
     return read

@@ -70,6 +70,14 @@ def _cachestat(fd: int, offset: int = 0, length: int = 0) -> int | None:
 cached_in = _cachestat  # the same, for a byte range of an open file (readtrace.inject.mapfill)
 
 
+def range_cached(fd: int, offset: int, size: int) -> bool:
+    """Whether every page of bytes ``[offset, offset + size)`` of ``fd``'s file is in the page cache
+    (False where the kernel cannot say: before Linux 6.5's cachestat)."""
+    first, last = offset // PAGE, (offset + max(size, 1) - 1) // PAGE
+    cached = _cachestat(fd, first * PAGE, (last - first + 1) * PAGE)
+    return cached is not None and cached >= last - first + 1
+
+
 def _mincore(fd: int, size: int) -> int:
     addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
     if addr in (None, ctypes.c_void_p(-1).value):
