@@ -13,7 +13,8 @@
 # bench_2g.json, bench_big.json, fix_cuda.json, identity.txt, summary.txt.
 # Tunables: GPU_CHECK_SIZE_MIB (2048), GPU_CHECK_BIG_MIB (8192; 0 skips), GPU_CHECK_REPEAT (3),
 # GPU_CHECK_DIR (a disk dir, /var/tmp), GPU_CHECK_STEPS (default "tests paths fix bench big"),
-# GPU_CHECK_PYTEST_MARK ("cuda or not slow"; "cuda" runs only the tests that need the GPU).
+# GPU_CHECK_PYTEST_MARK ("cuda or not slow"; "cuda" runs only the tests that need the GPU),
+# GPU_CHECK_PATHS_ARGS (more arguments for gpu_paths.py, e.g. "--groups cached loader --repeat 5").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 WHEELS=.whl
@@ -73,7 +74,8 @@ if step tests; then
 fi
 if step paths; then
     echo "== where a warm load's time goes ($(elapsed))"
-    timeout 120 $PY benchmarks/gpu_paths.py --checkpoint "$CKPT" --out "$OUT/gpu_paths.json"; paths_rc=$?
+    timeout 120 $PY benchmarks/gpu_paths.py --checkpoint "$CKPT" --out "$OUT/gpu_paths.json" ${GPU_CHECK_PATHS_ARGS:-}
+    paths_rc=$?
 fi
 if step fix; then
     echo "== fix --compare --device cuda ($(elapsed))"

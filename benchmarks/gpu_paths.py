@@ -116,6 +116,7 @@ def main(argv=None) -> int:
     p.add_argument("--dir", default="/var/tmp")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--out", default="bench-results/gpu_paths.json")
+    p.add_argument("--groups", nargs="+", help="only these groups (limit host register pageable cached loader peer)")
     p.add_argument("--checkpoint", help="an existing checkpoint to read (never written) instead of making one")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -131,6 +132,8 @@ def main(argv=None) -> int:
                "dst": torch.empty(size, dtype=torch.uint8, device="cuda")}
 
         def add(group: str, name: str, run: Callable[[], object]) -> None:
+            if args.groups and group not in args.groups and group != "limit":
+                return
             try:
                 s = timed(run, args.repeat, path)
                 rows.append({"group": group, "way": name, "s": s, "gbps": size / s / 1e9})
@@ -168,11 +171,10 @@ def main(argv=None) -> int:
             dest = buf["dst"][:size - offset]
             return lambda: copy_cached(path, offset, dest, readers=readers, registering=registering,
                                        chunk_bytes=chunk_mib * MiB, unit_bytes=unit_mib * MiB)
-        for readers, registering, unit in ((16, 0, 64), (16, 1, 64), (16, 1, 32), (16, 1, 128), (16, 2, 64),
-                                           (8, 1, 64), (4, 1, 64), (2, 1, 64), (1, 1, 64), (12, 1, 64)):
+        for readers, registering, unit in ((16, 0, 64), (16, 1, 64), (16, 2, 64), (1, 1, 64), (1, 1, 256),
+                                           (2, 2, 128), (2, 2, 256), (2, 2, 512), (4, 4, 256), (16, 2, 256)):
             add("cached", f"{readers} readers, {registering} registering, {unit} MiB units",
                 cached(readers, registering, unit))
-        add("cached", "16 readers, 1 registering, 64 MiB units, 8 MiB chunks", cached(16, 1, 64, 8))
         buf.clear()  # the loads below allocate their own
         add("loader", "own-fd x16, staging only", lambda: load_file(path, "cuda", threads=16, register_cached=False))
         for t in (4, 8):

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from readtrace.fs.knowledge import is_remote
-from readtrace.loader.devicecopy import copy_cached, copy_through_staging
+from readtrace.loader.devicecopy import CACHED_READERS, copy_cached, copy_through_staging
 from readtrace.loader.errors import CheckpointFormatError, DeviceUnavailableError
 from readtrace.loader.fileio import DEFAULT_CHUNK_BYTES, open_fd, read_into, tensor_bytes
 from readtrace.loader.header import Header, header_from_bytes, read_header
@@ -79,8 +79,9 @@ def load_file(
         storage = torch.empty(header.data_len, dtype=torch.uint8, device=stage_on)
         if stage_on.type == "cuda" and register_cached and header.data_len and \
                 range_cached(fd, header.data_start, header.data_len):
-            got = copy_cached(path, header.data_start, storage, readers=threads, chunk_bytes=chunk_bytes,
-                              pinned=pinned, num_buffers=num_buffers)
+            readers = min(threads, CACHED_READERS)
+            got = copy_cached(path, header.data_start, storage, readers=readers, registering=readers,
+                              chunk_bytes=chunk_bytes, pinned=pinned, num_buffers=num_buffers)
             if got != header.data_len:
                 raise CheckpointFormatError(path, f"truncated while reading: got {got} of {header.data_len} bytes")
         else:
