@@ -63,7 +63,7 @@ def touch(tensors) -> None:
         torch.cuda.synchronize()
 
 
-def own_fd(threads: int, cpu_storage: str = "copy", register_cached: bool = True) -> Loader:
+def own_fd(threads: int, cpu_storage: str = "copy", register_cached: bool = False) -> Loader:
     def make(path, device):
         return lambda: touch(load_file(path, device, threads=threads, cpu_storage=cpu_storage,
                                        register_cached=register_cached).values())
@@ -180,8 +180,8 @@ def main(argv=None) -> int:
     loaders.update({f"readtrace own-fd{copy} x{t}": own_fd(t) for t in threads})
     if args.device == "cpu":
         loaders["readtrace own-fd (map) x1"] = own_fd(1, "map")
-    else:  # warm: the cached pages registered for DMA (the default) against the staging buffers
-        loaders[f"readtrace own-fd x{max(threads)} (staging only)"] = own_fd(max(threads), register_cached=False)
+    else:  # warm: the staging buffers (the default) against the cached pages registered for DMA
+        loaders[f"readtrace own-fd x{max(threads)} (registered pages)"] = own_fd(max(threads), register_cached=True)
     loaders.update({"readtrace prefetch + mmap load": prefetch_then_mmap,
                     "safetensors load_file (mmap)": safetensors_mmap,
                     "safetensors load_file (pread)": safetensors_pread,

@@ -92,11 +92,11 @@ from readtrace.inject.manifest import raw_bytes
 from readtrace.loader.loader import load_file
 path = sys.argv[1]
 cpu, ours, theirs = st_load(path), load_file(path, "cuda"), st_load(path, device="cuda")
-staged = load_file(path, "cuda", register_cached=False)
-bad = [n for n in cpu for other in (ours, theirs, staged)
+registered = load_file(path, "cuda", register_cached=True)
+bad = [n for n in cpu for other in (ours, theirs, registered)
        if other[n].dtype != cpu[n].dtype or other[n].shape != cpu[n].shape
        or not torch.equal(raw_bytes(other[n].cpu()), raw_bytes(cpu[n]))]
-print(f"{len(cpu)} tensors: readtrace cuda (registered + staging, staging only) and safetensors cuda vs the CPU load:",
+print(f"{len(cpu)} tensors: readtrace cuda (staging, registered pages) and safetensors cuda vs the CPU load:",
       "identical" if not bad else f"DIFFERENT: {sorted(set(bad))}")
 sys.exit(1 if bad else 0)
 PY

@@ -176,9 +176,9 @@ def main(argv=None) -> int:
             add("cached", f"{readers} readers, {registering} registering, {unit} MiB units",
                 cached(readers, registering, unit))
         buf.clear()  # the loads below allocate their own
-        add("loader", "own-fd x16, staging only", lambda: load_file(path, "cuda", threads=16, register_cached=False))
-        for t in (4, 8):
+        for t in (4, 8, 16):
             add("loader", f"own-fd x{t}", lambda t=t: load_file(path, "cuda", threads=t))
+        add("loader", "own-fd x16, registered pages", lambda: load_file(path, "cuda", threads=16, register_cached=True))
         add("loader", "own-fd, defaults", lambda: load_file(path, "cuda"))
         add("peer", "safetensors load_file(device=cuda)", lambda: st_load_file(path, device="cuda"))
     limit = next(r["s"] for r in rows if r["way"] == "pinned H2D, one copy")

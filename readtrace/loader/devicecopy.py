@@ -2,14 +2,18 @@
 
 - **staging** (``copy_through_staging``): chunks are read (``preadv``) into pinned buffers and copied
   from there on a side stream; an event per buffer guards its reuse.
-- **cached** (``copy_cached``): where every page is already in the page cache, readers claim units of
-  the range in turn; one of them copies its units straight from the cached pages (mapped read-only,
-  registered with the driver by ``cudaHostRegister``, DMA'd: no CPU copy), the others through
-  staging, so the two ways add up and whoever is faster takes more units. Measured on an H200 (16
-  vCPUs, 2 GiB warm): registering runs at about 30 GB/s and does not scale with threads (the driver
-  serialises it), staging at 29 GB/s with 16 threads, one pinned copy at 55 GB/s. The pages are
-  unregistered after the load, off its critical path (``cudaHostUnregister`` waits for the device). A
-  registration the driver refuses turns that reader into a staging one: the load never fails for it.
+- **cached** (``copy_cached``, the loader's ``register_cached=True``): where every page is already in
+  the page cache, readers claim units of the range in turn; registering ones copy their units
+  straight from the cached pages (mapped read-only, registered with the driver by
+  ``cudaHostRegister``, DMA'd: no CPU copy), the others through staging. The pages are unregistered
+  after the load, off its critical path (``cudaHostUnregister`` waits for the device). A registration
+  the driver refuses turns that reader into a staging one: the load never fails for it.
+
+Measured on an H200 VM (16 vCPUs, 2 GiB warm, docs/fix.md): one pinned copy 55 GB/s; 16 threads
+pread-ing the cached file into pinned buffers 35-38 GB/s (the staging path's ceiling; the loader 29-30);
+registering alone 51 GB/s in 256 MiB calls, but registering while copies run overlapped badly
+(two registering readers 32 GB/s) and staging readers beside them added nothing: staging stays the
+default.
 
 A CPU ``dest`` (tests) takes the same loops with plain copies.
 """
@@ -33,11 +37,8 @@ PAGE = mmap.PAGESIZE
 # | cudaHostRegisterPortable (any context may unregister them: the unpinning thread's too)
 HOST_REGISTER_FLAGS = 0x08 | 0x01
 MAX_POOLED_BUFFERS = 64
-CACHED_UNIT_BYTES = 256 << 20  # what a reader of a cached range claims at a time
-# Readers of a range all in the page cache, all registering (H200, 2 GiB warm: registering 256 MiB at a
-# time ran at 51 GB/s on one thread, 64 MiB at 35 GB/s, two threads of 64 MiB at 44 GB/s; staging
-# readers beside a registering one added nothing: 16 readers 0.068 s, one registering reader alone 0.067 s)
-CACHED_READERS = 2
+CACHED_UNIT_BYTES = 256 << 20  # what a reader of a cached range claims at a time (H200: 64 MiB calls 35 GB/s)
+CACHED_READERS = 2  # registering readers of a cached range (H200: 1, 2 and 4 within 15 %)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p

@@ -43,7 +43,7 @@ def load_file(
     threads: int | None = None,
     num_buffers: int = DEFAULT_BUFFERS,
     cpu_storage: str = "auto",
-    register_cached: bool = True,
+    register_cached: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Load every tensor of the safetensors file ``path`` onto ``device``.
 
@@ -57,9 +57,10 @@ def load_file(
     paying for first touch of fresh memory (one fd, one open: it works on FUSE mounts that drop the
     cache on every open). ``auto`` (default): ``map`` on local file systems, ``copy`` on FUSE and
     network ones, where a later open() by anyone may invalidate the cached pages under a mapping
-    and every touch would fetch them again. ``register_cached`` (CUDA): a data section that is all in
-    the page cache is copied partly straight from the cached pages (registered for DMA), partly
-    through the staging buffers, the readers sharing it unit by unit (``readtrace.loader.devicecopy``).
+    and every touch would fetch them again. ``register_cached`` (CUDA, off by default): a data section
+    that is all in the page cache is copied straight from its pages, registered for DMA by two
+    readers (``readtrace.loader.devicecopy``); on an H200 it was not faster than the staging buffers
+    (docs/fix.md, "On a GPU").
     Raises ``CheckpointFormatError`` (a ValueError) for a malformed, truncated or empty file.
     """
     target = resolve_device(device)
