@@ -206,7 +206,10 @@ def _task_spans(events: pd.DataFrame, waits: Waits, sched: list[dict] | None) ->
 
 
 def _besides_hidden_s(spans: pd.DataFrame, waits: Waits, data: np.ndarray) -> float:
-    """``criticalpath.hidden_s`` of the waits on data files (``data``: a mask of ``waits``)."""
+    """``criticalpath.hidden_s`` of the waits on data files (``data``: a mask of ``waits``); without the
+    scheduler view 0, before any copy of the waits (a read trace's are every read)."""
+    if "cpu_ns" not in spans:
+        return 0.0
     return criticalpath.hidden_s(spans, *(take(v, data) for v in (waits.start, waits.end, waits.tid)))
 
 
