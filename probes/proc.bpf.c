@@ -127,6 +127,7 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     struct rt_event e = {};
     struct inflight *f;
     if (!traced()) return 0;
+    exit_now(tid, bpf_ktime_get_ns());
     flush_run(tid);
     flush_page_runs(tid);
     f = inflight_mine(tid);

@@ -144,6 +144,19 @@ static __always_inline void switch_in(u32 tid, u32 tgid, u64 now)
     a->off_what = 0;
 }
 
+/* A thread exiting: its on-CPU stretch up to now. The exit of a process's last thread untraces its
+ * tgid before the thread's final sched_switch, which then counts nothing: a worker that computed
+ * until it exited lost that stretch (a forked worker burning 0.5 s of CPU last: 0.36-0.45 s counted). */
+static __always_inline void exit_now(u32 tid, u64 now)
+{
+    struct sched_acct *a = sched_acct.lookup(&tid);
+    if (!a || !a->on_ts)
+        return;
+    a->cpu_ns += now - a->on_ts;
+    a->on_ts = now;                           /* a switch still seen counts from here */
+    a->last_ns = now;
+}
+
 TRACEPOINT_PROBE(sched, sched_switch)
 {
     u64 now = 0;

@@ -37,6 +37,8 @@ class TimeSplit:
     wait_file_fuse: bool  # it is on a FUSE mount
     wait_file_faults: bool  # most of its waits were page faults
     wait_tasks: int  # tasks that waited on it more than 1 % of its wait
+    besides_hidden_s: float  # the slowest task's own time the union of the data waits covers (several
+    # tasks reading: analyze/views/criticalpath.py); a load with no data wait still takes wall - data_wait_s + this
 
 
 @dataclass

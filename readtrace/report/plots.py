@@ -141,10 +141,11 @@ def get_prediction_df(a: Analysis, predictions: list) -> pd.DataFrame:
     if wall is None:
         return pd.DataFrame(columns=["run", "rest_s", "io_s"])
     wait = a.summary.time.data_wait_s or 0.0
+    fixed_rest = wall - wait + a.summary.time.besides_hidden_s  # what_if's predicted_fixed_s, less its I/O
     rows = [("measured", wall - wait, wait)]
     for p in predictions:
         rows += [(f"{p.profile} {p.latency_ms:.3g} ms", wall - wait, p.predicted_io_s),
-                 (f"{p.profile} {p.latency_ms:.3g} ms, fixed", wall - wait, p.predicted_fixed_io_s)]
+                 (f"{p.profile} {p.latency_ms:.3g} ms, fixed", fixed_rest, p.predicted_fixed_io_s)]
     return pd.DataFrame(rows, columns=["run", "rest_s", "io_s"])
 
 

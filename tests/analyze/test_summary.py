@@ -18,7 +18,7 @@ KEYS = (
     # the time split
     "time_split_source", "io_wait_s", "io_wait_fraction", "read_wait_s", "fault_wait_s", "fuse_wait_s",
     "data_wait_s", "io_wait_task_s", "cpu_s", "runq_s", "wait_file", "wait_file_s", "wait_file_fuse",
-    "wait_file_faults", "wait_tasks",
+    "wait_file_faults", "wait_tasks", "besides_hidden_s",
     "measured_mount", "replicated_rank_bytes",
 )
 PREDICTION_KEYS = ("mount_profile", "mount_latency_ms", "mount_request_ms", "predicted_fixed_s", "fixed_strategy")

@@ -43,8 +43,9 @@ def io_model(analysis, profile: whatif.Profile | None = None) -> dict | None:
 
 def load_with(wall_s: float, model: dict, patterns: tuple[str, ...]) -> tuple[float, str]:
     """(predicted wall seconds, how) of a load that took ``wall_s`` with its data read as the fastest
-    of ``patterns`` ("recorded": as it was)."""
-    besides = max(wall_s - model["recorded"], 0.0)
+    of ``patterns`` ("recorded": as it was). Read otherwise, the load also pays the own time its
+    recorded waits covered (``model["hidden"]``: several tasks reading; absent in a model kept before it)."""
+    besides = max(wall_s - model["recorded"], 0.0) + (0.0 if patterns == ("recorded",) else model.get("hidden", 0.0))
     io = min(model.get(p, model["sequential"]) for p in patterns)  # "own-fd": not in a model kept before it
     how = "reads unchanged" if patterns == ("recorded",) else "+".join(patterns)
     source = (f"rates measured on this mount (readtrace probe {model['probed']}" if model.get("probed")

@@ -20,8 +20,10 @@ bandwidth. Streams active at the same time in the recording run in parallel: the
 is, per phase of overlapping streams, the slowest stream (at least the phase's bytes over the
 bandwidth), summed over phases. ``predicted_s = wall - recorded wait + predicted io_wait`` (the
 recorded wait on the data files the model replays, ``summary.time.data_wait_s``):
-start-up and compute carry over. The fixed pattern is what ``readtrace fix --compare`` runs
-(readtrace/fix/candidates.py), the faster of those it would try here:
+start-up and compute carry over. ``predicted_fixed_s`` adds the slowest task's own time that the
+recorded waits covered where several tasks read (``summary.time.besides_hidden_s``,
+analyze/views/criticalpath.py): with the waits gone it lies on the load's path. The fixed pattern is
+what ``readtrace fix --compare`` runs (readtrace/fix/candidates.py), the faster of those it would try here:
 
 - ``prefetch`` (any loader): the files taken as one byte stream, split into PREFETCH_STREAMS
   contiguous shares, each read in order on an fd (a handle) of its own, in parallel; it starts with
@@ -317,15 +319,18 @@ def fixed_io_s(a, p: Profile) -> dict[str, float]:
     """What the fixes ``readtrace fix --compare`` tries would leave the load waiting on ``p``, in seconds:
     "prefetch" (the start-up prefetch, PREFETCH_STREAMS readers, less what the start-up hides),
     "sequential" (one reader per file, in order: an own fd per worker, a populate), "own-fd" (readtrace's
-    own-fd loader: those reads, early where the mount drops the cache, ``_own_fd_s``), and "recorded":
-    the recorded wait on the data files they replace. fix/predict.py ranks the candidates by these."""
+    own-fd loader: those reads, early where the mount drops the cache, ``_own_fd_s``), "recorded":
+    the recorded wait on the data files they replace, and "hidden": the own time those waits covered,
+    which each fixed load still pays (``summary.time.besides_hidden_s``). fix/predict.py ranks the
+    candidates by these."""
     data = _data_files(a)
     need = _needed_bytes(data)
     measured = getattr(a, "measured", None)
     prefetch = _measured_s(need, p, measured, PREFETCH_STREAMS, _predict_fixed(need, p, PREFETCH_STREAMS)[0])
     recorded = a.summary.time.data_wait_s or 0.0
     sequential, startup = _predict_fixed(need, p, 1)[0], _startup_s(a, data)
-    return {"recorded": float(recorded), "prefetch": max(prefetch - startup, 0.0),
+    return {"recorded": float(recorded), "hidden": float(a.summary.time.besides_hidden_s),
+            "prefetch": max(prefetch - startup, 0.0),
             "sequential": _measured_s(need, p, measured, 1, sequential),
             "own-fd": _own_fd_s(need, p, measured, sequential, startup)}
 
@@ -373,6 +378,7 @@ def what_if(a, profiles: list[Profile], recorded: bool = True) -> list[Predictio
     need = _needed_bytes(data)
     # the waits the model replaces: those on the data files it replays (libraries stay as they were)
     wall, io = a.summary.wall_s, a.summary.time.data_wait_s or 0.0
+    hidden = a.summary.time.besides_hidden_s  # the slowest task's own time under the waits: fixed, it is not
     source = "fuse" if len(a.fuse) else "app"
     out = []
     for p in profiles:
@@ -381,7 +387,7 @@ def what_if(a, profiles: list[Profile], recorded: bool = True) -> list[Predictio
         out.append(Prediction(
             p.name, p.latency_ms, p.bandwidth_mbps,
             predicted_s=wall - io + t if wall is not None and recorded else None,
-            predicted_fixed_s=wall - io + ft if wall is not None else None,
+            predicted_fixed_s=wall - io + hidden + ft if wall is not None else None,
             predicted_io_s=t, predicted_fixed_io_s=ft, recorded_io_wait_s=io, backend_requests=requests,
             bytes_fetched=fetched, fixed_backend_requests=frequests, fixed_bytes_fetched=ffetched,
             streams=streams, source=source, fixed_strategy=strategy, startup_s=startup))

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from readtrace.analyze.summary import TimeSplit
+from readtrace.analyze.views import criticalpath
 from readtrace.analyze.views.accesses import SOURCE_READ, Accesses
 from readtrace.analyze.views.fileindex import FileIndex
 from readtrace.analyze.views.grouping import (
@@ -204,6 +205,14 @@ def _task_spans(events: pd.DataFrame, waits: Waits, sched: list[dict] | None) ->
     return spans
 
 
+def _besides_hidden_s(spans: pd.DataFrame, waits: Waits, data: np.ndarray) -> float:
+    """``criticalpath.hidden_s`` of the waits on data files (``data``: a mask of ``waits``); without the
+    scheduler view 0, before any copy of the waits (a read trace's are every read)."""
+    if "cpu_ns" not in spans:
+        return 0.0
+    return criticalpath.hidden_s(spans, *(take(v, data) for v in (waits.start, waits.end, waits.tid)))
+
+
 def time_split(events: pd.DataFrame, waits: Waits, files: pd.DataFrame, wall: float | None,
                sched: list[dict] | None
                ) -> tuple[TimeSplit, pd.DataFrame, pd.Series, pd.Series]:
@@ -273,6 +282,7 @@ def time_split(events: pd.DataFrame, waits: Waits, files: pd.DataFrame, wall: fl
         wait_file_fuse=bool(str(files["fstype"].get(top, "")).startswith("fuse")) if top is not None else False,
         wait_file_faults=top_fault,
         wait_tasks=top_tasks,
+        besides_hidden_s=_besides_hidden_s(spans, waits, data) if wall else 0.0,
     )
     share = per_file if len(per_file) <= 1 else shared_by_file(waits.start, waits.end, waits.file)
     return split, tasks.reset_index(drop=True), per_file, share
