@@ -80,7 +80,7 @@ fi
 if step fix; then
     echo "== fix --compare --device cuda ($(elapsed))"
     timeout 100 $PY -m readtrace fix --compare --no-record --strategy own-fd --device cuda --json \
-        -- "$PY" -m readtrace.workloads.load --pattern sequential "$CKPT" > "$OUT/fix_cuda.json"
+        -- "$PY" -m readtrace.workloads.load --pattern safetensors-default "$CKPT" > "$OUT/fix_cuda.json"
     fix_rc=$?
     $PY -c "import json, sys; d = json.load(open(sys.argv[1])); print({k: d.get(k) for k in
         ('verdict', 'change', 'exit_code', 'speedup', 'tensors', 'tensors_identical', 'differing_tensors')})" \

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from readtrace.errors import NoEvidenceError, UsageError
 from readtrace.fix import coldlock
 from readtrace.fix.auto import Choice, choose
-from readtrace.fix.candidates import LEAVE_ALONE, OWN, Candidate
+from readtrace.fix.candidates import LEAVE_ALONE, OWN, ROUTED_CALLS, Candidate
 from readtrace.fix.levers import seen_in
 from readtrace.fix.progress import Progress, quiet
 from readtrace.fix.recorded import RecordedRun, recorded_run
@@ -226,7 +226,16 @@ def _unproven(c: Comparison) -> list[str]:
     if c.diff.count == 0:
         why.append("no tensors were seen in any run (the load does not go through safetensors or torch.load): "
                    "the runs' tensors could not be compared")
+    if c.choice is None and c.strategy == "own-fd" and not _own_fd_acted(c):
+        why.append("the own-fd loader did not act: no load in the fixed run(s) went through "
+                   f"{', '.join(ROUTED_CALLS)} (what it takes over), so what differs between the runs is not the fix")
     return why
+
+
+def _own_fd_acted(c: Comparison) -> bool:
+    """Whether a fixed run loaded anything through the own-fd loader (a routed call that did not fall back)."""
+    return any(call.call in ROUTED_CALLS and call.strategy == "own-fd" and not call.fallback
+               for run in c.side("fixed") for call in run.manifest.calls)
 
 
 def mapped_elsewhere(files: Iterable[str]) -> list[str]:

@@ -218,3 +218,16 @@ def test_table_from_recorded_summaries():
     assert ["tensors", "identical", "64/64", "yes"] in lines
     data = to_json(comparison)
     assert data["baseline"]["fuse_read_requests"] == 5512 and data["speedup"] == 65.0
+
+
+def test_a_forced_own_fd_fix_that_routed_nothing_claims_nothing(tmp_path, checkpoint):
+    """A load that reads the checkpoint its own way (no safetensors, no torch.load): --strategy own-fd
+    changes nothing in it, so whatever the two runs' times say, no speedup is claimed and the verdict
+    says why (before: "fixed, 1.03x" on an H200 from one run each)."""
+    command = [sys.executable, "-m", "readtrace.workloads.load", "--pattern", "sequential", str(checkpoint)]
+    result = compare(command, strategy="own-fd", files=[str(checkpoint)])
+    assert any(reason.startswith("the own-fd loader did not act") for reason in result.unproven), result.unproven
+    verdict = to_json(result)
+    assert verdict["verdict"] == "unproven" and verdict["speedup"] is None
+    routed = compare([sys.executable, str(script(tmp_path)), str(checkpoint)], strategy="own-fd")
+    assert not any(reason.startswith("the own-fd loader") for reason in routed.unproven)
