@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import mmap
 import os
+import platform
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +18,38 @@ if TYPE_CHECKING:
 
 MiB = 1 << 20
 DEFAULT_CHUNK_BYTES = 16 * MiB  # the own-fd loader's reads
+PAGE = mmap.PAGESIZE
+CACHESTAT_NR = {"x86_64": 451, "aarch64": 451}.get(platform.machine())  # same number on both ABIs
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+class CachestatRange(ctypes.Structure):
+    _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+
+class CachestatResult(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in
+                ("nr_cache", "nr_dirty", "nr_writeback", "nr_evicted", "nr_recently_evicted")]
+
+
+def cachestat(fd: int, offset: int = 0, length: int = 0) -> int | None:
+    """Pages of ``fd``'s file in the page cache (``length`` 0: to the end), those still being read
+    included; None where cachestat(2) is missing (kernels before 6.5: readtrace.pagecache.residency
+    falls back to mincore)."""
+    if CACHESTAT_NR is None:
+        return None
+    stat = CachestatResult()
+    rc = _libc.syscall(CACHESTAT_NR, fd, ctypes.byref(CachestatRange(offset, length)), ctypes.byref(stat), 0)
+    return stat.nr_cache if rc == 0 else None
+
+
+def range_cached(fd: int, offset: int, size: int) -> bool:
+    """Whether every page of bytes ``[offset, offset + size)`` of ``fd``'s file is in the page cache
+    (False where the kernel cannot say: before Linux 6.5's cachestat)."""
+    first, last = offset // PAGE, (offset + max(size, 1) - 1) // PAGE
+    cached = cachestat(fd, first * PAGE, (last - first + 1) * PAGE)
+    return cached is not None and cached >= last - first + 1
 
 
 def chunk_bytes_of(mib: float | None) -> int:

@@ -24,10 +24,9 @@ import torch
 from readtrace.fs.knowledge import is_remote
 from readtrace.loader.devicecopy import CACHED_READERS, copy_cached, copy_through_staging
 from readtrace.loader.errors import CheckpointFormatError, DeviceUnavailableError
-from readtrace.loader.fileio import DEFAULT_CHUNK_BYTES, open_fd, read_into, tensor_bytes
+from readtrace.loader.fileio import DEFAULT_CHUNK_BYTES, open_fd, range_cached, read_into, tensor_bytes
 from readtrace.loader.header import Header, header_from_bytes, read_header
 from readtrace.loader.spans import split_spans
-from readtrace.pagecache.residency import range_cached
 
 DEFAULT_BUFFERS = 2
 MAX_CUDA_THREADS = 16

@@ -9,27 +9,20 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
-import platform
 
+from readtrace.loader.fileio import CACHESTAT_NR as _CACHESTAT
+from readtrace.loader.fileio import CachestatRange as _Range
+from readtrace.loader.fileio import CachestatResult as _Cachestat
+from readtrace.loader.fileio import cachestat as _cachestat
 from readtrace.loader.fileio import open_fd
 
 PAGE = mmap.PAGESIZE
-_CACHESTAT = {"x86_64": 451, "aarch64": 451}.get(platform.machine())  # same number on both ABIs
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-
-
-class _Range(ctypes.Structure):
-    _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
-
-
-class _Cachestat(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_uint64) for name in
-                ("nr_cache", "nr_dirty", "nr_writeback", "nr_evicted", "nr_recently_evicted")]
 
 
 def cached_pages(path: str | os.PathLike) -> tuple[int, int]:
@@ -57,25 +50,7 @@ def resident_fraction(path: str | os.PathLike) -> float:
     return cached / total if total else 1.0
 
 
-def _cachestat(fd: int, offset: int = 0, length: int = 0) -> int | None:
-    """Pages of ``fd``'s file in the page cache (``length`` 0: to the end), those still being read
-    included; None where cachestat(2) is missing (kernels before 6.5)."""
-    if _CACHESTAT is None:
-        return None
-    stat = _Cachestat()
-    rc = _libc.syscall(_CACHESTAT, fd, ctypes.byref(_Range(offset, length)), ctypes.byref(stat), 0)
-    return stat.nr_cache if rc == 0 else None  # ENOSYS on kernels before 6.5: use mincore
-
-
-cached_in = _cachestat  # the same, for a byte range of an open file (readtrace.inject.mapfill)
-
-
-def range_cached(fd: int, offset: int, size: int) -> bool:
-    """Whether every page of bytes ``[offset, offset + size)`` of ``fd``'s file is in the page cache
-    (False where the kernel cannot say: before Linux 6.5's cachestat)."""
-    first, last = offset // PAGE, (offset + max(size, 1) - 1) // PAGE
-    cached = _cachestat(fd, first * PAGE, (last - first + 1) * PAGE)
-    return cached is not None and cached >= last - first + 1
+cached_in = _cachestat  # pages of a byte range of an open file in the cache (readtrace.inject.mapfill)
 
 
 def _mincore(fd: int, size: int) -> int:

@@ -16,10 +16,9 @@ from safetensors.torch import save_file
 
 from readtrace.loader import devicecopy
 from readtrace.loader.devicecopy import PAGE, copy_cached, register_chunks
-from readtrace.loader.fileio import open_fd
+from readtrace.loader.fileio import open_fd, range_cached
 from readtrace.loader.loader import load_file
 from readtrace.pagecache.evict import evict
-from readtrace.pagecache.residency import range_cached
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
