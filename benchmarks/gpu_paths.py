@@ -87,8 +87,7 @@ def register_only(chunk: int, unregister: bool = True) -> Callable[[int, int, in
         mapping = ReadOnlyMapping(fd, start, end)
         pages = []
         for a, b in register_chunks(start, end - start, chunk):
-            page = mapping.address(a - a % 4096)
-            n = -(-(mapping.address(b) - page) // 4096) * 4096
+            page, n = mapping.pages(a, b)
             assert int(cudart.cudaHostRegister(page, n, 8)) == 0, "cudaHostRegister refused"
             if unregister:
                 cudart.cudaHostUnregister(page)

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from readtrace.loader.fileio import open_fd, read_into, tensor_bytes
+from readtrace.loader.fileio import map_readonly, open_fd, read_into, tensor_bytes, unmap
 
 PAGE = mmap.PAGESIZE
 # cudaHostRegisterReadOnly (CUDA 11.1+: the device never writes them; a read-only file mapping needs it)
@@ -40,11 +40,6 @@ MAX_POOLED_BUFFERS = 64
 CACHED_UNIT_BYTES = 256 << 20  # what a reader of a cached range claims at a time (H200: 64 MiB calls 35 GB/s)
 CACHED_READERS = 2  # registering readers of a cached range (H200: 1, 2 and 4 within 15 %)
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-
 
 class ReadOnlyMapping:
     """A shared read-only mapping of bytes ``[start, end)`` of an open file (from the page below)."""
@@ -52,21 +47,22 @@ class ReadOnlyMapping:
     def __init__(self, fd: int, start: int, end: int):
         self.base = start - start % PAGE
         self.length = end - self.base
-        addr = _libc.mmap(None, self.length, mmap.PROT_READ, mmap.MAP_SHARED, fd, self.base)
-        if addr in (None, ctypes.c_void_p(-1).value):
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err))
-        self.addr: int = addr
+        self.addr = map_readonly(fd, self.length, self.base)
 
     def address(self, file_offset: int) -> int:
         return self.addr + file_offset - self.base
+
+    def pages(self, start: int, end: int) -> tuple[int, int]:
+        """(address, bytes) of the whole pages that hold file bytes ``[start, end)``: what to register."""
+        first = self.address(start - start % PAGE)
+        return first, -(-(self.address(end) - first) // PAGE) * PAGE
 
     def view(self, file_offset: int, n: int) -> torch.Tensor:
         """The mapped bytes ``[file_offset, file_offset + n)`` as a uint8 tensor (no copy)."""
         return torch.frombuffer((ctypes.c_ubyte * n).from_address(self.address(file_offset)), dtype=torch.uint8)
 
     def close(self) -> None:
-        _libc.munmap(self.addr, self.length)
+        unmap(self.addr, self.length)
 
 
 def register_chunks(offset: int, size: int, chunk_bytes: int) -> list[tuple[int, int]]:
@@ -139,8 +135,8 @@ class _Registrar:
         if self.stream is None:
             part.copy_(src)
             return True
-        page = self.mapping.address(start - start % PAGE)
-        if not _host_register(page, -(-(self.mapping.address(end) - page) // PAGE) * PAGE):
+        page, nbytes = self.mapping.pages(start, end)
+        if not _host_register(page, nbytes):
             return False
         self.registered.append(page)
         with torch.cuda.stream(self.stream):
@@ -265,10 +261,6 @@ class StagingPool:
         with self._lock:
             self._free.extend(buffers)
             del self._free[:-MAX_POOLED_BUFFERS]  # enough for one load, no more
-
-    def clear(self) -> None:
-        with self._lock:
-            self._free.clear()
 
 
 STAGING = StagingPool()

@@ -22,6 +22,24 @@ PAGE = mmap.PAGESIZE
 CACHESTAT_NR = {"x86_64": 451, "aarch64": 451}.get(platform.machine())  # same number on both ABIs
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+
+
+def map_readonly(fd: int, length: int, offset: int = 0, *, private: bool = False, what: str = "mmap") -> int:
+    """The address of a read-only mapping of ``length`` bytes of ``fd`` from ``offset`` (a page
+    multiple): shared, or ``private``; OSError("``what`` failed: ...") where the kernel refuses."""
+    flags = mmap.MAP_PRIVATE if private else mmap.MAP_SHARED
+    addr = _libc.mmap(None, length, mmap.PROT_READ, flags, fd, offset)
+    if addr in (None, ctypes.c_void_p(-1).value):
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what} failed: {os.strerror(err)}")
+    return addr
+
+
+def unmap(addr: int, length: int) -> None:
+    _libc.munmap(addr, length)
 
 
 class CachestatRange(ctypes.Structure):

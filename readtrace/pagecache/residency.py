@@ -14,14 +14,11 @@ from readtrace.loader.fileio import CACHESTAT_NR as _CACHESTAT
 from readtrace.loader.fileio import CachestatRange as _Range
 from readtrace.loader.fileio import CachestatResult as _Cachestat
 from readtrace.loader.fileio import cachestat as _cachestat
-from readtrace.loader.fileio import open_fd
+from readtrace.loader.fileio import map_readonly, open_fd, unmap
 
 PAGE = mmap.PAGESIZE
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
 
 
@@ -54,10 +51,7 @@ cached_in = _cachestat  # pages of a byte range of an open file in the cache (re
 
 
 def _mincore(fd: int, size: int) -> int:
-    addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-    if addr in (None, ctypes.c_void_p(-1).value):
-        err = ctypes.get_errno()
-        raise OSError(err, f"mmap for mincore failed: {os.strerror(err)}")
+    addr = map_readonly(fd, size, what="mmap for mincore")
     try:
         pages = -(-size // PAGE)
         vec = (ctypes.c_ubyte * pages)()
@@ -66,7 +60,7 @@ def _mincore(fd: int, size: int) -> int:
             raise OSError(err, f"mincore failed: {os.strerror(err)}")
         return sum(b & 1 for b in vec)
     finally:
-        _libc.munmap(addr, size)
+        unmap(addr, size)
 
 
 def cache_survives_open(path: str | os.PathLike, probe_bytes: int = 1 << 20) -> bool:
@@ -109,11 +103,7 @@ class ResidencyMap:
         self._stat = _Cachestat()
         self._cachestat = _CACHESTAT is not None and _cachestat(fd) is not None
         if self.pages:
-            addr = _libc.mmap(None, self.size, mmap.PROT_READ, mmap.MAP_PRIVATE, fd, 0)
-            if addr in (None, ctypes.c_void_p(-1).value):
-                err = ctypes.get_errno()
-                raise OSError(err, f"mmap for mincore failed: {os.strerror(err)}")
-            self._addr = addr
+            self._addr = map_readonly(fd, self.size, private=True, what="mmap for mincore")
 
     def _changed_chunks(self) -> list[int]:
         if not self._cachestat:
@@ -149,6 +139,6 @@ class ResidencyMap:
 
     def close(self) -> None:
         if self._addr is not None:
-            _libc.munmap(self._addr, self.size)
+            unmap(self._addr, self.size)
             self._addr = None
         os.close(self.fd)
