@@ -137,7 +137,7 @@ def _groups(a, data_ids: np.ndarray, p: Profile) -> pd.DataFrame:
             codes, _ = pd.factorize(key)
             order = np.lexsort((f.ts[on], codes))
             c, off, n = codes[order], f.offset[on][order], f.nbytes[on][order]
-            opened = np.r_[True, c[1:] != c[:-1]] | (off != np.r_[0, (off + n)[:-1]])
+            opened = _not_continuing(np.r_[True, c[1:] != c[:-1]], off, n)
             df = pd.DataFrame({"c": c, "ts": f.ts[on][order], "end": (f.ts[on] + f.latency[on])[order], "bytes": n,
                                "opened": opened})
             g = df.groupby("c").agg(first=("ts", "min"), last=("end", "max"), served=("ts", "size"),
@@ -164,6 +164,13 @@ def _groups(a, data_ids: np.ndarray, p: Profile) -> pd.DataFrame:
                            "served": served, "requests": requests, "transfer": transfer,
                            "bytes": rows["bytes"].to_numpy()})
     return pd.concat([groups, _prefetcher_runs(a, fused)], ignore_index=True) if by_handle else groups
+
+
+def _not_continuing(first: np.ndarray, offset: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+    """Per request (rows by stream, then time; ``first``: each stream's first row): whether it opened a
+    range, a stream's first or one that does not continue the request before it. The first byte of the
+    recorded costs is measured on these, and the stateless replay charges it on these."""
+    return first | (offset != np.r_[0, (offset + nbytes)[:-1]])
 
 
 def _prefetcher_runs(a, fused: np.ndarray) -> pd.DataFrame:
@@ -500,7 +507,7 @@ def _recorded_costs(a, data: pd.DataFrame, name: str, request_quantile: float | 
     opened = new_requests(np.flatnonzero(first), off, size, a.thresholds) if DEFAULTS[name].model == "gcsfuse" \
         else None
     if opened is None:
-        opened = first | (off != np.r_[0, (off + size)[:-1]])
+        opened = _not_continuing(first, off, size)
     continuing = service_ms[~opened]
     if not len(continuing):
         request = 0.0
