@@ -484,7 +484,7 @@ def _recorded_costs(a, data: pd.DataFrame, name: str, request_quantile: float | 
     replay had predicted its loads at 1.4-1.9x their wall."""
     f = a.fuse
     on = np.isin(f.file, data.index.to_numpy())
-    if name == "local-nvme" or not on.any() or on.sum() > MAX_ESTIMATE_REQUESTS:
+    if not on.any() or on.sum() > MAX_ESTIMATE_REQUESTS:
         return profile(name), False
     stateless = DEFAULTS[name].model == "stateless"
     stream = pd.factorize(pd.MultiIndex.from_arrays([f.handle[on], f.tid[on]]))[0] if stateless else f.handle[on]
