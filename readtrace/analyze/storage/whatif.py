@@ -434,8 +434,8 @@ def mount_profile(a, request_quantile: float | None = None) -> Profile | None:
     requests of its handles: a handle serves one read at a time, so each request's service time is
     counted from when the handle was free; ``request_ms`` = the median service of the requests that
     continued a backend range (the daemon's own work; a per-handle prefetcher's: their mean, as some
-    wait on its next window and the load waits their sum: rclone 64 MiB load_file, median 0.10 ms,
-    mean 1.10 ms, the median put its wall 29-36 % under), ``latency_ms`` = the median of those that
+    wait on its next window and the load waits their sum, unless its short skips were measured to
+    reopen, ``_skips_reopen``: then those are runs of their own), ``latency_ms`` = the median of those that
     started one (a gap or a jump back on the handle), minus that. None: no profile for that fs.
     ``request_quantile``: that quantile instead (a lower one leaves out the continuing requests that
     still paid for a new backend range: on a handle read at random most of them do)."""
