@@ -76,9 +76,11 @@ def advise(findings: list, wall_s: float | None, model: dict | None, remote: set
                 continue
             predicted, how = load_with(wall_s, model, PATTERNS[lever])
             if predicted > (1 - GAIN_MIN) * wall_s:
+                saved = 1 - predicted / wall_s
                 f.not_expected.append({"lever": lever, "because": (
                     f"the load is predicted at ~{predicted:.1f} s with it against its {wall_s:.1f} s "
-                    f"({how})")})
+                    + (f"({100 * saved:.0f} % less, under the {100 * GAIN_MIN:.0f} % the model can tell; "
+                       if saved > 0 else "(") + f"{how})")})
             else:
                 f.lever_predictions.append({"lever": lever, "predicted_s": round(predicted, 3), "load_s": wall_s,
                                             "basis": how, "apply": _apply(lever, model)})
