@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -104,12 +105,15 @@ def run_cell(loader: Loader, checkpoint_dir: Path, work: Path, *, repeat: int = 
             rec = subprocess.CompletedProcess(rec.args, rep.returncode, "", f"report failed: {rep.stderr}")
     floor_s = sequential_floor(checkpoint_files(checkpoint_dir), cold) if floor else None
     target = [str(trace)] if files_from_trace else ["--files", *checkpoint_files(checkpoint_dir), "--", *command]
-    fixed, fix_rc, fix_stderr = _fix(cli, work, target, repeat, strategy, timeout) if fix else (None, None, "")
+    fix_timeout = max(timeout, FIX_LOADS * record_s)  # httpdirfs at 256 MiB: a 207 s load, fix past 900 s
+    fixed, fix_rc, fix_stderr = _fix(cli, work, target, repeat, strategy, fix_timeout) if fix else (None, None, "")
     lines = [json.loads(x) for x in digests.read_text().splitlines()] if digests.exists() else []
     return CellResult(rec.returncode, rec.stderr[-2000:], lost, findings, fixed, fix_rc, fix_stderr, lines,
                       record_s, streams, wall, waited, profiles, floor_s)
 
 
+TIMED_OUT = 124  # the exit status timeout(1) gives a command it stopped: a fix past its time
+FIX_LOADS = 12  # the most loads one fix --compare makes: baselines, the floor's, trials, confirmations
 FLOOR_STREAMS = 4  # readtrace's prefetch and the own-fd loader's readers on a mount that rewards them
 
 
@@ -140,8 +144,21 @@ def _fix(cli: list[str], work: Path, target: list[str], repeat: int, strategy: s
     if strategy:
         fix_args += ["--strategy", strategy]
     shutil.rmtree(work / "fix", ignore_errors=True)
-    fix = subprocess.run([*fix_args, *target], capture_output=True, text=True, timeout=timeout,
-                         env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    # its own session: a fix still running at ``timeout`` is stopped with its load (SIGTERM: it cleans up)
+    process = subprocess.Popen([*fix_args, *target], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+        (work / "fix.json").write_text("")
+        return None, TIMED_OUT, f"fix --compare stopped after {timeout:.0f} s"
+    fix = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     # NO_EVIDENCE: measured and printed, but the shim saw no tensors to compare (a raw-read loader)
     measured = fix.returncode in (ExitStatus.OK, ExitStatus.NO_EVIDENCE)
     (work / "fix.json").write_text(fix.stdout)  # kept beside the trace, for a failed assertion's reader
