@@ -354,7 +354,7 @@ def _predict_fixed_here(a: Analysis) -> None:
         return
     fixed = whatif.what_if(a, [mount], recorded=False)[0]
     a.summary.prediction = MountPrediction(mount.name, mount.latency_ms, mount.request_ms, fixed.predicted_fixed_s,
-                                           fixed.fixed_strategy)
+                                           fixed.fixed_strategy, mount.latency_recorded)
     remote = set(a.files.loc[a.files["remote"], "path"])
     for f in a.findings:
         if f.file in remote:

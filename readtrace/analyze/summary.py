@@ -50,6 +50,7 @@ class MountPrediction:
     mount_request_ms: float  # its time per request of a stream already open
     predicted_fixed_s: float | None  # the load's wall fixed, predicted (None: no wall)
     fixed_strategy: str  # the fix it predicts: "prefetch" | "own-fd" | "sequential"
+    mount_latency_recorded: bool = False  # that first byte measured from the load's own FUSE requests
 
 
 @dataclass

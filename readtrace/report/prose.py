@@ -23,6 +23,7 @@ from readtrace.analyze.rules.types import (
     SmallFuseReadahead,
     SmallRequests,
 )
+from readtrace.analyze.storage.levers import AS_RECORDED
 from readtrace.analyze.summary import Summary
 from readtrace.analyze.views.attribution import SEP
 from readtrace.measure.profile import MountProfile
@@ -331,6 +332,8 @@ def fixed_line(summary: Summary) -> str | None:
         source = f"the rates readtrace probe measured {probed.date}; {p.mount_latency_ms:.3g} ms first byte"
     else:
         source = f"{p.mount_profile} model, {p.mount_latency_ms:.3g} ms first byte"
+    if p.mount_latency_recorded:
+        source += f" {AS_RECORDED}"
     return f"fixed: ~{fmt_seconds(p.predicted_fixed_s)} predicted on this mount ({source}; {how})"
 
 

@@ -108,6 +108,7 @@ def test_the_storage_model_takes_the_measured_first_byte_and_bandwidth():
     assert p.bandwidth_mbps == pytest.approx(32 * MiB / (32 * MiB / 300e6 - 0.021) / 1e6, rel=1e-3)
     assert mount_profile(_analyze(4, [_profile(1.05)])).name == "nfs"  # no per-handle penalty: stateless
     assert a.summary.prediction.mount_latency_ms == 21.0
+    assert not p.latency_recorded and not a.summary.prediction.mount_latency_recorded  # no FUSE request recorded
 
 
 @pytest.mark.parametrize(("sequential_mbps", "parallel_mbps", "severity"),

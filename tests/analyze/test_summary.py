@@ -21,7 +21,8 @@ KEYS = (
     "wait_file_faults", "wait_tasks", "besides_hidden_s",
     "measured_mount", "replicated_rank_bytes",
 )
-PREDICTION_KEYS = ("mount_profile", "mount_latency_ms", "mount_request_ms", "predicted_fixed_s", "fixed_strategy")
+PREDICTION_KEYS = ("mount_profile", "mount_latency_ms", "mount_request_ms", "predicted_fixed_s", "fixed_strategy",
+                   "mount_latency_recorded")
 
 
 def test_the_summary_keeps_its_json_keys_and_order():

@@ -12,6 +12,7 @@ import pandas as pd
 
 from lab.synthetic import KiB, files_frame, fuse_from_reads, opens, worker_reads
 from readtrace.analyze import analyze
+from readtrace.analyze.storage.levers import AS_RECORDED, io_model, load_with
 from readtrace.analyze.storage.whatif import mount_profile, own_mount_predictions
 from readtrace.trace import make_trace
 
@@ -42,6 +43,10 @@ def test_only_the_requests_that_open_a_stream_pay_its_first_byte():
     p = mount_profile(a)
     assert p.model == "stateless" and p.request_carries_bytes
     assert p.latency_ms > 100 * p.request_ms  # measured: the opening requests waited, the others did not
+    assert p.latency_recorded and a.summary.prediction.mount_latency_recorded
+    # a lever's basis says where its first byte was measured: not the probe's fresh opens
+    _, basis = load_with(a.summary.wall_s, io_model(a, p), ("sequential",))
+    assert f"{p.latency_ms:.1f} ms first byte {AS_RECORDED}" in basis, basis
     [own] = own_mount_predictions(a)
     waited = a.summary.time.data_wait_s
     assert 0.5 * waited <= own.predicted_io_s <= 2.0 * waited, (own.predicted_io_s, waited)

@@ -25,6 +25,8 @@ OWN_FD_LOADER = "own-fd loader"
 # model's walls were within 30 % on 52 of 60 recorded loads (docs/report.md), so a smaller predicted
 # gain is not one to send a user after.
 GAIN_MIN = 0.10
+# a first byte measured from the load's own FUSE requests, not the probe's fresh opens (whatif.with_measured)
+AS_RECORDED = "as the load's own requests met it"
 
 
 def io_model(analysis, profile: whatif.Profile | None = None) -> dict | None:
@@ -38,6 +40,7 @@ def io_model(analysis, profile: whatif.Profile | None = None) -> dict | None:
     return {"profile": profile.name, "latency_ms": round(profile.latency_ms, 2),
             "bandwidth_mbps": profile.bandwidth_mbps, "probed": measured.date if measured is not None else None,
             "reader_streams": measured.reader_streams if measured is not None else 1,
+            "latency_recorded": profile.latency_recorded,
             **whatif.fixed_io_s(analysis, profile)}
 
 
@@ -50,7 +53,8 @@ def load_with(wall_s: float, model: dict, patterns: tuple[str, ...]) -> tuple[fl
     how = "reads unchanged" if patterns == ("recorded",) else "+".join(patterns)
     source = (f"rates measured on this mount (readtrace probe {model['probed']}" if model.get("probed")
               else f"what-if model ({model['profile']}")
-    return besides + io, (f"{source}, {model['latency_ms']:.1f} ms first byte): "
+    as_recorded = f" {AS_RECORDED}" if model.get("latency_recorded") else ""
+    return besides + io, (f"{source}, {model['latency_ms']:.1f} ms first byte{as_recorded}): "
                           f"{besides:.2f} s besides the data waits + {io:.2f} s waiting ({how})")
 
 

@@ -72,6 +72,7 @@ class Profile:
     in_flight: float = 1.0  # stateless: a stream's requests served at once (the kernel's read-ahead; measured)
     request_carries_bytes: bool = False  # request_ms was measured per request, its transfer included
     skips_reopen: bool = False  # prefetch: a short forward skip was measured to pay a first byte (rclone)
+    latency_recorded: bool = False  # latency_ms measured from the load's own FUSE requests (not the probe's)
 
 
 DEFAULTS = {
@@ -447,7 +448,7 @@ def mount_profile(a, request_quantile: float | None = None) -> Profile | None:
     if name is None:
         return None
     recorded, latency_measured = _recorded_costs(a, data, name, request_quantile)
-    return with_measured(recorded, measured, keep_latency=latency_measured)
+    return with_measured(replace(recorded, latency_recorded=latency_measured), measured, keep_latency=latency_measured)
 
 
 def measured_model(m: MountProfile | None) -> str | None:
