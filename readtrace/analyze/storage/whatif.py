@@ -71,6 +71,7 @@ class Profile:
     measured_at: str = ""  # latency and bandwidth from the mount's profile measured then (readtrace probe)
     in_flight: float = 1.0  # stateless: a stream's requests served at once (the kernel's read-ahead; measured)
     request_carries_bytes: bool = False  # request_ms was measured per request, its transfer included
+    # (and the first byte is paid per stream or run opened, not per backend request)
     skips_reopen: bool = False  # prefetch: a short forward skip was measured to pay a first byte (rclone)
     latency_recorded: bool = False  # latency_ms measured from the load's own FUSE requests (not the probe's)
 
@@ -200,6 +201,7 @@ def _prefetcher_runs(a, fused: np.ndarray, p: Profile) -> pd.DataFrame:
                          "last": np.maximum.reduceat(end, np.flatnonzero(first)),
                          "served": np.bincount(codes, minlength=count).astype(float),
                          "requests": np.bincount(run_handle, windows, minlength=count),
+                         "runs": np.bincount(run_handle, minlength=count).astype(float),
                          "transfer": np.bincount(run_handle, covered, minlength=count),
                          "bytes": np.bincount(codes, n, minlength=count)})
 
@@ -231,8 +233,12 @@ def _predict_io(a, data_ids: np.ndarray, p: Profile) -> tuple[float, int, int, i
     # a first byte per backend request; where a stateless mount's costs were measured from its recorded
     # requests (request_carries_bytes) it is the extra of a request that did not continue its stream's
     # last, so only those pay it (s3fs at 256 MiB: 5 workers' first requests waited 714 ms on its
-    # download, the 2,048 after them 0.05 ms; charged on every request the load was predicted at 356 s, not 6.9)
-    first_bytes = g["runs"] if p.request_carries_bytes and "runs" in g else g["requests"]
+    # download, the 2,048 after them 0.05 ms; charged on every request the load was predicted at 356 s, not 6.9);
+    # a per-handle prefetcher measured so pays it once per run, its windows streamed ahead (JuiceFS 64 MiB
+    # safe_open_threads: 45 seeks at 27 ms were the load's wait; charged per window on a first byte the
+    # ~100 cheap short skips had put at ~0 ms, -30..-33 %; now +9..+12 %)
+    runs = g["runs"].fillna(g["requests"]) if "runs" in g else g["requests"]
+    first_bytes = runs if p.request_carries_bytes else g["requests"]
     busy = ((first_bytes * p.latency_ms + g["served"] * p.request_ms) / 1000.0 / p.in_flight
             + g["transfer"] * per_bw)
     return _phase_time(g, busy.to_numpy(), p), int(g["requests"].sum()), int(g["transfer"].sum()), len(g)
@@ -437,7 +443,7 @@ def mount_profile(a, request_quantile: float | None = None) -> Profile | None:
     continued a backend range (the daemon's own work; a per-handle prefetcher's: their mean, as some
     wait on its next window and the load waits their sum, unless its short skips were measured to
     reopen, ``_skips_reopen``: then those are runs of their own), ``latency_ms`` = the median of those that
-    started one (a gap or a jump back on the handle), minus that. None: no profile for that fs.
+    started one (a gap or a jump back on the handle; a prefetcher's: a seek, the gcsfuse rule), minus that. None: no profile for that fs.
     ``request_quantile``: that quantile instead (a lower one leaves out the continuing requests that
     still paid for a new backend range: on a handle read at random most of them do)."""
     data = _data_files(a)
@@ -523,6 +529,7 @@ def _recorded_costs(a, data: pd.DataFrame, name: str, request_quantile: float | 
         gap = off - np.r_[0, (off + size)[:-1]]
         seeks = first | is_seek(gap, a.thresholds)
         skips = _skips_reopen(~first & (gap > 0) & ~seeks, seeks, ~opened, service_ms)
+        opened = opened if skips else seeks  # the requests that start a run (_prefetcher_runs' rule)
     continuing = service_ms[~opened]
     if not len(continuing):
         request = 0.0
@@ -534,7 +541,7 @@ def _recorded_costs(a, data: pd.DataFrame, name: str, request_quantile: float | 
         request = float(np.quantile(continuing, 0.5 if request_quantile is None else request_quantile))
     latency = float(np.median(service_ms[opened])) - request if opened.any() else DEFAULTS[name].latency_ms
     measured = replace(profile(name, max(latency, 0.0), request_ms=request), in_flight=round(in_flight, 2),
-                       request_carries_bytes=stateless, skips_reopen=skips)
+                       request_carries_bytes=stateless or DEFAULTS[name].model == "prefetch", skips_reopen=skips)
     return measured, bool(opened.any())
 
 
