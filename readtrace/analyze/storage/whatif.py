@@ -176,6 +176,15 @@ def _not_continuing(first: np.ndarray, offset: np.ndarray, nbytes: np.ndarray) -
     return first | (offset != np.r_[0, (offset + nbytes)[:-1]])
 
 
+def _run_starts(first: np.ndarray, offset: np.ndarray, nbytes: np.ndarray, th, skips_reopen: bool) -> np.ndarray:
+    """Per request of a per-handle prefetcher (rows by handle, then time): whether it starts a run, a
+    handle's first or a seek (the gcsfuse replay's rule), or, where short skips were measured to reopen
+    (``skips_reopen``), any request not continuing the last."""
+    if skips_reopen:
+        return _not_continuing(first, offset, nbytes)
+    return first | is_seek(offset - np.r_[0, (offset + nbytes)[:-1]], th)
+
+
 def _prefetcher_runs(a, fused: np.ndarray, p: Profile) -> pd.DataFrame:
     """Per FUSE handle of the files ``fused``: its requests' first start and last end, how many, their
     bytes, and the windows a per-handle prefetcher opens: one doubling from PREFETCH_FIRST per run
@@ -188,8 +197,7 @@ def _prefetcher_runs(a, fused: np.ndarray, p: Profile) -> pd.DataFrame:
     h, ts, off, n = f.handle[on][order], f.ts[on][order], f.offset[on][order], f.nbytes[on][order]
     end = ts + f.latency[on][order]
     first = np.r_[True, h[1:] != h[:-1]]
-    gap = off - np.r_[0, (off + n)[:-1]]
-    opens = first | (gap != 0 if p.skips_reopen else is_seek(gap, th))
+    opens = _run_starts(first, off, n, th, p.skips_reopen)
     run_bytes = np.bincount(np.cumsum(opens) - 1, n)
     windows, covered = _prefetch_windows(run_bytes)
     size = a.files["size"].reindex(f.file[on][order][opens]).fillna(0).to_numpy()
@@ -526,10 +534,10 @@ def _recorded_costs(a, data: pd.DataFrame, name: str, request_quantile: float | 
         opened = _not_continuing(first, off, size)
     skips = False
     if DEFAULTS[name].model == "prefetch":
-        gap = off - np.r_[0, (off + size)[:-1]]
-        seeks = first | is_seek(gap, a.thresholds)
-        skips = _skips_reopen(~first & (gap > 0) & ~seeks, seeks, ~opened, service_ms)
-        opened = opened if skips else seeks  # the requests that start a run (_prefetcher_runs' rule)
+        seeks = _run_starts(first, off, size, a.thresholds, skips_reopen=False)
+        forward = off > np.r_[0, (off + size)[:-1]]
+        skips = _skips_reopen(forward & ~seeks, seeks, ~opened, service_ms)
+        opened = _run_starts(first, off, size, a.thresholds, skips)  # the requests that start a run
     continuing = service_ms[~opened]
     if not len(continuing):
         request = 0.0
