@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -111,19 +110,34 @@ def test_pages_sent_into_an_unread_socket_stay_and_the_note_says_who_holds_the_f
         assert f"open in {os.getpid()} (" in ev.note and "sendfile" in ev.note
     finally:
         os.close(fd)
-        for s in (reader, sender):  # abortive close: each drops its queued pages at once
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        _drain(reader, sent)  # the peer reads what was sent: the queues let go of the file's pages
+        for s in (reader, sender):
             s.close()
         listener.close()
     monkeypatch.undo()  # the usual retry waits
-    # the stack can still hold a queue's pages after close (CI3: 512 of 4096 after the retries' ~5 s):
-    # evict again until they are freed, within a deadline; the note must then be gone
-    deadline = time.monotonic() + 30
+    # Linux 6.18 can keep one 2 MiB folio of a file sent over loopback referenced after both ends have
+    # read and closed (pages 512-1023 still cached 90 s later in 2 of 6 runs, readtrace not involved): the
+    # pages are the kernel's to free. What must hold: once freed the note is gone, and while they stay it
+    # no longer blames a process that has closed the file.
+    deadline = time.monotonic() + 5
     while True:
         [ev] = evict([path])
         if ev.after < 0.02 or time.monotonic() > deadline:
             break
-    assert ev.after < 0.02 and ev.note is None, ev
+    if ev.after < 0.02:
+        assert ev.note is None, ev
+    else:
+        assert f"{os.getpid()}" not in ev.note and "none maps or opens it now" in ev.note, ev
+
+
+def _drain(reader, nbytes: int, timeout_s: float = 30.0) -> None:
+    """Read ``nbytes`` from ``reader`` (the sender may still be flushing them)."""
+    reader.settimeout(timeout_s)
+    while nbytes > 0:
+        chunk = reader.recv(min(nbytes, 1 << 20))
+        if not chunk:
+            return
+        nbytes -= len(chunk)
 
 
 def test_prefetch_several_files_with_more_threads_than_files(disk_dir):
