@@ -88,7 +88,7 @@ def compat_cases(cells: list[tuple[str, float, str]], size: int, tmp: Path, fix:
     import os
     import subprocess
 
-    from lab.cells import readtrace_cli, run_cell
+    from lab.cells import readtrace_cli, run_cell, warm_up
     from lab.checkpoints import build_all
     from lab.clients import missing, mounted
     from lab.loaders import LOADERS
@@ -97,6 +97,8 @@ def compat_cases(cells: list[tuple[str, float, str]], size: int, tmp: Path, fix:
 
     os.environ["READTRACE_CACHE_DIR"] = str(tmp / "profile-cache")  # this run's probes only
     built = build_all(tmp / "checkpoints", size, tuple(sorted({LOADERS[c[2]].checkpoint for c in cells})))
+    for name in dict.fromkeys(n for _, _, n in cells):
+        warm_up(LOADERS[name], built[LOADERS[name].checkpoint], tmp / "warm-up")
     out = []
     for client, latency in dict.fromkeys((c, lat) for c, lat, _ in cells):
         if why := missing(client):

@@ -134,9 +134,10 @@ def _compare_row(cmd: list[str], files: list[str], inner: RunRecorder, baseline:
     total = time.perf_counter() - started
     # each run once (a trial that needed no confirmation run is also the fixed side: the same trace)
     recorded = list({r.trace_path or id(r): r for r in result.runs + (result.choice.trials if result.choice else [])
-                     if not r.recorded}.values())  # the user's recorded run was not made by the comparison
+                     if not (trace and r.recorded == trace)}.values())  # the user's was not made by the comparison
     floor = result.choice.floor if result.choice else None
-    floor_s = floor.read_s + floor.warm_s if floor else 0.0
+    # the floor's read, and its warm run unless the recorded run's own time stood for it
+    floor_s = floor.read_s + (0.0 if floor.warm_recorded else floor.warm_s) if floor else 0.0
     # everything fix --compare spent beyond the loads themselves (and the floor's read + warm run)
     overhead = (total - sum(r.wall_s for r in recorded) - floor_s) / max(len(recorded), 1)
     fixed = [r.wall_s for r in result.side("fixed")]
@@ -148,7 +149,7 @@ def _compare_row(cmd: list[str], files: list[str], inner: RunRecorder, baseline:
             "run_walls_s": [round(r.wall_s, 2) for r in recorded],
             "chosen": result.choice.chosen.label if result.choice else None,
             "verdict": verdict_of(result).word, "identical": result.diff.all_identical, "tensors": result.diff.count,
-            "recorded_counted": any(r.recorded for r in result.runs), "notes": result.notes}
+            "recorded_counted": any(trace and r.recorded == trace for r in result.runs), "notes": result.notes}
 
 
 COLUMNS = ("mount", "loader", "size_mib", "recorder", "baseline_run", "recorded_counted", "baseline_s", "fixed_s",

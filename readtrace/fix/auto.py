@@ -23,7 +23,7 @@ from readtrace.fix.runs import Run
 from readtrace.fix.schedule import NotTried, Outcome, run_trials
 from readtrace.fix.session import Session, reader_streams
 from readtrace.fix.verdict import confirmation_needed
-from readtrace.inject.manifest import compare_manifests
+from readtrace.inject.manifest import Manifest, compare_manifests
 
 
 @dataclass
@@ -101,6 +101,8 @@ def _baselines(session: Session, keeps_cache: bool) -> tuple[list[Run], Floor | 
     recorded = session.recorded
     if recorded is not None and warm is not None:
         return [session.adopt_baseline(recorded.as_baseline(warm.manifest))], floor, unknown
+    if recorded is not None and floor is not None and floor.warm_recorded:  # at its floor: no run follows
+        return [recorded.as_baseline(Manifest([], []))], floor, unknown
     baseline = session.run("baseline", 0, LEAVE_ALONE)
     return [baseline] + ([recorded.as_baseline(baseline.manifest, index=1)] if recorded else []), floor, unknown
 

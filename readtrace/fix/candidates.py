@@ -117,6 +117,18 @@ class Floor:
     warm_s: float
     streams: int = 1  # own-fd streams the read took: the mount's probed N where those measured faster
     local_copy: bool = False  # the warm run read a local copy of the files (the mount drops the page cache)
+    warm_recorded: bool = False  # warm_s is the recorded run's time besides its waits on the files: no warm run
+
+    @classmethod
+    def from_recorded(cls, size: int, read_s: float, streams: int, summary: dict) -> Floor | None:
+        """The floor with the recorded run's own time for the warm load: its wall less its waits on the
+        checkpoint, plus the own time those waits covered where several tasks read (what the what-if
+        model carries into its fixed prediction); None where the trace split no waits."""
+        wall, waited = summary.get("wall_s"), summary.get("data_wait_s")
+        if wall is None or waited is None or summary.get("time_split_source") is None:
+            return None
+        warm = max(float(wall) - float(waited) + float(summary.get("besides_hidden_s") or 0.0), 0.0)
+        return cls(size, read_s, warm, streams, warm_recorded=True)
 
     @property
     def read_how(self) -> str:
@@ -125,7 +137,13 @@ class Floor:
 
     @property
     def warm_how(self) -> str:
+        if self.warm_recorded:
+            return "the recorded run's own time besides its waits on the checkpoint"
         return "the same load warm from a local copy" if self.local_copy else "the same load warm"
+
+    @property
+    def warm_from(self) -> str:
+        return "recorded run" if self.warm_recorded else "local copy" if self.local_copy else "page cache"
 
     @property
     def total_s(self) -> float:

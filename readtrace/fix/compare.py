@@ -161,6 +161,8 @@ def compare(
                            budget=Budget(budget), progress=progress or quiet())
         if recorded_from and strategy == "auto" and cold and files:
             session.recorded = _recorded(recorded_from, command, files, recorder is not None, notes, log)
+        if session.recorded is None and recorder is not None and strategy == "auto" and cold and files:
+            session.recorded = _made_recording(session, notes, log)
         dropping = [f for f in files if not cache_kept(f)]
         if strategy == "auto" and cold:  # warm runs measure the shim's own per-file choice instead
             choice, runs = choose(session, seen, not dropping, repeat, notes)
@@ -181,6 +183,18 @@ def compare(
         comparison.unproven = _unproven(comparison)
         analyse(comparison.runs)  # the summaries the table reads, while the traces still exist
         return comparison
+
+
+def _made_recording(session: Session, notes: list[str], log: Callable[[str], None]) -> RecordedRun | None:
+    """The first baseline run recorded here as the user would (``Session.record_baseline``), or None with
+    a note saying why it cannot stand as one (the comparison then makes its baselines with the shim)."""
+    found, why = session.record_baseline()
+    if found is None:
+        notes.append(f"the first baseline run, recorded without the shim, is not counted: {why}")
+        return None
+    log(found.describe())
+    notes.append(found.describe())
+    return found
 
 
 def _recorded(trace: str, command: list[str], files: list[str], recording: bool, notes: list[str],
@@ -223,7 +237,7 @@ def _unproven(c: Comparison) -> list[str]:
         why.append("the runs were not cold: still cached after eviction: " + ", ".join(warm))
     for r in c.runs:
         why.extend(f"{r.side} run {r.index + 1}: {failure}" for failure in dict.fromkeys(r.manifest.failures))
-    if c.diff.count == 0:
+    if c.diff.count == 0 and not all(r.recorded and not r.manifest.calls for r in c.runs):  # else none compared
         why.append("no tensors were seen in any run (the load does not go through safetensors or torch.load): "
                    "the runs' tensors could not be compared")
     if c.choice is None and c.strategy == "own-fd" and not _own_fd_acted(c):

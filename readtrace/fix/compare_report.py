@@ -107,7 +107,7 @@ def _choice_json(comparison: Comparison) -> dict | None:
                 "predicted_s": n.predicted_s, "predicted_by": n.predicted_by, "why": n.why} for n in choice.not_tried],
             "floor": None if floor is None else {"bytes": floor.bytes, "sequential_read_s": floor.read_s,
                                                  "streams": floor.streams, "warm_s": floor.warm_s,
-                                                 "warm_from": "local copy" if floor.local_copy else "page cache",
+                                                 "warm_from": floor.warm_from,
                                                  "total_s": floor.total_s},
             "confirmation": choice.confirmation or None, "confirmation_rule": CONFIRM_RULE, "stop_rule": STOP_RULE}
 
@@ -242,8 +242,10 @@ def _render_choice(choice: dict | None, out: TextIO) -> None:
     if floor:
         streams = floor.get("streams") or 1
         how = "sequential read" if streams == 1 else f"read in order by {streams} own-fd streams"
+        warm = ("the recorded run besides its waits on the checkpoint" if floor.get("warm_from") == "recorded run"
+                else "the load warm")
         out.write(f"  floor: {how} of {_fmt(floor['bytes'], 'bytes')} {floor['sequential_read_s']:.2f} s"
-                  f" + the load warm {floor['warm_s']:.2f} s = {floor['total_s']:.2f} s\n")
+                  f" + {warm} {floor['warm_s']:.2f} s = {floor['total_s']:.2f} s\n")
     for cand in choice["candidates"]:
         predicted = "" if cand["predicted_s"] is None else f" (predicted {cand['predicted_s']:.2f} s)"
         if cand["status"] == NOT_TRIED:

@@ -36,14 +36,17 @@ class RecordedRun:
     summary: dict
     cold_share: float
     start_time: str
+    made: bool = False  # recorded by the comparison itself, as a user records (fix/session.py record_baseline)
 
     def as_baseline(self, manifest: Manifest, index: int = 0) -> Run:
         """The baseline Run, with the tensors of ``manifest`` (a run of the unchanged command here)."""
+        label = "unchanged (recorded without the shim)" if self.made else "unchanged (the recorded run)"
         return Run("baseline", index, 0, self.wall_s, manifest, self.trace_path, self.summary,
-                   label="unchanged (the recorded run)", recorded=self.trace_path)
+                   label=label, recorded=self.trace_path)
 
     def describe(self) -> str:
-        return (f"baseline run: the recorded run ({self.trace_path}, started {self.start_time[:19]}, "
+        what = "recorded here as the user would, without the shim" if self.made else "the recorded run"
+        return (f"baseline run: {what} ({self.trace_path}, started {self.start_time[:19]}, "
                 f"{self.wall_s:.2f} s, cold: {100 * self.cold_share:.0f} % of its checkpoint bytes were fetched)")
 
 

@@ -87,6 +87,16 @@ def run_command(command, side, index, strategy, work: Path, device, cwd, recorde
     return Run(side, index, code, wall, manifest, trace_path, summary, log=tail, stopped=stopped)
 
 
+def record_unchanged(command, work: Path, cwd, recorder: Recorder, stem: str) -> tuple[int, str]:
+    """Record the unchanged command as a user does (``readtrace record``: no shim), its output kept in the
+    work directory: (exit code, trace path)."""
+    trace = work / f"{stem}.rtrace"
+    with _stdout_to(work / f"{stem}.log"):
+        code, _, _ = recorder(command, dict(os.environ), cwd, trace)
+    _check_work(work, "recorded baseline run")
+    return code, str(trace)
+
+
 def _check_work(work: Path, run: str) -> None:
     """The work directory must outlive each run: without it the run's manifest is lost."""
     if not work.is_dir():

@@ -13,8 +13,8 @@ from readtrace.fix.candidates import ROUTED_CALLS, Candidate, Floor, sequential_
 from readtrace.fix.levers import seen_in
 from readtrace.fix.localcopy import NoLocalCopy, local_copies
 from readtrace.fix.progress import Progress, figures, quiet
-from readtrace.fix.recorded import RecordedRun
-from readtrace.fix.runs import Recorder, Run, must_succeed, run_command
+from readtrace.fix.recorded import RecordedRun, recorded_run
+from readtrace.fix.runs import Recorder, Run, must_succeed, record_unchanged, run_command
 from readtrace.fix.schedule import Budget
 from readtrace.fix.tracefacts import spans_by_path, trace_summary
 from readtrace.inject.digestcache import CACHE_NAME, carry_over, file_key
@@ -79,6 +79,20 @@ class Session:
             self.adopt_baseline(run)
         return run
 
+    def record_baseline(self) -> tuple[RecordedRun | None, str]:
+        """The first baseline run, recorded as a user records it (no shim), to stand as the recorded run of
+        ``fix --compare TRACE`` does (fix/recorded.py): its trace lets the floor go without a warm run
+        where the load is already at it (``_at_recorded_floor``); (the run, "") or (None, why not)."""
+        self.count += 1
+        what = f"run {self.count} baseline [unchanged, recorded without the shim]"
+        self.prepare(what)
+        with self.progress.running(what, elapsed_s=self.budget.elapsed()):
+            code, trace = record_unchanged(self.command, self.work, self.cwd, self.recorder, f"{self.count:02d}-baseline")
+        if code != 0:
+            return None, f"the load exited {code}"
+        found, why = recorded_run(trace, self.command, self.files)
+        return (replace(found, made=True) if found else None), why
+
     def adopt_baseline(self, run: Run) -> Run:
         """What a baseline run decides for the runs after it: early reads, the rank plan."""
         must_succeed(run)
@@ -114,6 +128,8 @@ class Session:
         where the mount drops the page cache on every open, warm from a local copy (fix/localcopy.py)."""
         if keeps_cache:
             size, read_s, streams = self.cold_read()
+            if (at := self._at_recorded_floor(size, read_s, streams)) is not None:
+                return at, None, ""
             prefetch(self.files, progress=False)
             warm = self._warm("floor: the same bytes read sequentially, then the command warm")
             if warm.exit_code != 0:  # the baseline run after it says how the command fails
@@ -125,6 +141,8 @@ class Session:
             with local_copies(self.files, reader_streams(self.files)[0] or 1) as copies:
                 read = (f"{Floor(copies.bytes, copies.read_s, 0.0, copies.streams).read_how} "
                         f"({copies.bytes / MiB:.1f} MiB) took {copies.read_s:.2f} s here")
+                if (at := self._at_recorded_floor(copies.bytes, copies.read_s, copies.streams)) is not None:
+                    return at, None, ""
                 warm = self._warm("floor: the same bytes read sequentially into a local copy, then the command "
                                   "warm from it", copies.binds)
                 self._keep_digests(before, {path: file_key(copy) for path, copy in copies.binds.items()})
@@ -138,6 +156,20 @@ class Session:
             return None, None, (f"{UNWARM}, and the load failed (exit {warm.exit_code}) when run warm from local "
                                 f"copies of its files; {read}")
         return Floor(copies.bytes, copies.read_s, warm.wall_s, copies.streams, local_copy=True), warm, ""
+
+    def _at_recorded_floor(self, size: int, read_s: float, streams: int) -> Floor | None:
+        """The floor without a warm run, where the recorded run (``self.recorded``) is already within
+        noise of it: its waits on the checkpoint took no longer than reading the same bytes in order
+        just did, so no change to how it reads can gain, and its own time besides those waits stands
+        for the warm load (lab transformers, 256 MiB: 0.67 s of waits on a 4.5 s load, the read 1.2 s)."""
+        if self.recorded is None:
+            return None
+        floor = Floor.from_recorded(size, read_s, streams, self.recorded.summary)
+        if floor is None or not floor.nothing_to_gain(self.recorded.wall_s):
+            return None
+        self.log(f"floor: the recorded run ({self.recorded.wall_s:.2f} s) waited no longer on its checkpoint than "
+                 f"{floor.read_how} took ({read_s:.2f} s): no warm run needed")
+        return floor
 
     def _keep_digests(self, before: dict[str, str | None], copied: dict[str, str | None]) -> None:
         """The warm run digested the copies' mapped tensors (inject/digestcache.py): keep them for each

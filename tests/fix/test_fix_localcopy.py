@@ -123,21 +123,36 @@ def test_the_warm_runs_digests_of_the_copy_are_kept_for_the_file(tmp_path):
     assert kept and set(kept.values()) <= {t.sha256 for t in mapped}
 
 
+# MAPPED after 16 spans read backwards (first bytes at the mount's latency): the load waits on its
+# file longer than a sequential read of it takes, so it is not at its floor and the floor runs warm
+SEEKS_THEN_MAPPED = """
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+for offset in range(os.fstat(fd).st_size - (64 << 10), 0, -(1 << 20)):
+    os.pread(fd, 64 << 10, offset)
+os.close(fd)
+""" + MAPPED
+
+
 @pytest.mark.ebpf
 @pytest.mark.parametrize("keep_cache", [True, False], ids=["keeps-cache", "drops-cache"])
-def test_a_made_baseline_takes_its_digests_from_the_floors_warm_run(tmp_path, keep_cache):
-    """The floor runs before the baseline: its warm run digests the mapped tensors from the page cache
-    (or the local copy), so the cold baseline run does not read the whole file again for them (a 220
-    MiB transformers load on the lab mount: 5.4 s of such reads after a 4.5 s load)."""
+def test_a_made_baseline_is_recorded_first_and_takes_its_digests_from_the_floors_warm_run(tmp_path, keep_cache):
+    """The comparison's first baseline run is recorded as a user records one, without the shim, so it reads
+    only what the load reads (with the shim's digests a 220 MiB transformers load on the lab mount read
+    5.4 s more after a 4.5 s load); its tensors are the floor's warm run's, digested from the page cache
+    (or the local copy)."""
     from readtrace.fix.recording import RunRecorder
 
-    with lab_mount(tmp_path, lambda src: make_checkpoint(src, 16)[0], latency_ms=2, keep_cache=keep_cache) as (mnt, path):
+    with lab_mount(tmp_path, lambda src: make_checkpoint(src, 16)[0], latency_ms=20, keep_cache=keep_cache) as (mnt, path):
         file = str(mnt / path.name)
         lines: list[str] = []
-        result = compare([sys.executable, "-c", MAPPED, file], files=[file], recorder=RunRecorder(), log=lines.append)
-    assert lines[0].startswith("floor: ") and any(line.startswith("run 1 baseline") for line in lines), lines
+        result = compare([sys.executable, "-c", SEEKS_THEN_MAPPED, file], files=[file], recorder=RunRecorder(),
+                         log=lines.append)
+    assert lines[0].startswith("run 1 baseline [unchanged, recorded without the shim]"), lines
+    assert any(line.startswith("floor: ") and "the command warm" in line for line in lines), lines
     baseline = result.side("baseline")[0]
+    assert baseline.recorded and baseline.loader_s is None and not result.choice.floor.warm_recorded
     mapped = [t for t in baseline.manifest.tensors if t.sha256]
-    assert mapped and result.choice.floor is not None
+    assert mapped and result.diff.count == len(baseline.manifest.tensors)
     # what the load read through the mount, not the whole file again for the digests
     assert baseline.summary["fuse_read_bytes"] < os.path.getsize(path), baseline.summary["fuse_read_bytes"]

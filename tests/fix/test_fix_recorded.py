@@ -90,7 +90,7 @@ def test_a_warm_recording_is_not_a_baseline_run(lab, tmp_path):
     found, why = recorded_run(trace, cmd, [file])
     assert found is None and "not cold" in why and "page cache" in why
     result, _ = _compare(cmd, file, trace)
-    assert not any(r.recorded for r in result.runs)
+    assert not any(r.recorded == trace for r in result.runs)  # the comparison records its own first baseline
     assert any("the recorded run is not a baseline run here: the recorded run was not cold" in n for n in result.notes)
 
 
@@ -110,9 +110,10 @@ def test_a_recording_of_another_command_or_of_files_changed_since_is_not_one(lab
 
 def test_a_recorded_load_at_its_floor_is_left_alone_with_its_evidence(tmp_path):
     """A fast mount (no added latency, the cache kept) and a command that waits 3 s longer in every run
-    after the recorded one: the floor's warm run is surely over the recorded baseline, so with the recorded run as baseline 1 nothing else runs; the floor's own
-    eviction is the comparison's proof of cold (it said "nothing proven: the runs were not cold" with
-    no run evicted at all)."""
+    after the recorded one: the recorded run waited on its 16 MiB no longer than the floor's read of
+    them took, so its own time stands for the warm load and nothing else runs, not even the floor's
+    warm run (which would have taken 3 s longer); the floor's own eviction is the comparison's proof of
+    cold (it said "nothing proven: the runs were not cold" with no run evicted at all)."""
     from readtrace.fix.verdict import verdict_of
 
     require(*ebpf_ready())
@@ -123,7 +124,11 @@ def test_a_recorded_load_at_its_floor_is_left_alone_with_its_evidence(tmp_path):
                "open(sys.argv[2], 'w').close(); sys.argv = ['load', '--pattern', 'mmap-threads', sys.argv[1]]; "
                "runpy.run_module('readtrace.workloads.load', run_name='__main__')", file, str(marker)]
         trace = _record(cmd, file, tmp_path / "load.rtrace")
-        result, _ = _compare(cmd, file, trace)
+        result, lines = _compare(cmd, file, trace)
     assert result.choice.trials == [] and [r.recorded for r in result.runs] == [trace]  # at its floor: nothing ran
+    floor, summary = result.choice.floor, load_trace(trace).meta
+    assert floor.warm_recorded and not any("the command warm" in line for line in lines), lines
+    assert floor.warm_s < summary["wall_s"] < 4  # its own time, not a run's that slept 4 s
+    assert to_json(result)["choice"]["floor"]["warm_from"] == "recorded run"
     assert result.unproven == [] and result.evictions, result.unproven
     assert verdict_of(result).word == "not-slow"

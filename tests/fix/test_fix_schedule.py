@@ -19,15 +19,20 @@ from readtrace.fix.compare_report import render_table, to_json
 from readtrace.workloads import make_checkpoint
 
 # Deliberately slow under one lever (OMP_NUM_THREADS=1): it says its pid, then sleeps before loading.
-# Every run from the mount waits 1 s that the floor's warm run, from a local copy bound over the file
-# (fix/localcopy.py, another device than the file's directory), does not: no candidate reaches the
-# floor, so each one runs.
+# Every run from the mount first waits 1 s and reads 16 spans of the file backwards (~0.35 s of first
+# bytes at 20 ms: longer than a sequential read of it, so the recorded run is not at its floor), which
+# the floor's warm run, from a local copy bound over the file (fix/localcopy.py, another device than
+# the file's directory), does not: no candidate reaches the floor, so each one runs.
 LOAD = """
 import os, sys, time
 from concurrent.futures import ThreadPoolExecutor
 from safetensors import safe_open
 if os.stat(sys.argv[1]).st_dev == os.stat(os.path.dirname(sys.argv[1])).st_dev:
     time.sleep(1)
+    fd = os.open(sys.argv[1], os.O_RDONLY)
+    for offset in range(os.fstat(fd).st_size - (64 << 10), 0, -(512 << 10)):
+        os.pread(fd, 64 << 10, offset)
+    os.close(fd)
 if os.environ.get("OMP_NUM_THREADS") == "1" and len(sys.argv) > 2:
     with open(sys.argv[2], "w") as f:
         f.write(str(os.getpid()))
