@@ -376,8 +376,12 @@ def test_diffusion_pipeline_and_single_file_are_attributed(tmp_path):
     entries = {e["entry"]: e for e in r["entries"]}
     assert {"diffusers.DiffusionPipeline.from_pretrained", "diffusers.from_single_file"} <= set(entries)
     data = a.files.loc[a.files["role"] == "data", ["path", "bytes_read"]].to_dict("records")
-    # flaked once in CI at 0.77 (not reproduced since, alone or beside 3 busy loops): say what was outside
-    assert r["entry"] in entries and r["attributed_fraction"] > 0.9, (
+    # Of the files it can name: under CPU load (CI, and 1 in 6 runs beside 4 busy loops) the trace also
+    # holds 448 KiB of faults on a mapped file it saw no open of, an inode of / reused soon after (a
+    # temporary file some library mapped, unlinked or O_TMPFILE): unknown paths count as data (roles.py),
+    # and no loader call read it (0.77 of all data bytes attributed then, 0.9995 of the named ones)
+    nameless = sum(f["bytes_read"] for f in data if str(f["path"]).startswith("<dev "))
+    assert r["entry"] in entries and r["attributed_bytes"] > 0.9 * (r["data_bytes"] - nameless), (
         {k: r[k] for k in ("data_bytes", "attributed_bytes", "by_process_bytes", "after_return_bytes")}, data)
     from diffusers import DiffusionPipeline
     from diffusers.loaders.single_file_model import FromOriginalModelMixin
