@@ -47,6 +47,7 @@ from fix_matrix import build, command, files_of  # noqa: E402  (the loaders' che
 from lab.clients import mounted as client_mounted  # noqa: E402
 
 LOADERS = ("safe_open-threads", "transformers", "fork-shared-fd")
+EXTRA_LOADERS = ("load_file",)  # on request: safetensors' load_file, one sequential reader (often at its floor)
 RECORDERS = {"one-probe-set": False, "older": True}  # name -> RunRecorder(older=...)
 BASELINES = ("recorded", "made")  # the first baseline run: the user's recorded run, or one the comparison makes
 
@@ -172,7 +173,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[256], help="checkpoint sizes in MiB (1024: --sizes 256 1024)")
     p.add_argument("--mounts", nargs="+", default=["lab", "rclone"], choices=["lab", "rclone"])
-    p.add_argument("--loaders", nargs="+", default=list(LOADERS), choices=LOADERS)
+    p.add_argument("--loaders", nargs="+", default=list(LOADERS), choices=LOADERS + EXTRA_LOADERS)
     p.add_argument("--recorders", nargs="+", default=["one-probe-set"], choices=list(RECORDERS))
     p.add_argument("--baselines", nargs="+", default=list(BASELINES), choices=BASELINES,
                    help="recorded: the load recorded cold first, `fix --compare TRACE` (its run counts as a "
