@@ -188,13 +188,8 @@ def compare(
 def _made_recording(session: Session, notes: list[str], log: Callable[[str], None]) -> RecordedRun | None:
     """The first baseline run recorded here as the user would (``Session.record_baseline``), or None with
     a note saying why it cannot stand as one (the comparison then makes its baselines with the shim)."""
-    found, why = session.record_baseline()
-    if found is None:
-        notes.append(f"the first baseline run, recorded without the shim, is not counted: {why}")
-        return None
-    log(found.describe())
-    notes.append(found.describe())
-    return found
+    return _standing(*session.record_baseline(), "the first baseline run, recorded without the shim, is not counted",
+                     notes, log)
 
 
 def _recorded(trace: str, command: list[str], files: list[str], recording: bool, notes: list[str],
@@ -204,9 +199,14 @@ def _recorded(trace: str, command: list[str], files: list[str], recording: bool,
         notes.append("the recorded run is not a baseline run here: it ran under readtrace's probes, "
                      "the comparison's runs do not (not recorded)")
         return None
-    found, why = recorded_run(trace, command, files)
+    return _standing(*recorded_run(trace, command, files), "the recorded run is not a baseline run here", notes, log)
+
+
+def _standing(found: RecordedRun | None, why: str, refused: str, notes: list[str],
+              log: Callable[[str], None]) -> RecordedRun | None:
+    """``found`` as baseline run 1, said in the log and the notes; or None, with ``refused: why`` noted."""
     if found is None:
-        notes.append(f"the recorded run is not a baseline run here: {why}")
+        notes.append(f"{refused}: {why}")
         return None
     log(found.describe())
     notes.append(found.describe())
