@@ -210,7 +210,7 @@ class _Stopped(Exception):
     MESSAGE = "stopped: the load ended first"
 
 
-_FILLED = []  # the helper's fill is over (one item): its record is noted, a stop interrupts nothing
+_FILLED = []  # one item once the helper's fill is over: a stop then interrupts nothing (its record is noted next)
 
 
 def _stopped(signum, frame):
