@@ -55,6 +55,16 @@ def predicted_s(candidate: Candidate, baseline_s: float, model: dict | None) -> 
     return load_with(baseline_s, model, patterns)
 
 
+def fastest_change(baseline_s: float, model: dict, keeps_cache: bool) -> tuple[float, str]:
+    """(predicted cold wall seconds, how) of the fastest read pattern any of readtrace's own changes
+    gives here, whatever the load calls: one in-order reader per file (own-fd, a populate, an own fd
+    per forked worker) and, where the mount keeps the page cache, the start-up prefetch. What a run of
+    the load without a shim cannot tell (which of them apply) only makes a candidate slower than this."""
+    from readtrace.analyze.storage.levers import load_with
+
+    return load_with(baseline_s, model, ("own-fd", "sequential") + (("prefetch",) if keeps_cache else ()))
+
+
 def ranked(found: Sequence[Candidate], baseline_s: float, model: dict | None,
            warm_s: float | None = None) -> list[Ranked]:
     """``found`` fastest predicted first; those without a prediction after them, in their own order.

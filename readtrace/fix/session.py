@@ -122,13 +122,16 @@ class Session:
         streams = reader_streams(self.files)[0] or 1
         return (*sequential_read_s(self.files, streams=streams), streams)
 
-    def floor(self, keeps_cache: bool) -> tuple[Floor | None, Run | None, str]:
+    def floor(self, keeps_cache: bool, without_warm: Callable[[Floor], str] | None = None
+              ) -> tuple[Floor | None, Run | None, str]:
         """(the floor, its warm run of the unchanged command: a manifest of the baseline's tensors, why
         there is none): the same bytes read cold as the own-fd loader reads them, then the command warm;
-        where the mount drops the page cache on every open, warm from a local copy (fix/localcopy.py)."""
+        where the mount drops the page cache on every open, warm from a local copy (fix/localcopy.py).
+        ``without_warm``: given the floor with the recorded run's own time (``Floor.from_recorded``), why
+        that floor stands without a warm run, or "" (``_at_recorded_floor``)."""
         if keeps_cache:
             size, read_s, streams = self.cold_read()
-            if (at := self._at_recorded_floor(size, read_s, streams)) is not None:
+            if at := self._at_recorded_floor(size, read_s, streams, without_warm):
                 return at, None, ""
             prefetch(self.files, progress=False)
             warm = self._warm("floor: the same bytes read sequentially, then the command warm")
@@ -141,7 +144,7 @@ class Session:
             with local_copies(self.files, reader_streams(self.files)[0] or 1) as copies:
                 read = (f"{Floor(copies.bytes, copies.read_s, 0.0, copies.streams).read_how} "
                         f"({copies.bytes / MiB:.1f} MiB) took {copies.read_s:.2f} s here")
-                if (at := self._at_recorded_floor(copies.bytes, copies.read_s, copies.streams)) is not None:
+                if (at := self._at_recorded_floor(copies.bytes, copies.read_s, copies.streams, without_warm)):
                     return at, None, ""
                 warm = self._warm("floor: the same bytes read sequentially into a local copy, then the command "
                                   "warm from it", copies.binds)
@@ -157,18 +160,19 @@ class Session:
                                 f"copies of its files; {read}")
         return Floor(copies.bytes, copies.read_s, warm.wall_s, copies.streams, local_copy=True), warm, ""
 
-    def _at_recorded_floor(self, size: int, read_s: float, streams: int) -> Floor | None:
-        """The floor without a warm run, where the recorded run (``self.recorded``) is already within
-        noise of it: its waits on the checkpoint took no longer than reading the same bytes in order
-        just did, so no change to how it reads can gain, and its own time besides those waits stands
-        for the warm load (lab transformers, 256 MiB: 0.67 s of waits on a 4.5 s load, the read 1.2 s)."""
-        if self.recorded is None:
+    def _at_recorded_floor(self, size: int, read_s: float, streams: int,
+                           without_warm: Callable[[Floor], str] | None) -> Floor | None:
+        """The floor without a warm run, where the recorded run (``self.recorded``) lets it go: its own
+        time besides its waits on the checkpoint stands for the warm load (``Floor.from_recorded``) where
+        ``without_warm`` says why no warm run is needed (fix/auto.py: within noise of that floor, or in
+        its not-slow band with no change predicted to gain)."""
+        if self.recorded is None or without_warm is None:
             return None
         floor = Floor.from_recorded(size, read_s, streams, self.recorded.summary)
-        if floor is None or not floor.nothing_to_gain(self.recorded.wall_s):
+        why = without_warm(floor) if floor is not None else ""
+        if not why:
             return None
-        self.log(f"floor: the recorded run ({self.recorded.wall_s:.2f} s) waited no longer on its checkpoint than "
-                 f"{floor.read_how} took ({read_s:.2f} s): no warm run needed")
+        self.log(f"floor: {why}: no warm run needed")
         return floor
 
     def _keep_digests(self, before: dict[str, str | None], copied: dict[str, str | None]) -> None:

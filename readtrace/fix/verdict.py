@@ -124,9 +124,7 @@ def decide(baseline_s: Sequence[float], fixed_s: Sequence[float], *, left_alone:
             if unmeasured:
                 return Verdict(NOT_SLOW, f"{near}; {unmeasured}")
             if tried == 0:
-                return Verdict(NOT_SLOW, near + ("; no candidate was measured: at most 3 % over the floor, there "
-                                                 "is nothing to gain beyond noise" if floor.nothing_to_gain(base)
-                                                 else "; no candidate can act on this load (see the notes)"))
+                return Verdict(NOT_SLOW, near + _none_measured(floor, base))
             return Verdict(NOT_SLOW, near + ", and nothing readtrace can change was faster beyond noise"
                            + ("" if tried is None else f" ({_tried(tried, untried)})"))
         where = f"floor {floor.total_s:.2f} s" if floor is not None else f"floor unknown: {floor_unknown}"
@@ -151,6 +149,15 @@ def decide(baseline_s: Sequence[float], fixed_s: Sequence[float], *, left_alone:
         return Verdict(SLOWER, f"{label}: {statistics.median(fixed_s) / base:.2f}x slower (every baseline run at least "
                        f"{MARGIN_PCT} % faster than every fixed run; {runs})")
     return Verdict(NO_GAIN, f"{label}: no gain beyond the runs' spread ({runs}): no speedup claimed")
+
+
+def _none_measured(floor: Floor, baseline_s: float) -> str:
+    """Why a load left alone near its floor had no candidate measured."""
+    if floor.nothing_to_gain(baseline_s):
+        return "; no candidate was measured: at most 3 % over the floor, there is nothing to gain beyond noise"
+    if floor.warm_recorded:  # the recorded run stood for the warm load: no change was predicted to gain (fix/auto.py)
+        return "; no candidate was measured: none is predicted to be as much faster as a fix must be here (see the notes)"
+    return "; no candidate can act on this load (see the notes)"
 
 
 def own_change(facts: Sequence[dict], seen: set[str]) -> str:

@@ -116,15 +116,7 @@ def test_a_recorded_load_at_its_floor_is_left_alone_with_its_evidence(tmp_path):
     cold (it said "nothing proven: the runs were not cold" with no run evicted at all)."""
     from readtrace.fix.verdict import verdict_of
 
-    require(*ebpf_ready())
-    with lab_mount(tmp_path, lambda src: make_checkpoint(src, 16)[0], latency_ms=0, keep_cache=True) as (mnt, path):
-        file = f"{mnt}/{path.name}"
-        marker = tmp_path / "ran-before"  # every run after the recorded one waits 3 s longer before its load
-        cmd = [sys.executable, "-c", "import os, runpy, sys, time; time.sleep(4 if os.path.exists(sys.argv[2]) else 1); "
-               "open(sys.argv[2], 'w').close(); sys.argv = ['load', '--pattern', 'mmap-threads', sys.argv[1]]; "
-               "runpy.run_module('readtrace.workloads.load', run_name='__main__')", file, str(marker)]
-        trace = _record(cmd, file, tmp_path / "load.rtrace")
-        result, lines = _compare(cmd, file, trace)
+    result, lines, trace = _recorded_and_compared(tmp_path, latency_ms=0, first_s=1, later_s=4)
     assert result.choice.trials == [] and [r.recorded for r in result.runs] == [trace]  # at its floor: nothing ran
     floor, summary = result.choice.floor, load_trace(trace).meta
     assert floor.warm_recorded and not any("the command warm" in line for line in lines), lines
@@ -132,3 +124,38 @@ def test_a_recorded_load_at_its_floor_is_left_alone_with_its_evidence(tmp_path):
     assert to_json(result)["choice"]["floor"]["warm_from"] == "recorded run"
     assert result.unproven == [] and result.evictions, result.unproven
     assert verdict_of(result).word == "not-slow"
+
+
+def test_a_recorded_load_in_its_not_slow_band_with_no_change_predicted_to_gain_has_no_warm_run(tmp_path):
+    """Four threads faulting 16 MiB through a 4 ms mount after an 8 s sleep: the recorded run waited
+    about 0.4 s on its checkpoint where the floor's read takes 0.02 s, so it is over the 3 % of
+    "nothing to gain", but within the not-slow band, and the storage model predicts no change to its
+    reads saves the 9 % a fix must save there: the band rule would try no candidate, so the warm run
+    (a whole load: here one that would sleep 3 s longer) is not needed for the floor either."""
+    from readtrace.fix.verdict import verdict_of
+
+    result, lines, trace = _recorded_and_compared(tmp_path, latency_ms=4, first_s=8, later_s=11)
+    assert result.choice.trials == [] and [r.recorded for r in result.runs] == [trace]
+    floor, wall = result.choice.floor, load_trace(trace).meta["wall_s"]
+    assert floor.warm_recorded and not any("the command warm" in line for line in lines), lines
+    assert not floor.nothing_to_gain(wall) and floor.not_slow(wall) and floor.warm_s < wall < 11
+    assert "within the not-slow band" in result.choice.why and "is predicted to make it 9 % faster" in result.choice.why
+    verdict = verdict_of(result)
+    assert verdict.word == "not-slow" and "none is predicted" in verdict.why, verdict
+    assert to_json(result)["choice"]["floor"]["warm_from"] == "recorded run"
+
+
+def _recorded_and_compared(tmp_path, latency_ms: float, first_s: float, later_s: float):
+    """(the comparison, its log, the recorded trace) of four threads faulting a 16 MiB checkpoint on a lab
+    mount that keeps the page cache, after a sleep: ``first_s`` in the recorded run, ``later_s`` in every
+    run after it (a warm run among them shows in its time)."""
+    require(*ebpf_ready())
+    with lab_mount(tmp_path, lambda src: make_checkpoint(src, 16)[0], latency_ms=latency_ms,
+                   keep_cache=True) as (mnt, path):
+        file = f"{mnt}/{path.name}"
+        marker = tmp_path / "ran-before"
+        cmd = [sys.executable, "-c", f"import os, runpy, sys, time; time.sleep({later_s} if os.path.exists(sys.argv[2]) "
+               f"else {first_s}); open(sys.argv[2], 'w').close(); sys.argv = ['load', '--pattern', 'mmap-threads', "
+               "sys.argv[1]]; runpy.run_module('readtrace.workloads.load', run_name='__main__')", file, str(marker)]
+        trace = _record(cmd, file, tmp_path / "load.rtrace")
+        return (*_compare(cmd, file, trace), trace)
