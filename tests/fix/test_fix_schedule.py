@@ -192,4 +192,32 @@ def test_in_the_band_a_trial_that_missed_its_prediction_corrects_the_rest():
     assert b.label == "b" and b.predicted_s == 3.5
     assert b.why == ("predicted at 3.50 s, but a took 3.90 s against its 3.40 s predicted: 0.50 s later, so 4.00 s, "
                      "over the 3.82 s a fix must take")
-    assert [t.label for t in run_trials(rows, 4.2, None, Budget(None), run, lambda t: True).trials] == ["a", "b", "c"]
+    out = run_trials(rows, 4.2, None, Budget(None), run, lambda t: True)  # out of the band: a is the best so far
+    assert [t.label for t in out.trials] == ["a", "c"]  # b at 3.5 + 0.5 s is not 3 % under a's 3.90 s, c at 3.7 s is
+    assert out.not_tried[0].why.endswith("so 4.00 s, not 3 % faster than a (3.90 s)")
+
+
+def test_once_one_is_measured_the_rest_run_only_where_predicted_to_beat_it_by_the_models_own_miss():
+    """The first trial ran 1.34 s where 1.67 s was predicted (0.33 s sooner): a candidate predicted at
+    1.67 s (so 1.34 s) cannot beat it by 3 %, nor one at the baseline's time; one predicted at 1.60 s
+    (1.27 s) can, and runs; one the model does not replay runs too (last), and a stopped or failed
+    trial corrects nothing."""
+    from readtrace.fix.candidates import Candidate
+    from readtrace.fix.predict import Ranked
+    from readtrace.fix.schedule import Budget, run_trials
+
+    class Trial:
+        def __init__(self, label, wall, code=0):
+            self.label, self.wall_s, self.exit_code, self.stopped = label, wall, code, ""
+
+    walls = {"prefetch": (1.34, 0), "both": (1.4, 0), "quick": (1.31, 0), "lever": (1.5, 0), "broken": (0.2, 1)}
+    predicted = (("broken", 1.0), ("prefetch", 1.67), ("both", 1.67), ("quick", 1.60), ("omp", 5.9), ("lever", None))
+    rows = [Ranked(Candidate(n, "none", ""), p, "model") for n, p in predicted]
+    out = run_trials(rows, 5.9, None, Budget(None), lambda row, *_: Trial(row.candidate.label,
+                                                                         *walls[row.candidate.label]), lambda t: True)
+    assert [t.label for t in out.trials] == ["broken", "prefetch", "quick", "lever"]
+    why = {n.label: n.why for n in out.not_tried}
+    assert set(why) == {"both", "omp"}
+    assert why["both"] == ("predicted at 1.67 s, but prefetch took 1.34 s against its 1.67 s predicted: 0.33 s sooner, "
+                           "so 1.34 s, not 3 % faster than prefetch (1.34 s)")
+    assert why["omp"].endswith("so 5.57 s, not 3 % faster than quick (1.31 s)")  # the best by then
