@@ -30,7 +30,7 @@ from readtrace.fix.candidates import LEAVE_ALONE, OWN, ROUTED_CALLS, Candidate
 from readtrace.fix.levers import seen_in
 from readtrace.fix.progress import Progress, quiet
 from readtrace.fix.recorded import RecordedRun, recorded_run
-from readtrace.fix.recording import analyse
+from readtrace.fix.recording import analyse, detaching
 from readtrace.fix.runs import Recorder, Run, must_succeed, run_command
 from readtrace.fix.schedule import Budget
 from readtrace.fix.session import Session, cache_kept
@@ -181,7 +181,8 @@ def compare(
         comparison = Comparison(command, strategy, files, runs, session.evictions, _diff(runs), notes, cold,
                                 choice, plan=session.plan)
         comparison.unproven = _unproven(comparison)
-        analyse(comparison.runs)  # the summaries the table reads, while the traces still exist
+        with detaching(recorder):  # no run follows: the probes detach while the traces are analysed
+            analyse(comparison.runs)  # the summaries the table reads, while the traces still exist
         return comparison
 
 

@@ -127,7 +127,7 @@ def run_trials(rows: list[Ranked], baseline_s: float, floor: Floor | None, budge
     no_gain_s = margin * baseline_s + digest_s
     best = None  # the fastest run with the baseline's tensors
     miss = None  # (trial, seconds it took over its prediction): the least such miss so far, in the band
-    bias = None  # the same over the trials measured to their end with the baseline's tensors: the model's least
+    bias = None  # (trial, seconds over its prediction, any sign): the least over the trials with the baseline's tensors
     for i, row in enumerate(rows):
         label = row.candidate.label
         if out.floor_reached:

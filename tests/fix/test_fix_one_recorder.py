@@ -63,3 +63,33 @@ def test_every_run_of_a_compare_is_recorded_under_one_probe_set(tmp_path):
         preads = calls[(calls.path == file) & calls.op.isin(["pread", "preadv"])]
         assert {(t.start, t.nbytes) for t in layout} <= set(zip(preads.offset, preads.ret, strict=True))
     assert result.side("baseline")[0].summary["bytes_read"] >= sum(t.nbytes for t in layout)
+
+
+def test_the_probes_detach_while_the_last_traces_are_analysed():
+    """compare's end: the recorder closes (each tracepoint's detach waits for an RCU grace period) in a
+    background thread while the body analyses the traces, and is closed when the body ends; a close
+    that fails is not swallowed."""
+    import threading
+    import time
+
+    from readtrace.fix.recording import detaching
+
+    class Recorder:
+        def __init__(self, fails=False):
+            self.closing, self.closed_by, self.fails = threading.Event(), None, fails
+
+        def close(self):
+            self.closing.set()
+            time.sleep(0.2)
+            self.closed_by = threading.current_thread()
+            if self.fails:
+                raise OSError("detach failed")
+
+    recorder = Recorder()
+    with detaching(recorder):
+        assert recorder.closing.wait(10)  # the close runs while the body (the analysis) does
+    assert recorder.closed_by not in (None, threading.current_thread())  # and has ended with it
+    with pytest.raises(OSError, match="detach failed"), detaching(Recorder(fails=True)):
+        pass
+    with detaching(None):  # runs not recorded: nothing to close
+        pass
