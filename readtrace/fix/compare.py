@@ -30,7 +30,7 @@ from readtrace.fix.candidates import LEAVE_ALONE, OWN, ROUTED_CALLS, Candidate
 from readtrace.fix.levers import seen_in
 from readtrace.fix.progress import Progress, quiet
 from readtrace.fix.recorded import RecordedRun, recorded_run
-from readtrace.fix.recording import analyse, detaching
+from readtrace.fix.recording import analyse, attaching, detaching
 from readtrace.fix.runs import Recorder, Run, must_succeed, run_command
 from readtrace.fix.schedule import Budget
 from readtrace.fix.session import Session, cache_kept
@@ -160,7 +160,8 @@ def compare(
         session = Session(command, work, device, cwd, recorder, files, cold, log, spans_from,
                            budget=Budget(budget), progress=progress or quiet())
         if recorded_from and strategy == "auto" and cold and files:
-            session.recorded = _recorded(recorded_from, command, files, recorder is not None, notes, log)
+            with attaching(recorder):  # the probes compile while the recorded trace is analysed
+                session.recorded = _recorded(recorded_from, command, files, recorder is not None, notes, log)
         if session.recorded is None and recorder is not None and strategy == "auto" and cold and files:
             session.recorded = _made_recording(session, notes, log)
         dropping = [f for f in files if not cache_kept(f)]

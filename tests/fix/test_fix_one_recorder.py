@@ -65,31 +65,35 @@ def test_every_run_of_a_compare_is_recorded_under_one_probe_set(tmp_path):
     assert result.side("baseline")[0].summary["bytes_read"] >= sum(t.nbytes for t in layout)
 
 
-def test_the_probes_detach_while_the_last_traces_are_analysed():
-    """compare's end: the recorder closes (each tracepoint's detach waits for an RCU grace period) in a
-    background thread while the body analyses the traces, and is closed when the body ends; a close
-    that fails is not swallowed."""
+def test_the_probes_attach_and_detach_while_traces_are_analysed():
+    """A recorded trace's analysis at compare's start, the last traces' at its end: the probes compile
+    and attach (``attaching``) or detach (``detaching``: each tracepoint waits for an RCU grace period)
+    in a background thread meanwhile, done when the body ends; an error of theirs is not swallowed."""
     import threading
     import time
 
-    from readtrace.fix.recording import detaching
+    from readtrace.fix.recording import attaching, detaching
 
     class Recorder:
         def __init__(self, fails=False):
-            self.closing, self.closed_by, self.fails = threading.Event(), None, fails
+            self.started, self.done_by, self.fails = threading.Event(), None, fails
+
+        def attach(self):
+            self.close()
 
         def close(self):
-            self.closing.set()
+            self.started.set()
             time.sleep(0.2)
-            self.closed_by = threading.current_thread()
+            self.done_by = threading.current_thread()
             if self.fails:
-                raise OSError("detach failed")
+                raise OSError("bcc failed")
 
-    recorder = Recorder()
-    with detaching(recorder):
-        assert recorder.closing.wait(10)  # the close runs while the body (the analysis) does
-    assert recorder.closed_by not in (None, threading.current_thread())  # and has ended with it
-    with pytest.raises(OSError, match="detach failed"), detaching(Recorder(fails=True)):
-        pass
-    with detaching(None):  # runs not recorded: nothing to close
-        pass
+    for meanwhile in (attaching, detaching):
+        recorder = Recorder()
+        with meanwhile(recorder):
+            assert recorder.started.wait(10)  # it runs while the body (the analysis) does
+        assert recorder.done_by not in (None, threading.current_thread())  # and has ended with it
+        with pytest.raises(OSError, match="bcc failed"), meanwhile(Recorder(fails=True)):
+            pass
+        with meanwhile(None):  # runs not recorded: nothing to do
+            pass
