@@ -15,7 +15,6 @@ import io
 import mmap
 import os
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 CHUNK = 16 << 20
 
@@ -47,7 +46,7 @@ def is_mapped(tensor, ranges: list[tuple[int, int]]) -> bool:
 def uncached_bytes(path: str) -> bytearray:
     """The whole file as it is now, read without filling the page cache: each run of pages that the page
     cache holds from there (a read that fetches and fills nothing), the others past it with O_DIRECT
-    where allowed, several at a time, else a plain read of the file with the pages dropped again if none
+    where allowed, else a plain read of the file with the pages dropped again if none
     were cached. Run by run: the warm run of a 1 GiB transformers load, its file read into the cache
     just before, had lost 143-627 of its 262,144 pages by the time it digested (what drops them on this
     VM, with 19 GB free, is not known), and read the whole GiB again through the mount, past the cache
@@ -61,11 +60,13 @@ def uncached_bytes(path: str) -> bytearray:
         out = bytearray(size)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no read-ahead from the cached runs into the others
         runs = _cached_runs(fd, size)
-        with _DirectReader(path, needed=not all(cached for _, _, cached in runs)) as direct, \
-                ThreadPoolExecutor(DIRECT_READERS) as pool:
-            got = list(pool.map(lambda run: _read_run(run, fd, direct, out), runs))
-        ended = next((start + n for (start, end, _), n in zip(runs, got, strict=True) if start + n < end), size)
-        del out[ended:]  # a file that shrank while it was read: what was there
+        pos = 0
+        with _DirectReader(path, needed=not all(cached for _, _, cached in runs)) as direct:
+            for run in runs:
+                pos = run[0] + _read_run(run, fd, direct, out)
+                if pos < run[1]:  # a file that shrank while it was read: what was there
+                    break
+        del out[pos:]
         return out
     except _NoDirect:
         return _read_then_drop(path)
@@ -73,24 +74,27 @@ def uncached_bytes(path: str) -> bytearray:
         os.close(fd)
 
 
-DIRECT_READERS = 8  # runs read at once: each run past the cache waits a first byte on a remote mount
 BRIDGE_BYTES = 4 << 20
 
 
 def _cached_runs(fd: int, size: int) -> list[tuple[int, int, bool]]:
-    """(start, end, in the page cache) of the file's runs of pages that are, or are not (mincore)."""
+    """(start, end, in the page cache) of the file's runs of pages that are, or are not (mincore); one run
+    not cached where the kernel cannot say."""
     import numpy as np
 
     from readtrace.pagecache.residency import PAGE, ResidencyMap
 
     if size == 0:
         return []
-    pages = ResidencyMap(os.dup(fd))
     try:
-        pages.sample()
-        resident = pages.resident.astype(bool)
-    finally:
-        pages.close()
+        pages = ResidencyMap(os.dup(fd))
+        try:
+            pages.sample()
+            resident = pages.resident.astype(bool)
+        finally:
+            pages.close()
+    except OSError:
+        return [(0, size, False)]
     bounds = [0, *(np.flatnonzero(np.diff(resident)) + 1).tolist(), len(resident)]
     runs = [(first * PAGE, min(end * PAGE, size), bool(resident[first]))
             for first, end in zip(bounds[:-1], bounds[1:], strict=True)]
@@ -103,12 +107,15 @@ def _bridged(runs: list[tuple[int, int, bool]]) -> list[tuple[int, int, bool]]:
     at 20 ms: 400 runs of a few pages each took 9.3 s), the bridged bytes a little bandwidth."""
     out: list[tuple[int, int, bool]] = []
     for start, end, cached in runs:
-        if out and not cached and len(out) >= 2 and out[-1][2] and not out[-2][2] \
-                and out[-1][1] - out[-1][0] <= BRIDGE_BYTES:
+        if not cached and len(out) >= 2 and out[-1][2] and not out[-2][2] and out[-1][1] - out[-1][0] <= BRIDGE_BYTES:
             out[-2:] = [(out[-2][0], end, False)]
         else:
             out.append((start, end, cached))
     return out
+
+
+def _whole_pages(nbytes: int) -> int:
+    return -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE
 
 
 def _read_run(run: tuple[int, int, bool], fd: int, direct: _DirectReader, out: bytearray) -> int:
@@ -138,17 +145,17 @@ class _DirectReader:
                 raise _NoDirect() from None
 
     def read(self, out: bytearray, start: int, end: int) -> int:
-        pages = -(-(end - start) // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages, as O_DIRECT wants
-        buf = mmap.mmap(-1, min(CHUNK, pages))
+        buf = mmap.mmap(-1, min(CHUNK, _whole_pages(end - start)))
         pos = start
         try:
-            while pos < end:
-                n = os.preadv(self.fd, [buf], pos)
-                if n <= 0:
-                    break
-                n = min(n, end - pos)
-                out[pos:pos + n] = buf[:n]
-                pos += n
+            with memoryview(buf) as view:
+                while pos < end:  # no further than the run: each read's length in whole pages, as O_DIRECT wants
+                    n = os.preadv(self.fd, [view[:min(len(buf), _whole_pages(end - pos))]], pos)
+                    if n <= 0:
+                        break
+                    n = min(n, end - pos)
+                    out[pos:pos + n] = buf[:n]
+                    pos += n
         except OSError:  # EINVAL: this file system refuses direct reads after all
             raise _NoDirect() from None
         finally:
