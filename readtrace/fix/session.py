@@ -4,7 +4,8 @@ with what a baseline run decides for the others (the rank plan, early reads)."""
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -53,25 +54,42 @@ class Session:
     progress: Progress = field(default_factory=quiet)
     recorded: RecordedRun | None = None  # the user's recorded run, a cold baseline run already made (fix/recorded.py)
 
-    def prepare(self, what: str, expect_s: float | None = None, left_s: float | None = None) -> None:
+    @contextmanager
+    def prepared(self, what: str, expect_s: float | None = None, left_s: float | None = None) -> Iterator[None]:
+        """The files evicted (a cold run), or cached and held there until the block ends (a warm one)."""
         if self.cold:
             self.evictions = evict(self.files)
-            how = f"cold: {len(self.files)} file(s) evicted"
-        else:
-            prefetch(self.files, progress=False)
-            how = f"warm: {len(self.files)} file(s) cached"
-        self.log(f"{what} ({how}); {figures(self.budget.elapsed(), expect_s, left_s)}")
+            self.log(f"{what} (cold: {len(self.files)} file(s) evicted); "
+                     f"{figures(self.budget.elapsed(), expect_s, left_s)}")
+            yield
+            return
+        with self.held_in_cache() as note:
+            self.log(f"{what} (warm: {len(self.files)} file(s) cached{note}); "
+                     f"{figures(self.budget.elapsed(), expect_s, left_s)}")
+            yield
+
+    @contextmanager
+    def held_in_cache(self) -> Iterator[str]:
+        """The files read into the page cache and pinned there until the block ends ("" or "; why not
+        pinned"): proactive reclaim (readtrace.pagecache.pin: this VM's DAMON pageout) drops cached pages
+        nobody touched for seconds, and a warm run that fetched them again from the mount is not warm."""
+        fetched = prefetch(self.files, progress=False, pin=True)
+        try:
+            yield f"; {fetched.pin_note}" if fetched.pin_note else ""
+        finally:
+            if fetched.pins is not None:
+                fetched.pins.release()
 
     def run(self, side: str, index: int, candidate: Candidate, limit_s: float | None = None,
             expect_s: float | None = None, left_s: float | None = None) -> Run:
         self.count += 1
         what = f"run {self.count} {side} [{candidate.label if side != 'baseline' else 'unchanged'}]"
-        self.prepare(what, expect_s, left_s)
         if self.plan is not None and prefetches(candidate.strategy):
             candidate = replace(candidate, settings={**candidate.settings, "prefetch_plan": str(self.plan_path)})
         if self.early_read is False:
             candidate = replace(candidate, settings={**candidate.settings, "early_read": False})
-        with self.progress.running(what, expect_s, left_s, self.budget.elapsed()):
+        with self.prepared(what, expect_s, left_s), self.progress.running(what, expect_s, left_s,
+                                                                          self.budget.elapsed()):
             run = run_command(self.command, side, index, candidate.strategy, self.work, self.device, self.cwd,
                        self.recorder, self.files, candidate, stem=f"{self.count:02d}-{side}", limit_s=limit_s)
         run.label = candidate.label
@@ -85,8 +103,7 @@ class Session:
         where the load is already at it (``_at_recorded_floor``); (the run, "") or (None, why not)."""
         self.count += 1
         what = f"run {self.count} baseline [unchanged, recorded without the shim]"
-        self.prepare(what)
-        with self.progress.running(what, elapsed_s=self.budget.elapsed()):
+        with self.prepared(what), self.progress.running(what, elapsed_s=self.budget.elapsed()):
             code, trace = record_unchanged(self.command, self.work, self.cwd, self.recorder, f"{self.count:02d}-baseline")
         if code != 0:
             return None, f"the load exited {code}"
@@ -133,8 +150,8 @@ class Session:
             size, read_s, streams = self.cold_read()
             if at := self._at_recorded_floor(size, read_s, streams, without_warm):
                 return at, None, ""
-            prefetch(self.files, progress=False)
-            warm = self._warm("floor: the same bytes read sequentially, then the command warm")
+            with self.held_in_cache() as note:
+                warm = self._warm(f"floor: the same bytes read sequentially, then the command warm{note}")
             if warm.exit_code != 0:  # the baseline run after it says how the command fails
                 return None, None, f"the load failed (exit {warm.exit_code}) when run warm"
             return Floor(size, read_s, warm.wall_s, streams), warm, ""
