@@ -19,6 +19,7 @@ from pathlib import Path
 from readtrace.errors import ExitStatus, PrerequisiteError, ReadtraceError
 from readtrace.fs.mounts import kernel_dev, read_mounts
 from readtrace.measure.profile import mounted_profiles
+from readtrace.pagecache.reclaim import Watch
 from readtrace.ptrace.parse import StraceParser
 from readtrace.ptrace.sampler import ResidencySampler
 from readtrace.record import pycalls
@@ -115,7 +116,7 @@ def record_ptrace(cmd: list[str], output: str | Path | None = None, *, force: bo
         sampler = ResidencySampler(str(spool), interval_s) if interval_s else None
         try:
             with _StopSignals() as stop:
-                start_wall, t0_ns = datetime.now(UTC), time.monotonic_ns()
+                start_wall, t0_ns, reclaim = datetime.now(UTC), time.monotonic_ns(), Watch()
                 clock_offset = time.monotonic_ns() - time.time_ns()
                 child.release()
                 if sampler:
@@ -125,7 +126,7 @@ def record_ptrace(cmd: list[str], output: str | Path | None = None, *, force: bo
                         code = child.stop()
                         break
                     time.sleep(0.02)
-                end_ns = time.monotonic_ns()
+                end_ns, reclaimed = time.monotonic_ns(), reclaim.stop()
                 if sampler:
                     sampler.stop()
             if sampler and sampler.error:
@@ -144,7 +145,7 @@ def record_ptrace(cmd: list[str], output: str | Path | None = None, *, force: bo
                 "lost_events": 0, "records": parser.lines, "calls": writer.rows["events"],
                 "strace": {"version": strace_version(strace), "lines": parser.lines, "unparsed_lines": parser.unparsed},
                 "page_size": os.sysconf("SC_PAGE_SIZE"), **ptrace_meta(sampler, interval_s or 0),
-                "mount_profiles": [p.data() for p in mounted_profiles()],
+                "mount_profiles": [p.data() for p in mounted_profiles()], "reclaim": reclaimed,
                 **calls_meta,
             }
             writer.close(meta)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from readtrace.errors import ExitStatus, PrerequisiteError, UsageError
 from readtrace.fs.mounts import fuse_daemons, read_mounts
+from readtrace.pagecache.reclaim import Watch
 from readtrace.record.attach import (
     Cgroup,
     Process,
@@ -258,10 +259,10 @@ def record_attached(target: Targets, output: str | Path | None = None, *, force:
             until = f"for {duration:g} s, " if duration is not None else ""
             say(f"attached to {what}{len(seeded)} process(es) ({sum(len(p.threads) for p in seeded.values())} "
                 f"threads); recording {until}until Ctrl-C or they exit")
-            t0_ns = time.monotonic_ns()
+            t0_ns, reclaim = time.monotonic_ns(), Watch()
             stop_when = _StopWhen(session, target, duration, idle, seeded)
             drain_until(session, stop, priority, stop_when)
-            end_ns = time.monotonic_ns()
+            end_ns, reclaimed = time.monotonic_ns(), reclaim.stop()
             if stop.received is not None:
                 stop_when.why = "signal"
             survivors = session.survivors(0)
@@ -288,7 +289,7 @@ def record_attached(target: Targets, output: str | Path | None = None, *, force:
             "command": list(command), "exit_code": None, "interrupted": stop.received is not None,
             **recording_meta(session, lost, start_wall, t0_ns, end_ns, connections=connections,
                              coalesce=coalesce, ring_mib=ring_mib),
-            "pid": first, "cwd": _cwd(first) if first else None, "attached": attached,
+            "pid": first, "cwd": _cwd(first) if first else None, "attached": attached, "reclaim": reclaimed,
         }
         writer.close(meta)
     except BaseException as e:

@@ -17,6 +17,7 @@ from pathlib import Path
 from readtrace.errors import ExitStatus, ReadtraceError, UsageError
 from readtrace.fs.mounts import fuse_daemons, read_mounts
 from readtrace.measure.profile import mounted_profiles
+from readtrace.pagecache.reclaim import Watch
 from readtrace.record import pycalls
 from readtrace.record.decode import Decoder
 from readtrace.record.launch import (
@@ -137,11 +138,11 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
             if connections:
                 session.watch_fuse(connections, fuse_daemons())
             with _StopSignals() as stop, _Priority() as priority:
-                start_wall, t0_ns = datetime.now(UTC), time.monotonic_ns()
+                start_wall, t0_ns, reclaim = datetime.now(UTC), time.monotonic_ns(), Watch()
                 child.release()
                 drain_until(session, stop, priority, lambda: child.poll() is not None)
                 code = child.poll() if child.poll() is not None else child.stop()
-                end_ns = time.monotonic_ns()
+                end_ns, reclaimed = time.monotonic_ns(), reclaim.stop()
                 survivors = session.survivors(child.pid)
                 lost = session.stop()
                 if not series:
@@ -153,7 +154,7 @@ def record_command(cmd: list[str], output: str | Path | None = None, *, force: b
                 "command": list(cmd), "exit_code": code, "interrupted": stop.received is not None,
                 **recording_meta(session, lost, start_wall, t0_ns, end_ns, connections=connections,
                                  coalesce=coalesce, ring_mib=ring_mib),
-                "pid": child.pid, "cwd": run_cwd, "survivors": survivors, **calls_meta,
+                "pid": child.pid, "cwd": run_cwd, "survivors": survivors, "reclaim": reclaimed, **calls_meta,
                 "probe_set_recording": probes.recordings,  # > 1: probes compiled once for a series
             }
             with output_rights(creds):

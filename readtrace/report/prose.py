@@ -27,6 +27,7 @@ from readtrace.analyze.storage.levers import AS_RECORDED
 from readtrace.analyze.summary import Summary
 from readtrace.analyze.views.attribution import SEP
 from readtrace.measure.profile import MountProfile
+from readtrace.pagecache.reclaim import DROPPED, NONE_SEEN, PRESSURE_CAUSE, PROACTIVE_CAUSE
 from readtrace.report.units import fmt_bytes, fmt_count, fmt_pct, fmt_seconds, fmt_top
 
 FIX_HINT = "`readtrace fix --compare` reruns it cold with sequential prefetch and an own-fd loader"
@@ -158,15 +159,28 @@ def _fetched_share(fetched: int, read: int) -> str:
     return f" ({fmt_pct(fetched / read)} of what was read)"
 
 
+ONCE_IN_ORDER = "read each byte once, in file order (one sequential pass)"
+EVICTION_ADVICE = {  # by what reclaimed page cache during the run (pagecache/reclaim.py)
+    PRESSURE_CAUSE: f"{ONCE_IN_ORDER}, and give the load more page cache (lower memory pressure, raise the cgroup "
+                    "memory limit)",
+    PROACTIVE_CAUSE: f"{ONCE_IN_ORDER}, right before it is used: proactive reclaim takes page cache that sits idle, "
+                     "so more memory does not help; a prefetch ahead of the load keeps its pages only pinned "
+                     "(readtrace.pagecache.prefetch(files, pin=True), as `readtrace fix --strategy prefetch` does)",
+    DROPPED: f"{ONCE_IN_ORDER}, and find what writes to /proc/sys/vm/drop_caches (it empties every cache here)",
+    NONE_SEEN: f"{ONCE_IN_ORDER}; no reclaim was seen taking them: look for what drops this file's pages "
+               "(posix_fadvise(DONTNEED), vmtouch -e, a FUSE daemon's invalidation)",
+    "": f"{ONCE_IN_ORDER}; where memory pressure evicted them, give the load more page cache",
+}
+
+
 def _reread(f: CacheEvictedReread) -> Prose:
     dropped = " or dropped by the FUSE daemon when the file was opened again" if f.fuse else ""
     msg = (f"{fmt_bytes(f.refetched_bytes)} of {f.file} entered the page cache more than once "
            f"({fmt_bytes(f.miss_bytes)} fetched, {fmt_bytes(f.miss_unique_bytes)} distinct): pages were "
            f"evicted{dropped} before they were used again")
     amp = "-" if f.reread_amplification is None else f"{f.reread_amplification:.2f}"
-    return Prose(msg, [f"re-read amplification of the file stream: {amp}"],
-                 "read each byte once, in file order (one sequential pass), and give the load more page cache "
-                 "(lower memory pressure, raise the cgroup memory limit)")
+    evidence = [f"re-read amplification of the file stream: {amp}"] + ([f"eviction: {f.eviction}"] if f.eviction else [])
+    return Prose(msg, evidence, EVICTION_ADVICE.get(f.evicted_by, EVICTION_ADVICE[""]))
 
 
 def _fuse_readahead(f: SmallFuseReadahead) -> Prose:

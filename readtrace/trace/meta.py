@@ -43,6 +43,7 @@ META_TYPES: dict[str, tuple[tuple[type, ...], tuple[type, ...] | None]] = {
     "python_calls": ((dict,), None),
     "mount_profiles": ((list,), (dict,)),  # readtrace probe's profiles of the mounts (measure/profile.py)
     "attached": ((dict,), None),
+    "reclaim": ((dict,), None),  # what reclaimed page cache during the recording (pagecache/reclaim.py)
 }
 
 

@@ -28,6 +28,7 @@ from readtrace.analyze.views import interleave
 from readtrace.analyze.views.accesses import SOURCE_READ
 from readtrace.analyze.views.jumps import handle_jumps
 from readtrace.fs.knowledge import FsProfile
+from readtrace.pagecache.reclaim import explain
 from readtrace.trace.completeness import lost_events
 
 if TYPE_CHECKING:
@@ -219,13 +220,14 @@ def cache_evicted_reread(a: Analysis) -> list[Finding]:
     f = a.files
     again = f[(f["cache_refetched_bytes"] >= th.reread_min_bytes)
               & (f["cache_refetched_bytes"] >= th.reread_min_fraction * f["cache_miss_unique_bytes"])]
+    evicted_by, eviction = explain(a.meta.get("reclaim"))
     for _, row in again.iterrows():
         prof = _judge(a, row["fstype"], row["path"])
         out.append(CacheEvictedReread(
             "warn", file=row["path"], **_fs(row["fstype"], prof), refetched_bytes=int(row["cache_refetched_bytes"]),
             miss_bytes=int(row["cache_miss_bytes"]), miss_unique_bytes=int(row["cache_miss_unique_bytes"]),
             reread_amplification=_num(row["reread_amplification"]),
-            fuse=str(row["fstype"]).startswith("fuse")))
+            fuse=str(row["fstype"]).startswith("fuse"), evicted_by=evicted_by, eviction=eviction))
     return out
 
 

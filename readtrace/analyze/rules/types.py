@@ -149,6 +149,8 @@ class CacheEvictedReread(Finding):
     miss_unique_bytes: int = 0
     reread_amplification: float | None = None
     fuse: bool = False  # the FUSE daemon may have dropped the cache on open
+    evicted_by: str = ""  # what reclaimed page cache during the run (pagecache/reclaim.py CAUSES; "": unknown)
+    eviction: str = ""  # the sentence that says so, from the trace's counters
 
 
 @dataclass
