@@ -26,6 +26,7 @@ KDAMONDS = Path("/sys/kernel/mm/damon/admin/kdamonds")
 DAMON_RECLAIM = Path("/sys/module/damon_reclaim/parameters")
 PAGE = 4096
 BUSY_TRIES, BUSY_WAIT_S = 15, 0.05
+CONFIGURED_WAIT_S = 0.1  # at a recording's end, for the thread's first read of what runs
 REFRESH_S = 0.2  # between DAMON refreshes (each also waits for the kdamond's next sample)
 
 # causes, in the order a report weighs them (meta["reclaim"]["cause"])
@@ -70,21 +71,35 @@ def pageouts(refresh: bool = True) -> tuple[Pageout, ...]:
     return tuple(_kdamond_pageouts(refresh)) + tuple(_damon_reclaim())
 
 
+_last_configured: tuple[Pageout, ...] | None = None  # what this process last read runs here
+
+
 class Watch:
     """What reclaimed page cache over a recording: the counters at its start and end, and DAMON's
-    statistics refreshed again and again in a thread of its own (never waited for at the end: the last
-    refresh done counts, so the last moments of a run may be missed, never a moment outside it)."""
+    statistics refreshed again and again in a thread of its own. Nothing of DAMON is read on the
+    caller's path (a refresh in flight, ours or another recorder's, makes its sysfs answer EBUSY for up
+    to a kdamond sample); the last refresh done before the end counts, never one after it."""
 
     def __init__(self) -> None:
         self._before = Counters.now()
-        self._configured = pageouts(refresh=False)  # read before the thread: a refresh in flight locks DAMON's sysfs (EBUSY)
+        self._configured: tuple[Pageout, ...] | None = None  # None: not read (yet)
         self._readings: list[tuple[Pageout, ...]] = []
+        self._read = threading.Event()
         self._done = threading.Event()
-        if self._configured:
+        if KDAMONDS.is_dir() or DAMON_RECLAIM.is_dir():
             threading.Thread(target=self._watch, name="readtrace-reclaim", daemon=True).start()
+        else:
+            self._configured = ()
+            self._read.set()
 
     def _watch(self) -> None:
-        while not self._done.is_set():
+        global _last_configured
+        configured = pageouts(refresh=False)
+        if configured or _last_configured is None:  # empty may be a busy sysfs: an earlier reading stands
+            _last_configured = configured
+        self._configured = _last_configured
+        self._read.set()
+        while self._configured and not self._done.is_set():
             if reading := pageouts():
                 self._readings.append(reading)
             self._done.wait(REFRESH_S)
@@ -92,23 +107,30 @@ class Watch:
     def stop(self) -> dict:
         """meta["reclaim"] of the recording."""
         self._done.set()
-        readings = list(self._readings) or [self._configured]  # too short for a refresh: what runs, unread
+        if not self._read.wait(CONFIGURED_WAIT_S if _last_configured is None else 0):
+            self._configured = _last_configured  # still busy: what an earlier recording here read
+        if self._configured is None:
+            return window(self._before, Counters.now(), None, None)
+        readings = list(self._readings) or [self._configured]  # shorter than a refresh: what runs, unread
         return window(self._before, Counters.now(), readings[0], readings[-1])
 
 
-def window(before: Counters, after: Counters, first: tuple[Pageout, ...] = (), last: tuple[Pageout, ...] = ()) -> dict:
-    """What reclaimed page cache between two moments (``first``/``last``: DAMON's readings between them)
-    and the cause a report names: the first of memory pressure, drop_caches, proactive reclaim seen."""
+def window(before: Counters, after: Counters, first: tuple[Pageout, ...] | None = (),
+           last: tuple[Pageout, ...] | None = ()) -> dict:
+    """What reclaimed page cache between two moments (``first``/``last``: DAMON's readings between them,
+    None where what runs could not be read) and the cause a report names: the first of memory pressure,
+    drop_caches, proactive reclaim seen."""
     def delta(key: str) -> int | None:
         if key not in before.vmstat or key not in after.vmstat:
             return None
         return after.vmstat[key] - before.vmstat[key]
 
     pressure = [d for d in map(delta, PRESSURE) if d is not None]
-    earlier = {p.where: p.applied_bytes for p in first} if first is not last else {}
-    pageouts = [{"where": p.where, "described": p.describe(),
-                 "applied_bytes": (None if p.applied_bytes is None or earlier.get(p.where) is None
-                                   else p.applied_bytes - earlier[p.where])} for p in last]
+    earlier = {p.where: p.applied_bytes for p in first} if first is not None and first is not last else {}
+    pageouts = None if last is None else [
+        {"where": p.where, "described": p.describe(),
+         "applied_bytes": (None if p.applied_bytes is None or earlier.get(p.where) is None
+                           else p.applied_bytes - earlier[p.where])} for p in last]
     out = {"pressure_pages": sum(pressure) if pressure else None, "proactive_pages": delta(PROACTIVE),
            "drop_caches": delta(DROP_CACHES), "pageouts": pageouts,
            "mem_available_bytes": min((m for m in (before.mem_available, after.mem_available) if m is not None),
@@ -122,9 +144,10 @@ def _cause(w: dict) -> str:
         return PRESSURE_CAUSE
     if w["drop_caches"]:
         return DROPPED
-    if w["proactive_pages"] or any(p["applied_bytes"] for p in w["pageouts"]):
+    pageouts = w["pageouts"] or []
+    if w["proactive_pages"] or any(p["applied_bytes"] for p in pageouts):
         return PROACTIVE_CAUSE
-    if w["pageouts"] and all(p["applied_bytes"] is None for p in w["pageouts"]):
+    if pageouts and all(p["applied_bytes"] is None for p in pageouts):
         return PROACTIVE_CAUSE  # configured and running, its statistics unread: the only candidate seen
     return NONE_SEEN
 
@@ -153,6 +176,8 @@ def explain(w: object) -> tuple[str, str]:
     if w["pageouts"]:
         idle = "; ".join(p["described"] for p in w["pageouts"])
         return cause, f"{calm}{free}, and the proactive reclaim here paged out nothing during it ({idle})"
+    if w["pageouts"] is None:
+        return cause, f"{calm}{free}; whether DAMON's proactive reclaim ran could not be read (its sysfs was busy)"
     return cause, f"{calm}{free}, and no proactive reclaim was seen (DAMON's is read as root only)"
 
 
@@ -161,12 +186,12 @@ def _checked(w: object) -> dict | None:
     def count(v: object) -> bool:
         return v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0)
 
-    if not isinstance(w, dict) or w.get("cause") not in CAUSES or not isinstance(w.get("pageouts"), list):
+    if not isinstance(w, dict) or w.get("cause") not in CAUSES or not isinstance(w.get("pageouts"), list | None):
         return None
     if not all(count(w.get(k)) for k in ("pressure_pages", "proactive_pages", "drop_caches", "mem_available_bytes")):
         return None
     if not all(isinstance(p, dict) and isinstance(p.get("described"), str) and count(p.get("applied_bytes"))
-               for p in w["pageouts"]):
+               for p in w["pageouts"] or []):
         return None
     return w
 

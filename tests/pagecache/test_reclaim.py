@@ -131,6 +131,7 @@ def _counters(pressure: int = 0, drops: int = 0, proactive: int = 0) -> Counters
     (_counters(proactive=512), (), (), PROACTIVE_CAUSE, "memory.reclaim: 2 MiB"),
     (_counters(), (_pageout(5 * MiB),), (_pageout(5 * MiB),), NONE_SEEN, "paged out nothing during it"),
     (_counters(), (), (), NONE_SEEN, "no proactive reclaim was seen"),
+    (_counters(), None, None, NONE_SEEN, "whether DAMON's proactive reclaim ran could not be read"),
 ])
 def test_the_cause_is_the_first_the_counters_show(after, first, last, cause, says):
     w = window(_counters(), after, first, last)
