@@ -47,7 +47,8 @@ class Candidate:
 
 LEAVE_ALONE = Candidate("left alone", "none", "nothing: the command ran unchanged")
 OWN = {
-    "prefetch": "readtrace fix --strategy prefetch -- CMD (or readtrace.pagecache.prefetch.prefetch(files) before loading)",
+    "prefetch": "readtrace fix --strategy prefetch -- CMD (or r = readtrace.pagecache.prefetch.prefetch(files, pin=True) "
+                "before loading, r.pins.release() after: as measured, the pages held in memory until loaded)",
     "own-fd": "readtrace fix --strategy own-fd -- CMD (or from readtrace.loader.loader import load_file)",
     "both": "readtrace fix --strategy both -- CMD",
     OWN_FD_PER_FORK: "open the checkpoint in each worker, after the fork, not before "
