@@ -17,7 +17,7 @@ from readtrace.inject import early, loaded
 from readtrace.inject.callrecords import flush, pending
 from readtrace.inject.failclosed import guarded
 from readtrace.inject.shimstate import REFUSED, STATE, Inside
-from readtrace.inject.startup import already_prefetched, release_pin, wait_prefetched
+from readtrace.inject.startup import already_prefetched, hold, pin_seconds, release_pin, wait_prefetched
 from readtrace.loader import loader
 from readtrace.loader.fileio import open_fd, read_into
 from readtrace.pagecache import prefetch as prefetcher
@@ -160,9 +160,11 @@ def prefetch_once(path: str) -> bool:
     try:
         if not cache_survives_open(path):
             return True  # the loader's own open() would drop what we read now
-        prefetcher.prefetch([path], chunk_bytes=STATE.config.chunk_bytes,
-                            threads=STATE.config.prefetch_threads, progress=False,
-                            distributed=STATE.config.prefetch_distributed)
+        fetched = prefetcher.prefetch([path], chunk_bytes=STATE.config.chunk_bytes,
+                                      threads=STATE.config.prefetch_threads, progress=False,
+                                      distributed=STATE.config.prefetch_distributed,
+                                      pin=pin_seconds(STATE.config.prefetch_pin_s) > 0)  # as the start-up prefetch: held until loaded
+        hold(fetched, pin_seconds(STATE.config.prefetch_pin_s))
     except (*REFUSED, ReadtraceError):
         pass  # the load that follows reports the problem the way the user's loader does
     return False

@@ -31,6 +31,7 @@ class Config:
     threads: int | None = None  # the loader's default
     prefetch_threads: int = prefetcher.DEFAULT_THREADS
     prefetch_distributed: bool | None = None
+    prefetch_pin_s: float | None = None  # the default hold (inject/startup.py pin_seconds)
     lever: str | None = None
 
     @classmethod
@@ -44,6 +45,7 @@ class Config:
             threads=rerun.threads,
             prefetch_threads=rerun.prefetch_threads or prefetcher.DEFAULT_THREADS,
             prefetch_distributed=None if rerun.prefetch_distributed else False,
+            prefetch_pin_s=rerun.prefetch_pin_s,
             lever=rerun.lever,
         )
 

@@ -22,7 +22,7 @@ from readtrace.inject import early
 from readtrace.inject.failclosed import guarded
 from readtrace.loader.fileio import chunk_bytes_of
 from readtrace.pagecache.pin import DEFAULT_HOLD_S, Pins
-from readtrace.pagecache.prefetch import DEFAULT_THREADS, local_rank_and_size, prefetch_pieces
+from readtrace.pagecache.prefetch import DEFAULT_THREADS, PrefetchResult, local_rank_and_size, prefetch_pieces
 from readtrace.pagecache.residency import cache_survives_open
 from readtrace.rerun.protocol import Rerun, append_manifest, process_rank
 from readtrace.rerun.records import PrefetchCall, Record
@@ -107,17 +107,14 @@ def _prefetch(rerun: Rerun, pieces: list, done: threading.Event | None, markers=
 @guarded("start-up prefetch")
 def _prefetch_and_note(rerun: Rerun, pieces: list) -> None:
     started = time.perf_counter()
-    hold_s = DEFAULT_HOLD_S if rerun.prefetch_pin_s is None else rerun.prefetch_pin_s
     files = list(dict.fromkeys(path for path, _, _ in pieces))
     try:
         result = prefetch_pieces(pieces, threads=rerun.prefetch_threads or DEFAULT_THREADS, progress=False,
-                                 pin=hold_s > 0)
+                                 pin=pin_seconds(rerun.prefetch_pin_s) > 0)
     except ReadtraceError as e:
         _note(rerun, PrefetchCall(strategy=rerun.strategy, seconds=0.0, error=str(e), pid=os.getpid()))
         return
-    if result.pins is not None:
-        result.pins.hold(hold_s)
-        _HELD.append(result.pins)
+    hold(result, pin_seconds(rerun.prefetch_pin_s))
     _note(rerun, PrefetchCall(file=os.pathsep.join(files), strategy=rerun.strategy,
                               seconds=time.perf_counter() - started, bytes=result.bytes_read, tensors=0,
                               background=rerun.prefetch_background, nested=rerun.prefetch_background,
@@ -143,6 +140,18 @@ def _forget_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def pin_seconds(asked_s: float | None) -> float:
+    """How long a prefetch holds its pages locked (READTRACE_PREFETCH_PIN_S, else the default; 0: not pinned)."""
+    return DEFAULT_HOLD_S if asked_s is None else asked_s
+
+
+def hold(result: PrefetchResult, seconds: float) -> None:
+    """Keep a prefetch's pinned pages locked for ``seconds``, or until ``release_pin`` after the file's load."""
+    if result.pins is not None:
+        result.pins.hold(seconds)
+        _HELD.append(result.pins)
 
 
 @guarded("release of the prefetch's pinned pages")

@@ -127,3 +127,35 @@ def test_shim_releases_the_pin_once_the_file_is_loaded(tmp_path, monkeypatch):
         for pins in startup._HELD:
             pins.release()
     assert locked_kib() == before
+
+
+LOCKED_INSIDE = """
+import sys
+from safetensors import safe_open
+with safe_open(sys.argv[1], framework="pt") as f:  # the shim prefetches the file here, once
+    locked = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmLck:"))
+    f.get_tensor("w")
+print(locked)
+"""
+
+
+def test_a_prefetch_made_when_the_loader_opens_the_file_holds_its_pages_too(tmp_path):
+    """A file not prefetched at start-up is prefetched when the loader opens it (routing.prefetch_once):
+    its pages are pinned as the start-up prefetch's are, so proactive reclaim cannot take them between
+    the prefetch and the loader's reads (it took them from unpinned warm reads: benchmarks/warm_read_held.py)."""
+    require(os.geteuid() == 0, "needs root: RLIMIT_MEMLOCK would refuse to lock 8 MiB")
+    import subprocess
+    import sys
+
+    import torch
+    from safetensors.torch import save_file
+
+    from readtrace.rerun.environment import shim_environment
+
+    path = tmp_path / "model.safetensors"
+    save_file({"w": torch.randn(2 << 20)}, path)  # 8 MiB
+    with shim_environment("prefetch", tmp_path / "manifest.jsonl") as env:  # no start-up prefetch files
+        out = subprocess.run([sys.executable, "-c", LOCKED_INSIDE, str(path)], env=env, capture_output=True, text=True,
+                             timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout.split()[-1]) * 1024 >= os.path.getsize(path)  # the whole file held while it loads
