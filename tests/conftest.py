@@ -39,6 +39,22 @@ def need_root():
     require(os.geteuid() == 0, "needs root")
 
 
+@pytest.fixture
+def disk_dir():
+    """A directory on a disk-backed file system (tmp_path may be tmpfs elsewhere): its files can be
+    made cold, and their pages paged out and fetched again."""
+    import tempfile
+
+    from readtrace.fs.knowledge import cold_cache_caveat
+    from readtrace.fs.mounts import file_mount
+
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
+        fstype = file_mount(d).fstype
+        if cold_cache_caveat(fstype):
+            pytest.skip(f"/var/tmp is on {fstype}: files there cannot be made cold")
+        yield d
+
+
 @pytest.fixture(scope="session")
 def unprivileged_user():
     """A real unprivileged user (tests/unprivileged.py), created for the session and removed after.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -57,15 +57,13 @@ class Session:
     @contextmanager
     def prepared(self, what: str, expect_s: float | None = None, left_s: float | None = None) -> Iterator[None]:
         """The files evicted (a cold run), or cached and held there until the block ends (a warm one)."""
-        if self.cold:
-            self.evictions = evict(self.files)
-            self.log(f"{what} (cold: {len(self.files)} file(s) evicted); "
-                     f"{figures(self.budget.elapsed(), expect_s, left_s)}")
-            yield
-            return
-        with self.held_in_cache() as note:
-            self.log(f"{what} (warm: {len(self.files)} file(s) cached{note}); "
-                     f"{figures(self.budget.elapsed(), expect_s, left_s)}")
+        with ExitStack() as held:
+            if self.cold:
+                self.evictions = evict(self.files)
+                how = f"cold: {len(self.files)} file(s) evicted"
+            else:
+                how = f"warm: {len(self.files)} file(s) cached{held.enter_context(self.held_in_cache())}"
+            self.log(f"{what} ({how}); {figures(self.budget.elapsed(), expect_s, left_s)}")
             yield
 
     @contextmanager

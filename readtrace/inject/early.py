@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from readtrace.loader.fileio import open_fd, read_into
 from readtrace.loader.spans import split_spans
+from readtrace.pagecache.pin import mem_available
 from readtrace.rerun.records import EarlyReadCall
 
 MEMORY_SHARE = 0.5  # early-read only what fits in this share of MemAvailable
@@ -48,11 +49,10 @@ def identity(st: os.stat_result) -> tuple[int, int, int, int]:
 
 def fits(paths: list[str]) -> bool:
     """The files fit in MEMORY_SHARE of the memory available now (else leave them to the loader)."""
+    available = mem_available()
     try:
-        with open("/proc/meminfo") as f:
-            available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
-        return sum(os.path.getsize(p) for p in paths) <= MEMORY_SHARE * available
-    except (OSError, StopIteration, ValueError):
+        return available is not None and sum(os.path.getsize(p) for p in paths) <= MEMORY_SHARE * available
+    except OSError:
         return False
 
 

@@ -115,11 +115,16 @@ class Pins:
                 f.release()
 
 
-def fits_in_memory(total_bytes: int, share: float = MAX_SHARE_OF_AVAILABLE) -> bool:
-    """Whether locking ``total_bytes`` leaves the machine at least (1 - share) of MemAvailable."""
+def mem_available() -> int | None:
+    """What the kernel says memory can still hold (MemAvailable, bytes); None where it cannot be read."""
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
-            available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
     except (OSError, StopIteration, ValueError):
-        return False
-    return total_bytes <= available * share
+        return None
+
+
+def fits_in_memory(total_bytes: int, share: float = MAX_SHARE_OF_AVAILABLE) -> bool:
+    """Whether locking ``total_bytes`` leaves the machine at least (1 - share) of MemAvailable."""
+    available = mem_available()
+    return available is not None and total_bytes <= available * share

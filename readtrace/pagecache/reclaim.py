@@ -16,15 +16,17 @@ import contextlib
 import errno
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from readtrace.pagecache.pin import PAGE, mem_available
 
 PRESSURE = ("pgsteal_kswapd", "pgsteal_direct", "pgsteal_khugepaged")
 PROACTIVE = "pgsteal_proactive"  # writes to a cgroup's memory.reclaim (Linux 6.14+)
 DROP_CACHES = "drop_pagecache"
 KDAMONDS = Path("/sys/kernel/mm/damon/admin/kdamonds")
 DAMON_RECLAIM = Path("/sys/module/damon_reclaim/parameters")
-PAGE = 4096
 BUSY_TRIES, BUSY_WAIT_S = 15, 0.05
 CONFIGURED_WAIT_S = 0.1  # at a recording's end, for the thread's first read of what runs
 REFRESH_S = 0.2  # between DAMON refreshes (each also waits for the kdamond's next sample)
@@ -62,7 +64,7 @@ class Counters:
 
     @classmethod
     def now(cls) -> Counters:
-        return cls(_vmstat(), _mem_available())
+        return cls(_vmstat(), mem_available())
 
 
 def pageouts(refresh: bool = True) -> tuple[Pageout, ...]:
@@ -110,27 +112,26 @@ class Watch:
         if not self._read.wait(CONFIGURED_WAIT_S if _last_configured is None else 0):
             self._configured = _last_configured  # still busy: what an earlier recording here read
         if self._configured is None:
-            return window(self._before, Counters.now(), None, None)
+            return window(self._before, Counters.now(), None)
         readings = list(self._readings) or [self._configured]  # shorter than a refresh: what runs, unread
-        return window(self._before, Counters.now(), readings[0], readings[-1])
+        return window(self._before, Counters.now(), readings)
 
 
-def window(before: Counters, after: Counters, first: tuple[Pageout, ...] | None = (),
-           last: tuple[Pageout, ...] | None = ()) -> dict:
-    """What reclaimed page cache between two moments (``first``/``last``: DAMON's readings between them,
-    None where what runs could not be read) and the cause a report names: the first of memory pressure,
-    drop_caches, proactive reclaim seen."""
+def window(before: Counters, after: Counters, readings: Sequence[tuple[Pageout, ...]] | None = ()) -> dict:
+    """What reclaimed page cache between two moments (``readings``: DAMON's between them, in order, what
+    was paged out counted from the first to the last, none from one alone; None where what runs could not
+    be read) and the cause a report names: the first of memory pressure, drop_caches, proactive reclaim seen."""
     def delta(key: str) -> int | None:
         if key not in before.vmstat or key not in after.vmstat:
             return None
         return after.vmstat[key] - before.vmstat[key]
 
     pressure = [d for d in map(delta, PRESSURE) if d is not None]
-    earlier = {p.where: p.applied_bytes for p in first} if first is not None and first is not last else {}
-    pageouts = None if last is None else [
+    earlier = {p.where: p.applied_bytes for p in readings[0]} if readings and len(readings) > 1 else {}
+    pageouts = None if readings is None else [
         {"where": p.where, "described": p.describe(),
          "applied_bytes": (None if p.applied_bytes is None or earlier.get(p.where) is None
-                           else p.applied_bytes - earlier[p.where])} for p in last]
+                           else p.applied_bytes - earlier[p.where])} for p in (readings[-1] if readings else ())]
     out = {"pressure_pages": sum(pressure) if pressure else None, "proactive_pages": delta(PROACTIVE),
            "drop_caches": delta(DROP_CACHES), "pageouts": pageouts,
            "mem_available_bytes": min((m for m in (before.mem_available, after.mem_available) if m is not None),
@@ -209,14 +210,6 @@ def _vmstat() -> dict[str, int]:
             if key in wanted:
                 out[key] = int(value)
     return out
-
-
-def _mem_available() -> int | None:
-    with contextlib.suppress(OSError, ValueError), open("/proc/meminfo", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return None
 
 
 def _read(path: Path) -> str | None:

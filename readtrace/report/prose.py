@@ -165,7 +165,7 @@ EVICTION_ADVICE = {  # by what reclaimed page cache during the run (pagecache/re
                     "memory limit)",
     PROACTIVE_CAUSE: f"{ONCE_IN_ORDER}, right before it is used: proactive reclaim takes page cache that sits idle, "
                      "so more memory does not help; a prefetch ahead of the load keeps its pages only pinned "
-                     "(readtrace.pagecache.prefetch(files, pin=True), as `readtrace fix --strategy prefetch` does)",
+                     "(readtrace.pagecache.prefetch.prefetch(files, pin=True), as `readtrace fix --strategy prefetch` does)",
     DROPPED: f"{ONCE_IN_ORDER}, and find what writes to /proc/sys/vm/drop_caches (it empties every cache here)",
     NONE_SEEN: f"{ONCE_IN_ORDER}; no reclaim was seen taking them: look for what drops this file's pages "
                "(posix_fadvise(DONTNEED), vmtouch -e, a FUSE daemon's invalidation)",

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
@@ -33,16 +32,6 @@ def warm(path: str) -> None:
     with open(path, "rb") as f:
         while f.read(8 * MiB):
             pass
-
-
-@pytest.fixture
-def disk_dir():
-    """A directory on a disk-backed file system (tmp_path may be tmpfs elsewhere)."""
-    with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
-        fstype = file_mount(d).fstype
-        if cold_cache_caveat(fstype):
-            pytest.skip(f"/var/tmp is on {fstype}: files there cannot be made cold")
-        yield d
 
 
 def test_evict_then_prefetch_fills_the_page_cache(disk_dir):

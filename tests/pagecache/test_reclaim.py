@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -47,13 +46,6 @@ with open(sys.argv[1], "rb") as f:
     while f.read(1 << 20):
         pass
 """
-
-
-@pytest.fixture
-def disk_dir():
-    """A directory on a disk-backed file system: its pages can be paged out and fetched again."""
-    with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
-        yield d
 
 
 def _sysfs(path: Path) -> str:
@@ -123,18 +115,18 @@ def _counters(pressure: int = 0, drops: int = 0, proactive: int = 0) -> Counters
                      "pgsteal_proactive": proactive, "drop_pagecache": drops}, 20 << 30)
 
 
-@pytest.mark.parametrize("after,first,last,cause,says", [
-    (_counters(pressure=256), (), (), PRESSURE_CAUSE, "memory pressure reclaimed 1 MiB"),
-    (_counters(drops=1), (), (), DROPPED, "drop_caches"),
-    (_counters(), (_pageout(100 * MiB),), (_pageout(164 * MiB),), PROACTIVE_CAUSE, "64 MiB paged out during the run"),
-    (_counters(), (_pageout(None),), (_pageout(None),), PROACTIVE_CAUSE, "proactive reclaim evicts idle page cache"),
-    (_counters(proactive=512), (), (), PROACTIVE_CAUSE, "memory.reclaim: 2 MiB"),
-    (_counters(), (_pageout(5 * MiB),), (_pageout(5 * MiB),), NONE_SEEN, "paged out nothing during it"),
-    (_counters(), (), (), NONE_SEEN, "no proactive reclaim was seen"),
-    (_counters(), None, None, NONE_SEEN, "whether DAMON's proactive reclaim ran could not be read"),
+@pytest.mark.parametrize("after,readings,cause,says", [
+    (_counters(pressure=256), [], PRESSURE_CAUSE, "memory pressure reclaimed 1 MiB"),
+    (_counters(drops=1), [], DROPPED, "drop_caches"),
+    (_counters(), [(_pageout(100 * MiB),), (_pageout(164 * MiB),)], PROACTIVE_CAUSE, "64 MiB paged out during the run"),
+    (_counters(), [(_pageout(None),), (_pageout(None),)], PROACTIVE_CAUSE, "proactive reclaim evicts idle page cache"),
+    (_counters(proactive=512), [], PROACTIVE_CAUSE, "memory.reclaim: 2 MiB"),
+    (_counters(), [(_pageout(5 * MiB),), (_pageout(5 * MiB),)], NONE_SEEN, "paged out nothing during it"),
+    (_counters(), [], NONE_SEEN, "no proactive reclaim was seen"),
+    (_counters(), None, NONE_SEEN, "whether DAMON's proactive reclaim ran could not be read"),
 ])
-def test_the_cause_is_the_first_the_counters_show(after, first, last, cause, says):
-    w = window(_counters(), after, first, last)
+def test_the_cause_is_the_first_the_counters_show(after, readings, cause, says):
+    w = window(_counters(), after, readings)
     assert w["cause"] == cause
     assert explain(w)[0] == cause and says in explain(w)[1], explain(w)
     if cause != PRESSURE_CAUSE:
@@ -143,8 +135,7 @@ def test_the_cause_is_the_first_the_counters_show(after, first, last, cause, say
 
 def test_one_reading_of_damon_is_no_count_of_what_it_did():
     """Both ends the same reading (a run shorter than a refresh): nothing measured, not zero."""
-    only = (_pageout(7 * MiB),)
-    assert window(_counters(), _counters(), only, only)["pageouts"][0]["applied_bytes"] is None
+    assert window(_counters(), _counters(), [(_pageout(7 * MiB),)])["pageouts"][0]["applied_bytes"] is None
 
 
 @pytest.mark.parametrize("meta", [
