@@ -5,7 +5,6 @@ the interleaved repeats."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from readtrace.fix import predict
@@ -22,7 +21,7 @@ from readtrace.fix.candidates import (
 from readtrace.fix.levers import seen_in
 from readtrace.fix.recorded import RecordedRun
 from readtrace.fix.runs import Run
-from readtrace.fix.schedule import NotTried, Outcome, run_trials
+from readtrace.fix.schedule import Budget, NotTried, Outcome, proof, run_trials
 from readtrace.fix.session import Session, reader_streams
 from readtrace.fix.verdict import confirmation_needed
 from readtrace.inject.manifest import Manifest, compare_manifests
@@ -50,7 +49,8 @@ def choose(session: Session, seen: set[str], keeps_cache: bool, repeat: int, not
     gain stands on that one run where it is beyond noise (``verdict.confirmation_needed``); else it is
     the fix only when it and a fresh cold run of it are both at least 3 % faster than both of two
     baseline runs (the spread rule, ``candidates.confirmed``); then the remaining interleaved repeats."""
-    runs, floor, floor_unknown = _baselines(session, keeps_cache)
+    no_warm = WithoutWarm(session.recorded, keeps_cache, session.budget) if session.recorded else None
+    runs, floor, floor_unknown = _baselines(session, keeps_cache, no_warm)
     baseline = runs[0]
     seen = seen or seen_in(baseline.manifest.calls)
     trials: list[Run] = []
@@ -62,10 +62,9 @@ def choose(session: Session, seen: set[str], keeps_cache: bool, repeat: int, not
         why = (f"the baseline ({baseline.wall_s:.2f} s) is at most {100 * (1 - NO_HARM):.0f} % over "
                f"{floor.read_how} on this mount ({floor.read_s:.2f} s) plus {floor.warm_how} "
                f"({floor.warm_s:.2f} s): nothing to gain beyond noise")
-    elif floor is not None and floor.warm_recorded:  # in its not-slow band, nothing predicted to gain
+    elif floor is not None and floor.warm_recorded:  # in its not-slow band, nothing worth its proof
         why = (f"the baseline ({baseline.wall_s:.2f} s) is within the not-slow band of its floor ({floor.total_s:.2f} s: "
-               f"{floor.read_how} {floor.read_s:.2f} s + {floor.warm_how} {floor.warm_s:.2f} s) and "
-               + _no_gain_predicted(baseline.wall_s, baseline.summary or {}, keeps_cache))
+               f"{floor.read_how} {floor.read_s:.2f} s + {floor.warm_how} {floor.warm_s:.2f} s) and {no_warm.why}")
     else:
         threads, why_threads = reader_streams(session.files)
         found, why_not = candidates(seen or {"load_file"}, keeps_cache, threads)
@@ -73,7 +72,8 @@ def choose(session: Session, seen: set[str], keeps_cache: bool, repeat: int, not
         model = (baseline.summary or {}).get("io_model")
         rows = predict.ranked(found, baseline.wall_s, model, floor.warm_s if floor else None)
         margin = _margin(floor, runs)
-        rows, unpromising = _promising(rows, baseline.wall_s, margin, floor if model else None, notes)
+        rows, unpromising = _promising(rows, [r.wall_s for r in runs], margin, floor if model else None, notes,
+                                       session.budget)
         outcome = _trials(session, baseline, rows, floor, notes, margin)
         trials, not_tried = outcome.trials, unpromising + outcome.not_tried
         identical = [t.label for t in outcome.ok]
@@ -92,7 +92,8 @@ def choose(session: Session, seen: set[str], keeps_cache: bool, repeat: int, not
     return choice, repeats(session, runs, LEAVE_ALONE, repeat)  # left alone: no run of the unchanged command again
 
 
-def _baselines(session: Session, keeps_cache: bool) -> tuple[list[Run], Floor | None, str]:
+def _baselines(session: Session, keeps_cache: bool, no_warm: WithoutWarm | None
+               ) -> tuple[list[Run], Floor | None, str]:
     """(the baseline runs to start from, the floor or None, why none). The floor runs first: its warm run
     digests the mapped tensors from the page cache (or its local copy), so no cold run after it reads
     the files again for them (a 220 MiB transformers load on the lab mount: 5.4 s of digest reads in its
@@ -103,7 +104,7 @@ def _baselines(session: Session, keeps_cache: bool) -> tuple[list[Run], Floor | 
     unknown = "" if measurable else "no checkpoint files" if not session.files else "the runs are warm"
     floor = warm = None
     if measurable:
-        floor, warm, unknown = session.floor(keeps_cache, _recorded_stands(session.recorded, keeps_cache))
+        floor, warm, unknown = session.floor(keeps_cache, no_warm)
     recorded = session.recorded
     if recorded is not None and warm is not None:
         return [session.adopt_baseline(recorded.as_baseline(warm.manifest))], floor, unknown
@@ -113,41 +114,52 @@ def _baselines(session: Session, keeps_cache: bool) -> tuple[list[Run], Floor | 
     return [baseline] + ([recorded.as_baseline(baseline.manifest, index=1)] if recorded else []), floor, unknown
 
 
-def _recorded_stands(recorded: RecordedRun | None, keeps_cache: bool) -> Callable[[Floor], str] | None:
+@dataclass
+class WithoutWarm:
     """Why the floor with the recorded run's own time stands without a warm run (``Session.floor``), or
     "": the recorded run waited on its checkpoint no longer than the floor's read took (within noise of
-    that floor), or it is in the floor's not-slow band and no change to its reads is predicted to make
-    it as much faster as a fix must be there (the band rule, ``_promising``, would try none: rclone,
-    transformers, 256 MiB: 0.69 s of waits in a 4.1 s load, the read 0.33 s, the fastest change 3.91 s
-    where 3.76 s was needed). The warm run, a whole load, would only have measured that floor again."""
-    if recorded is None:
-        return None
+    that floor), or it is in the floor's not-slow band and no change to its reads is worth its proof
+    there (``no_change_worth``): the band rule would try none, so the warm run, a whole load, would
+    only have measured that floor again (rclone, transformers, 256 MiB: 0.69 s of waits in a 4.1 s
+    load, the read 0.33 s, the fastest change 3.91 s where 3.76 s was needed). ``why``: the last reason
+    given, for the choice."""
 
-    def stands(floor: Floor) -> str:
-        wall = recorded.wall_s
+    recorded: RecordedRun
+    keeps_cache: bool
+    budget: Budget
+    why: str = ""
+
+    def __call__(self, floor: Floor) -> str:
+        wall = self.recorded.wall_s
+        self.why = ""
         if floor.nothing_to_gain(wall):
             return (f"the recorded run ({wall:.2f} s) waited no longer on its checkpoint than {floor.read_how} "
                     f"took ({floor.read_s:.2f} s)")
-        if floor.not_slow(wall) and (none := _no_gain_predicted(wall, recorded.summary, keeps_cache)):
-            return (f"the recorded run ({wall:.2f} s) is within the not-slow band of its floor ({floor.total_s:.2f} s), "
-                    f"and {none}")
+        if floor.not_slow(wall):
+            self.why = no_change_worth(wall, self.recorded.summary, self.keeps_cache, self.budget, floor.warm_s)
+            if self.why:
+                return (f"the recorded run ({wall:.2f} s) is within the not-slow band of its floor "
+                        f"({floor.total_s:.2f} s), and {self.why}")
         return ""
-    return stands
 
 
-def _no_gain_predicted(wall_s: float, summary, keeps_cache: bool) -> str:
+def no_change_worth(wall_s: float, summary, keeps_cache: bool, budget: Budget, warm_s: float) -> str:
     """Why no change to the reads is worth a run in the not-slow band: the fastest the storage model
-    predicts for any (``predict.fastest_change``) is over what a fix must take there; "" where one is
-    predicted to get there, or the trace has no model."""
+    predicts for any (``predict.fastest_change``) is over what a fix must take there, or proving it
+    (the floor's warm run ``warm_s``, the trial, its confirmation: ``schedule.proof``) does not fit the
+    band's budget; "" where one is, or the trace has no model."""
     model = summary.get("io_model")
     if model is None:
         return ""
     need_s = wall_s / SLOW_MARGIN
     best_s, basis = predict.fastest_change(wall_s, model, keeps_cache)
-    if best_s <= need_s:
-        return ""
-    return (f"no change to its reads is predicted to make it {_percent(1 / SLOW_MARGIN)} % faster: the fastest "
-            f"predicted {best_s:.2f} s ({basis}), a fix must take at most {need_s:.2f} s")
+    if best_s > need_s:
+        return (f"no change to its reads is predicted to make it {_percent(1 / SLOW_MARGIN)} % faster: the fastest "
+                f"predicted {best_s:.2f} s ({basis}), a fix must take at most {need_s:.2f} s")
+    if dear := proof(best_s, [wall_s], warm_s).too_dear(budget, wall_s):
+        return (f"the fastest change to its reads is predicted at {best_s:.2f} s ({basis}), "
+                f"{_percent(best_s / wall_s)} % faster, but {dear}")
+    return ""
 
 
 def _margin(floor: Floor | None, baselines: list[Run]) -> float:
@@ -197,26 +209,40 @@ def _confirm(session: Session, runs: list[Run], chosen: Candidate, best: Run, me
     return choice, repeats(session, runs, LEAVE_ALONE, repeat)
 
 
-def _promising(rows: list[predict.Ranked], baseline_s: float, margin: float, floor: Floor | None,
-               notes: list[str]) -> tuple[list[predict.Ranked], list[NotTried]]:
-    """(the rows to try, those not tried). Where the baseline is within the not-slow band of its measured
-    floor (``margin`` below NO_HARM) and the storage model predicts from its trace (``floor`` given), a
-    fix must take ``margin`` x the baseline or less: only candidates predicted to get there are tried
-    (each still measured); the others, and those the model cannot replay, are listed as not tried. Out
-    of the band, or without a model, every candidate is measured."""
+def _promising(rows: list[predict.Ranked], baseline_s: list[float], margin: float, floor: Floor | None,
+               notes: list[str], budget: Budget) -> tuple[list[predict.Ranked], list[NotTried]]:
+    """(the rows to try, those not tried). Where the baseline (its runs' walls ``baseline_s``, the first
+    the baseline) is within the not-slow band of its measured floor (``margin`` below NO_HARM) and the
+    storage model predicts from its trace (``floor`` given), a fix must take ``margin`` x the baseline
+    or less: only candidates predicted to get there, and whose proof (``schedule.proof``, after the
+    trials before it) fits the band's budget, are tried (each still measured); the others, and those the
+    model cannot replay, are listed as not tried. Out of the band, or without a model, every candidate
+    is measured."""
     if floor is None or margin >= NO_HARM:
         return rows, []
-    need_s = margin * baseline_s
-    keep = [r for r in rows if r.predicted_s is not None and r.predicted_s <= need_s]
-    skipped = [NotTried(r.candidate.label, r.predicted_s, (
-        f"predicted at {r.predicted_s:.2f} s" if r.predicted_s is not None
-        else "not predicted (the storage model does not replay it)") + f", a fix must take at most {need_s:.2f} s",
-        r.basis) for r in rows if r not in keep]
+    first = baseline_s[0]
+    need_s = margin * first
+    keep: list[predict.Ranked] = []
+    skipped: list[NotTried] = []
+    for r in rows:
+        if r.predicted_s is None or r.predicted_s > need_s:
+            skipped.append(NotTried(r.candidate.label, r.predicted_s, (
+                f"predicted at {r.predicted_s:.2f} s" if r.predicted_s is not None
+                else "not predicted (the storage model does not replay it)") + f", a fix must take at most {need_s:.2f} s",
+                r.basis))
+            continue
+        before_s = sum(k.predicted_s for k in keep)
+        if dear := proof(r.predicted_s, baseline_s).too_dear(budget, first, before_s):
+            skipped.append(NotTried(r.candidate.label, r.predicted_s, f"predicted at {r.predicted_s:.2f} s, but {dear}",
+                                    r.basis))
+            continue
+        keep.append(r)
     if skipped:
-        notes.append(f"the baseline ({baseline_s:.2f} s) is within the not-slow band of its floor ({floor.total_s:.2f} s "
+        notes.append(f"the baseline ({first:.2f} s) is within the not-slow band of its floor ({floor.total_s:.2f} s "
                      f"+ {round(100 * (SLOW_MARGIN - 1))} % + {SLOW_ABS_S:g} s), where a fix must be "
-                     f"{_percent(margin)} % faster than every baseline run: only candidates predicted to be were "
-                     "tried; not tried: " + ", ".join(n.label for n in skipped))
+                     f"{_percent(margin)} % faster than every baseline run, proved within what a comparison spends "
+                     "there: only candidates predicted to be were tried; not tried: "
+                     + ", ".join(n.label for n in skipped))
     return keep, skipped
 
 

@@ -23,6 +23,14 @@
   lever) are still tried, last, under the stop rule.
 - ``--budget SECONDS`` caps the comparison from its start: a candidate whose expected time no longer
   fits is "not tried", a running one is stopped at the budget.
+- The price of a proof in the not-slow band: there a gain is under ``CLEAR_GAIN`` (2x), so proving one
+  takes its trial, a fresh run of it and the baseline again (``proof``), and where the baseline is the
+  recorded run, the floor's warm run before them (it gives the baseline's tensors): four whole loads
+  for a gain of 9-20 %. A candidate whose proof does not fit what is left of ``--budget`` or, without
+  one, of ``BAND_BUDGET`` x the baseline's time is "not tried", with its prediction, the price and the
+  ``--budget`` that would buy it (the lab transformers load of 256 MiB at 20 ms, 5.0-5.8 s, 4.8-5.3 s
+  its floor: three trials and a warm run for a "fix" 5-12 % faster, 4.0-4.5x the baseline in all, its
+  verdict a coin toss between "fixed" and "not-slow" from one run to the next).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from dataclasses import dataclass, field
 
 from readtrace.fix.candidates import NO_HARM, SLOW_MARGIN, Floor
 from readtrace.fix.predict import Ranked
+from readtrace.fix.verdict import confirmation_needed
 
 STOP_MARGIN = 1.25  # a trial 25 % (+ STOP_ABS_S) slower than the best measured one cannot win beyond noise
 STOP_ABS_S = 0.5
@@ -40,6 +49,9 @@ STOP_RULE = (f"a trial is stopped once it has run {round(100 * (STOP_MARGIN - 1)
              f"than the fastest candidate measured so far, or longer than {round(100 * NO_HARM)} % of the baseline's "
              f"time ({round(100 / SLOW_MARGIN)} % where the baseline is within the not-slow band of its floor): it "
              "can no longer be the fix")
+
+
+BAND_BUDGET = 2.0  # x the baseline's wall: without --budget, the most a comparison spends within the not-slow band
 
 
 @dataclass(frozen=True)
@@ -62,6 +74,55 @@ class Budget:
 
     def left(self) -> float | None:
         return None if self.seconds is None else self.seconds - self.elapsed()
+
+
+    def band_left(self, baseline_s: float) -> tuple[float, str]:
+        """(seconds left, of what) for a load within the not-slow band of its floor: of ``--budget``, else
+        of ``BAND_BUDGET`` x the baseline's time."""
+        if self.seconds is not None:
+            return self.seconds - self.elapsed(), f"the --budget of {self.seconds:g} s"
+        return (BAND_BUDGET * baseline_s - self.elapsed(),
+                f"{BAND_BUDGET:g}x the baseline's {baseline_s:.2f} s, what a comparison spends without --budget on "
+                "a load within the not-slow band of its floor")
+
+
+@dataclass(frozen=True)
+class Proof:
+    """The cold runs that would prove a candidate predicted at ``predicted_s`` the fix."""
+
+    predicted_s: float
+    runs: tuple[tuple[str, float], ...]  # (what, expected seconds), in order
+
+    @property
+    def seconds(self) -> float:
+        return sum(s for _, s in self.runs)
+
+    def too_dear(self, budget: Budget, baseline_s: float, after_s: float = 0.0) -> str:
+        """Why the proof, after ``after_s`` of trials before it, does not fit what is left of the band's
+        budget (``Budget.band_left``), or ""."""
+        left, of = budget.band_left(baseline_s)
+        if after_s + self.seconds <= left:
+            return ""
+        runs = ", ".join(what for what, _ in self.runs)
+        after = f" after the trials before it ({after_s:.1f} s)" if after_s else ""
+        more = budget.elapsed() + after_s + self.seconds
+        return (f"proving it takes {len(self.runs)} cold run{'s' * (len(self.runs) > 1)} ({runs}: about "
+                f"{self.seconds:.1f} s){after}, more than is left ({max(left, 0):.1f} s) of {of}; --budget "
+                f"{more + 1:.0f} measures it")
+
+
+def proof(predicted_s: float, baseline_s: list[float], warm_s: float | None = None) -> Proof:
+    """The runs proving a candidate predicted at ``predicted_s`` against baseline runs ``baseline_s``: the
+    floor's warm run first where ``warm_s`` (a recorded baseline: it gives the baseline's tensors), the
+    trial, and where its gain would be within noise (``verdict.confirmation_needed``, under CLEAR_GAIN)
+    a fresh run of it and, beside a single baseline run, the baseline again."""
+    runs = [("the floor's warm run", warm_s)] if warm_s is not None else []
+    runs.append(("the trial", predicted_s))
+    if confirmation_needed(predicted_s, baseline_s)[0]:
+        runs.append(("a fresh run of it", predicted_s))
+        if len(baseline_s) < 2:
+            runs.append(("the baseline again", baseline_s[0]))
+    return Proof(predicted_s, tuple(runs))
 
 
 @dataclass

@@ -155,8 +155,10 @@ def _none_measured(floor: Floor, baseline_s: float) -> str:
     """Why a load left alone near its floor had no candidate measured."""
     if floor.nothing_to_gain(baseline_s):
         return "; no candidate was measured: at most 3 % over the floor, there is nothing to gain beyond noise"
-    if floor.warm_recorded:  # the recorded run stood for the warm load: no change was predicted to gain (fix/auto.py)
-        return "; no candidate was measured: none is predicted to be as much faster as a fix must be here (see the notes)"
+    if floor.warm_recorded:  # the recorded run stood for the warm load: no change worth its proof (fix/auto.py)
+        return ("; no candidate was measured: none is predicted to be as much faster as a fix must be here, or to be "
+                "proved so within what a comparison spends on a load this close to its floor (auto's choice says "
+                "which, and the --budget that measures it)")
     return "; no candidate can act on this load (see the notes)"
 
 

@@ -154,21 +154,52 @@ def test_in_the_not_slow_band_only_candidates_predicted_to_gain_the_margin_are_t
     from types import SimpleNamespace
 
     from readtrace.fix.auto import _margin, _promising
-    from readtrace.fix.candidates import Candidate, Floor
-    from readtrace.fix.predict import Ranked
+    from readtrace.fix.candidates import Floor
+    from readtrace.fix.schedule import Budget
 
-    rows = [Ranked(Candidate(label, "none", ""), predicted, "model") for label, predicted in
-            (("readtrace prefetch", 3.41), ("readtrace own-fd", 3.80), ("lever omp-1", 4.09), ("lever pread", None))]
+    rows = _band_rows()
     baseline = SimpleNamespace(wall_s=4.09)
     near, far = Floor(220 << 20, 0.19, 3.64), Floor(220 << 20, 0.19, 1.2)
     notes: list[str] = []
-    keep, skipped = _promising(rows, 4.09, _margin(near, [baseline]), near, notes)
+    keep, skipped = _promising(rows, [4.09], _margin(near, [baseline]), near, notes, Budget(60))
     assert [r.candidate.label for r in keep] == ["readtrace prefetch"]  # 3.41 <= 4.09 / 1.1 = 3.72
     assert [n.label for n in skipped] == ["readtrace own-fd", "lever omp-1", "lever pread"]
     assert "predicted at 3.80 s, a fix must take at most 3.72 s" in skipped[0].why
     assert "not predicted" in skipped[2].why and len(notes) == 1 and "not-slow band" in notes[0]
-    assert _promising(rows, 4.09, _margin(far, [baseline]), far, []) == (rows, [])  # slow: all measured
-    assert _promising(rows, 4.09, _margin(near, [baseline]), None, []) == (rows, [])  # no model: all measured
+    assert _promising(rows, [4.09], _margin(far, [baseline]), far, [], Budget(None)) == (rows, [])  # slow: all measured
+    assert _promising(rows, [4.09], _margin(near, [baseline]), None, [], Budget(None)) == (rows, [])  # no model
+
+
+def test_in_the_not_slow_band_a_candidate_whose_proof_does_not_fit_the_budget_is_not_tried():
+    """A gain in the band is under 2x, so its proof is three cold runs (the trial, a fresh run, the
+    baseline again): 10.9 s for the prefetch predicted at 3.41 s beside a 4.09 s baseline. Without
+    --budget a comparison spends at most 2x the baseline there (8.2 s): not tried, with the price and
+    the --budget that buys it; with a second baseline run the proof is two runs (6.8 s) and fits."""
+    from readtrace.fix.auto import _promising
+    from readtrace.fix.candidates import SLOW_MARGIN, Floor
+    from readtrace.fix.schedule import BAND_BUDGET, Budget, proof
+
+    rows = _band_rows()
+    near = Floor(220 << 20, 0.19, 3.64)
+    assert [s for _, s in proof(3.41, [4.09]).runs] == [3.41, 3.41, 4.09]
+    assert [s for _, s in proof(1.5, [4.09], warm_s=3.6).runs] == [3.6, 1.5]  # 2.7x: one run stands
+    keep, skipped = _promising(rows, [4.09], 1 / SLOW_MARGIN, near, [], Budget(None))
+    assert keep == [] and skipped[0].label == "readtrace prefetch", skipped
+    why = skipped[0].why
+    assert "proving it takes 3 cold runs (the trial, a fresh run of it, the baseline again: about 10.9 s)" in why, why
+    assert f"of {BAND_BUDGET:g}x the baseline's 4.09 s" in why and "--budget 12 measures it" in why, why
+    keep, _ = _promising(rows, [4.09, 4.2], 1 / SLOW_MARGIN, near, [], Budget(None))
+    assert [r.candidate.label for r in keep] == ["readtrace prefetch"]
+    keep, skipped = _promising(rows, [4.09], 1 / SLOW_MARGIN, near, [], Budget(5))
+    assert keep == [] and "of the --budget of 5 s" in skipped[0].why
+
+
+def _band_rows():
+    from readtrace.fix.candidates import Candidate
+    from readtrace.fix.predict import Ranked
+
+    return [Ranked(Candidate(label, "none", ""), predicted, "model") for label, predicted in
+            (("readtrace prefetch", 3.41), ("readtrace own-fd", 3.80), ("lever omp-1", 4.09), ("lever pread", None))]
 
 
 def test_a_candidate_that_keeps_the_loader_is_never_predicted_under_the_warm_run():

@@ -147,8 +147,9 @@ def test_a_made_baseline_is_recorded_first_and_takes_its_digests_from_the_floors
     with lab_mount(tmp_path, lambda src: make_checkpoint(src, 16)[0], latency_ms=20, keep_cache=keep_cache) as (mnt, path):
         file = str(mnt / path.name)
         lines: list[str] = []
+        # budget: a load this near its floor has no candidate proved within 2x its time (schedule.BAND_BUDGET)
         result = compare([sys.executable, "-c", SEEKS_THEN_MAPPED, file], files=[file], recorder=RunRecorder(),
-                         log=lines.append)
+                         log=lines.append, budget=600)
     assert lines[0].startswith("run 1 baseline [unchanged, recorded without the shim]"), lines
     assert any(line.startswith("floor: ") and "the command warm" in line for line in lines), lines
     baseline = result.side("baseline")[0]
