@@ -8,7 +8,8 @@ unchanged command, cold, not recorded), the fixed side's wall (median of compare
 total wall of `fix --compare` (strategy auto, files given as a trace would give them: no discovery
 run), the ratio total / baseline, what auto chose, the verdict, tensors identical, and the fix's own
 cost per run: ``recorder_s_per_run`` (median of the recorder call minus the run's own wall:
-compile/attach if any, record, write the trace) and ``fix_overhead_s_per_run`` (the total minus every
+compile/attach if any, record, write the trace), ``analysis_s_per_run`` (median of the runs' trace
+analyses, made when the table or the verdict reads a run's summary) and ``fix_overhead_s_per_run`` (the total minus every
 run's own wall and the floor's read + warm run, per run: recorder, evictions, shim, digests, analyses). Recorders: ``one-probe-set`` (today, fix/recording.py: probes compiled
 once per compare, a trace analysed when the table reads it) and ``older`` (the recorder before issue
 23: probes compiled and detached for every run, every trace analysed at once; both share the faster
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -128,13 +130,37 @@ def cell(kind: str, loader: str, size_mib: int, latency_ms: float, root: Path, r
     return rows
 
 
+@contextmanager
+def timed_analyses() -> Iterator[list[float]]:
+    """The seconds of each run's trace analysis (``tracefacts.trace_summary``, read lazily by the runs'
+    summaries, fix/recording.py) made inside the block."""
+    import readtrace.fix.tracefacts as facts
+
+    seconds: list[float] = []
+    inner = facts.trace_summary
+
+    def timed(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - started)
+
+    facts.trace_summary = timed
+    try:
+        yield seconds
+    finally:
+        facts.trace_summary = inner
+
+
 def _compare_row(cmd: list[str], files: list[str], inner: RunRecorder, baseline: float, row: dict,
                  trace: str | None) -> dict:
     """One `fix --compare` (auto) of ``cmd`` with ``inner`` recording, timed, as a table row; ``trace``: the
     recorded run (`fix --compare TRACE`), else None (`fix --compare -- CMD`)."""
     recorder = TimedRecorder(inner)
     started = time.perf_counter()
-    result = compare(cmd, strategy="auto", files=files, recorder=recorder, recorded_from=trace)
+    with timed_analyses() as analyses:
+        result = compare(cmd, strategy="auto", files=files, recorder=recorder, recorded_from=trace)
     total = time.perf_counter() - started
     # each run once (a trial that needed no confirmation run is also the fixed side: the same trace)
     recorded = list({r.trace_path or id(r): r for r in result.runs + (result.choice.trials if result.choice else [])
@@ -149,6 +175,8 @@ def _compare_row(cmd: list[str], files: list[str], inner: RunRecorder, baseline:
             "total_s": round(total, 2), "ratio": round(total / baseline, 2), "runs": len(recorded),
             "recorder_s_per_run": round(statistics.median(recorder.overheads), 2) if recorder.overheads else None,
             "recorder_s": [round(o, 2) for o in recorder.overheads],
+            "analysis_s_per_run": round(statistics.median(analyses), 2) if analyses else None,
+            "analysis_s": [round(a, 2) for a in analyses],
             "fix_overhead_s_per_run": round(overhead, 2), "floor_s": round(floor_s, 2),
             "run_walls_s": [round(r.wall_s, 2) for r in recorded],
             "chosen": result.choice.chosen.label if result.choice else None,
@@ -158,7 +186,7 @@ def _compare_row(cmd: list[str], files: list[str], inner: RunRecorder, baseline:
 
 COLUMNS = ("mount", "loader", "size_mib", "recorder", "baseline_run", "recorded_counted", "baseline_s", "fixed_s",
            "total_s", "ratio", "runs",
-           "recorder_s_per_run", "fix_overhead_s_per_run", "chosen", "verdict", "identical")
+           "recorder_s_per_run", "analysis_s_per_run", "fix_overhead_s_per_run", "chosen", "verdict", "identical")
 
 
 def _line(row: dict) -> str:

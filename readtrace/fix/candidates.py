@@ -156,7 +156,12 @@ class Floor:
 
     def not_slow(self, baseline_s: float) -> bool:
         """Close enough to the floor to call a load left alone "not slow"."""
-        return baseline_s <= SLOW_MARGIN * self.total_s + SLOW_ABS_S
+        return within_band(baseline_s, self.total_s)
+
+
+def within_band(baseline_s: float, of_s: float) -> bool:
+    """``baseline_s`` within the not-slow band of ``of_s`` (10 % + 1 s over it)."""
+    return baseline_s <= SLOW_MARGIN * of_s + SLOW_ABS_S
 
 
 def sequential_read_s(files: Sequence[str], chunk_bytes: int = 16 * MiB, streams: int = 1) -> tuple[int, float]:

@@ -64,8 +64,7 @@ def local_copies(files: list[str], streams: int = 1, chunk_bytes: int = 16 * MiB
     sizes = {path: os.stat(path).st_size for path in files}
     total = sum(sizes.values())
     base = _root_only_base(total)
-    if not _room(base, total):
-        free = shutil.disk_usage(base).free
+    if (free := _free(base)) < total + ROOM_MARGIN:
         raise NoLocalCopy(f"no room for a local copy of its {total / MiB:.0f} MiB in {base} "
                           f"({free / MiB:.0f} MiB free)")
     with tempfile.TemporaryDirectory(prefix=f"{runstate.PREFIX}copy-", dir=base) as tmp, runstate.noted("copy", tmp):
@@ -87,18 +86,19 @@ def _root_only_base(total: int) -> str:
     written to a disk file system they may wait on its write-back (220 MiB into ext4 here: 0.04-1.04 s,
     most of a rclone floor's 1.5 s beyond its 0.33 s read; into /dev/shm 0.08 s), and there they could be
     evicted before the warm run reads them."""
-    in_memory = [MEMORY_FS] if fits_in_memory(total, 0.5) and _room(MEMORY_FS, total) else []
+    in_memory = [MEMORY_FS] if fits_in_memory(total, 0.5) and _free(MEMORY_FS) >= total + ROOM_MARGIN else []
     for base in dict.fromkeys([*in_memory, tempfile.gettempdir(), "/var/tmp", "/tmp"]):
         if _root_only(base):
             return base
     raise NoLocalCopy("no temporary directory only root controls for a local copy ($TMPDIR, /var/tmp, /tmp)")
 
 
-def _room(base: str, total: int) -> bool:
+def _free(base: str) -> int:
+    """Bytes free on ``base``'s file system (0 where it cannot be told)."""
     try:
-        return shutil.disk_usage(base).free >= total + ROOM_MARGIN
+        return shutil.disk_usage(base).free
     except OSError:
-        return False
+        return 0
 
 
 def _root_only(path: str) -> bool:

@@ -174,9 +174,11 @@ def test_in_the_not_slow_band_a_candidate_whose_proof_does_not_fit_the_budget_is
     """A gain in the band is under 2x, so its proof is three cold runs (the trial, a fresh run, the
     baseline again): 10.9 s for the prefetch predicted at 3.41 s beside a 4.09 s baseline. Without
     --budget a comparison spends at most 2x the baseline there (8.2 s): not tried, with the price and
-    the --budget that buys it; with a second baseline run the proof is two runs (6.8 s) and fits."""
+    the --budget that buys it; with a second baseline run the proof is two runs (6.8 s) and fits. One
+    predicted to take the load out of its not-slow band is tried whatever its proof costs."""
     from readtrace.fix.auto import _promising
     from readtrace.fix.candidates import SLOW_MARGIN, Floor
+    from readtrace.fix.predict import Ranked
     from readtrace.fix.schedule import BAND_BUDGET, Budget, proof
 
     rows = _band_rows()
@@ -192,6 +194,10 @@ def test_in_the_not_slow_band_a_candidate_whose_proof_does_not_fit_the_budget_is
     assert [r.candidate.label for r in keep] == ["readtrace prefetch"]
     keep, skipped = _promising(rows, [4.09], 1 / SLOW_MARGIN, near, [], Budget(5))
     assert keep == [] and "of the --budget of 5 s" in skipped[0].why
+    # predicted to take the load out of its not-slow band (4.09 s > 2.5 s + 10 % + 1 s): tried whatever it costs
+    (far,) = [Ranked(r.candidate, 2.5, "model") for r in rows[:1]]
+    keep, skipped = _promising([far, *rows[1:]], [4.09], 1 / SLOW_MARGIN, near, [], Budget(None))
+    assert keep == [far] and "readtrace prefetch" not in [n.label for n in skipped]
 
 
 def _band_rows():
