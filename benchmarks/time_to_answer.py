@@ -8,8 +8,8 @@ unchanged command, cold, not recorded), the fixed side's wall (median of compare
 total wall of `fix --compare` (strategy auto, files given as a trace would give them: no discovery
 run), the ratio total / baseline, what auto chose, the verdict, tensors identical, and the fix's own
 cost per run: ``recorder_s_per_run`` (median of the recorder call minus the run's own wall:
-compile/attach if any, record, write the trace), ``analysis_s_per_run`` (median of the runs' trace
-analyses, made when the table or the verdict reads a run's summary) and ``fix_overhead_s_per_run`` (the total minus every
+compile/attach if any, record, write the trace), ``analysis_s_per_run`` (median of the comparison's trace
+analyses: the recorded or first baseline run's, and each run's whose summary the table or verdict reads) and ``fix_overhead_s_per_run`` (the total minus every
 run's own wall and the floor's read + warm run, per run: recorder, evictions, shim, digests, analyses). Recorders: ``one-probe-set`` (today, fix/recording.py: probes compiled
 once per compare, a trace analysed when the table reads it) and ``older`` (the recorder before issue
 23: probes compiled and detached for every run, every trace analysed at once; both share the faster
@@ -132,12 +132,12 @@ def cell(kind: str, loader: str, size_mib: int, latency_ms: float, root: Path, r
 
 @contextmanager
 def timed_analyses() -> Iterator[list[float]]:
-    """The seconds of each run's trace analysis (``tracefacts.trace_summary``, read lazily by the runs'
-    summaries, fix/recording.py) made inside the block."""
-    import readtrace.fix.tracefacts as facts
+    """The seconds of each trace analysis (``readtrace.analyze.analyze``: the recorded or first baseline
+    run's, fix/recorded.py, and each run's summary read lazily, fix/recording.py) made inside the block."""
+    import readtrace.analyze as analyzer
 
     seconds: list[float] = []
-    inner = facts.trace_summary
+    inner = analyzer.analyze
 
     def timed(*args, **kwargs):
         started = time.perf_counter()
@@ -146,11 +146,11 @@ def timed_analyses() -> Iterator[list[float]]:
         finally:
             seconds.append(time.perf_counter() - started)
 
-    facts.trace_summary = timed
+    analyzer.analyze = timed
     try:
         yield seconds
     finally:
-        facts.trace_summary = inner
+        analyzer.analyze = inner
 
 
 def _compare_row(cmd: list[str], files: list[str], inner: RunRecorder, baseline: float, row: dict,
