@@ -35,6 +35,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -105,10 +106,11 @@ class Proof:
             return ""
         runs = ", ".join(what for what, _ in self.runs)
         after = f" after the trials before it ({after_s:.1f} s)" if after_s else ""
-        more = budget.elapsed() + after_s + self.seconds
+        # the runs' times are predictions: the --budget offered leaves them a quarter more
+        more = (budget.elapsed() + after_s + self.seconds) * 1.25
         return (f"proving it takes {len(self.runs)} cold run{'s' * (len(self.runs) > 1)} ({runs}: about "
                 f"{self.seconds:.1f} s){after}, more than is left ({max(left, 0):.1f} s) of {of}; --budget "
-                f"{more + 1:.0f} measures it")
+                f"{math.ceil(more)} should buy it")
 
 
 def proof(predicted_s: float, baseline_s: list[float], warm_s: float | None = None) -> Proof:

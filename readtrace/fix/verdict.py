@@ -158,7 +158,7 @@ def _none_measured(floor: Floor, baseline_s: float) -> str:
     if floor.warm_recorded:  # the recorded run stood for the warm load: no change worth its proof (fix/auto.py)
         return ("; no candidate was measured: none is predicted to be as much faster as a fix must be here, or to be "
                 "proved so within what a comparison spends on a load this close to its floor (auto's choice says "
-                "which, and the --budget that measures it)")
+                "which, and the --budget that should buy its proof)")
     return "; no candidate can act on this load (see the notes)"
 
 

@@ -189,7 +189,7 @@ def test_in_the_not_slow_band_a_candidate_whose_proof_does_not_fit_the_budget_is
     assert keep == [] and skipped[0].label == "readtrace prefetch", skipped
     why = skipped[0].why
     assert "proving it takes 3 cold runs (the trial, a fresh run of it, the baseline again: about 10.9 s)" in why, why
-    assert f"of {BAND_BUDGET:g}x the baseline's 4.09 s" in why and "--budget 12 measures it" in why, why
+    assert f"of {BAND_BUDGET:g}x the baseline's 4.09 s" in why and "--budget 14 should buy it" in why, why
     keep, _ = _promising(rows, [4.09, 4.2], 1 / SLOW_MARGIN, near, [], Budget(None))
     assert [r.candidate.label for r in keep] == ["readtrace prefetch"]
     keep, skipped = _promising(rows, [4.09], 1 / SLOW_MARGIN, near, [], Budget(5))
