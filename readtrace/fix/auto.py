@@ -115,12 +115,6 @@ def _baselines(session: Session, keeps_cache: bool, no_warm: WithoutWarm | None
     return [baseline] + ([recorded.as_baseline(baseline.manifest, index=1)] if recorded else []), floor, unknown
 
 
-# A gain the band calls noise: a change predicted to take the load out of its not-slow band is measured
-# whatever its proof costs (a 7.5 s transformers load of 1 GiB, its prefetch 5.1 s: 1.48x); one predicted
-# to gain less only where its proof fits (schedule.Proof.too_dear)
-WITHIN_ITS_BAND = "the baseline within the not-slow band of that too (a gain the band calls noise)"
-
-
 @dataclass
 class WithoutWarm:
     """Why the floor with the recorded run's own time stands without a warm run (``Session.floor``), or
@@ -163,10 +157,23 @@ def no_change_worth(wall_s: float, summary, keeps_cache: bool, budget: Budget, w
     if best_s > need_s:
         return (f"no change to its reads is predicted to make it {_percent(1 / SLOW_MARGIN)} % faster: the fastest "
                 f"predicted {best_s:.2f} s ({basis}), a fix must take at most {need_s:.2f} s")
-    if within_band(wall_s, best_s) and (dear := proof(best_s, [wall_s], warm_s).too_dear(budget, wall_s)):
+    if dear := _not_worth_proving(best_s, [wall_s], budget, warm_s):
         return (f"the fastest change to its reads is predicted at {best_s:.2f} s ({basis}), "
-                f"{_percent(best_s / wall_s)} % faster, {WITHIN_ITS_BAND}, but {dear}")
+                f"{_percent(best_s / wall_s)} % faster, {dear}")
     return ""
+
+
+def _not_worth_proving(predicted_s: float, baseline_s: list[float], budget: Budget, warm_s: float | None = None,
+                       before_s: float = 0.0) -> str:
+    """Why a candidate predicted at ``predicted_s`` is not worth its proof: the baseline (the first of
+    ``baseline_s``) is within the not-slow band of that prediction too, and the proof (``schedule.proof``,
+    after ``before_s`` of trials) does not fit the band's budget; "" where it is worth it. A change
+    predicted to take the load out of its band is worth any proof (a 7.5 s transformers load of 1 GiB,
+    its prefetch 5.1 s: 1.48x)."""
+    if not within_band(baseline_s[0], predicted_s):
+        return ""
+    dear = proof(predicted_s, baseline_s, warm_s).too_dear(budget, baseline_s[0], before_s)
+    return f"the baseline within the not-slow band of that too (a gain the band calls noise), but {dear}" if dear else ""
 
 
 def _margin(floor: Floor | None, baselines: list[Run]) -> float:
@@ -238,11 +245,9 @@ def _promising(rows: list[predict.Ranked], baseline_s: list[float], margin: floa
                 else "not predicted (the storage model does not replay it)") + f", a fix must take at most {need_s:.2f} s",
                 r.basis))
             continue
-        before_s = sum(k.predicted_s for k in keep)
-        if within_band(first, r.predicted_s) and \
-                (dear := proof(r.predicted_s, baseline_s).too_dear(budget, first, before_s)):
-            skipped.append(NotTried(r.candidate.label, r.predicted_s, f"predicted at {r.predicted_s:.2f} s, "
-                                    f"{WITHIN_ITS_BAND}, but {dear}", r.basis))
+        if dear := _not_worth_proving(r.predicted_s, baseline_s, budget, before_s=sum(k.predicted_s for k in keep)):
+            skipped.append(NotTried(r.candidate.label, r.predicted_s, f"predicted at {r.predicted_s:.2f} s, {dear}",
+                                    r.basis))
             continue
         keep.append(r)
     if skipped:

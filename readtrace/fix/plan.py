@@ -81,7 +81,8 @@ def plan(strategy: str, repeat: int, *, files_known: bool, cold: bool = True, bu
                  "the order listed; " + STOP_RULE + "; none runs after one at most 3 % over the floor; where the "
                  "baseline is within the not-slow band of its floor, only those predicted at 91 % of it or less run, "
                  "whose proof (the trial, and under 2x a fresh run and the baseline again) fits in 2x the baseline's "
-                 "time or the --budget, "
+                 "time or the --budget (one predicted to take the load out of that band runs whatever its proof "
+                 "costs), "
                  "and after one that did not get there, only those still predicted to with the time it took over its "
                  "prediction added"
                  + ("; none starts that no longer fits the --budget, and one running is stopped at it" if budget else "")]

@@ -76,7 +76,6 @@ class Budget:
     def left(self) -> float | None:
         return None if self.seconds is None else self.seconds - self.elapsed()
 
-
     def band_left(self, baseline_s: float) -> tuple[float, str]:
         """(seconds left, of what) for a load within the not-slow band of its floor: of ``--budget``, else
         of ``BAND_BUDGET`` x the baseline's time."""
@@ -89,9 +88,8 @@ class Budget:
 
 @dataclass(frozen=True)
 class Proof:
-    """The cold runs that would prove a candidate predicted at ``predicted_s`` the fix."""
+    """The cold runs that would prove a candidate the fix."""
 
-    predicted_s: float
     runs: tuple[tuple[str, float], ...]  # (what, expected seconds), in order
 
     @property
@@ -124,7 +122,7 @@ def proof(predicted_s: float, baseline_s: list[float], warm_s: float | None = No
         runs.append(("a fresh run of it", predicted_s))
         if len(baseline_s) < 2:
             runs.append(("the baseline again", baseline_s[0]))
-    return Proof(predicted_s, tuple(runs))
+    return Proof(tuple(runs))
 
 
 @dataclass
